@@ -1,0 +1,47 @@
+"""Shared test fixtures: seeded, single-threaded torch, and paths to the shared corpora.
+
+The shared corpora live in ``../shared/data`` next to the repository checkout (CI lays a copy
+there too); ``ATTN_SEQ2SEQ_SHARED_DATA`` overrides the location. They are read, never copied.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def shared_data_dir() -> Path:
+    env = os.environ.get("ATTN_SEQ2SEQ_SHARED_DATA")
+    return Path(env) if env else REPO_ROOT.parent / "shared" / "data"
+
+
+def read_multi30k_pairs(n: int, split: str = "train", offset: int = 0) -> list[tuple[str, str]]:
+    """First ``n`` (German, English) pairs of a Multi30k split, read line-aligned."""
+    root = shared_data_dir() / "multi30k"
+    with open(root / f"{split}.de", encoding="utf-8") as f_de, open(root / f"{split}.en", encoding="utf-8") as f_en:
+        pairs = [(de.rstrip("\n"), en.rstrip("\n")) for de, en in zip(f_de, f_en)]
+    return pairs[offset : offset + n]
+
+
+@pytest.fixture(autouse=True)
+def _seeded_single_thread():
+    import torch
+
+    torch.manual_seed(0)
+    # One thread: tests run in parallel processes on a 2-core machine and must be deterministic.
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    path = shared_data_dir()
+    if not (path / "multi30k" / "train.en").exists():
+        pytest.skip(f"shared corpora not found at {path} (set ATTN_SEQ2SEQ_SHARED_DATA)")
+    return path

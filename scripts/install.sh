@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Install everything attention-seq2seq needs on a fresh Debian machine (Python 3.10+, no GPU):
+#   1. Debian's SWORD Bible modules, the package's built-in offline corpus (needs root or sudo);
+#   2. a virtual environment .venv with the package (editable) and its test tools.
+# torch is pinned to 2.13.0 in pyproject.toml on purpose: on this kind of machine pip takes the
+# CPU wheel; an open range could pull a multi-GB CUDA build.
+# Usage: bash scripts/install.sh [VENV_DIR]     (default: .venv in the repository)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${1:-.venv}
+PY=${PYTHON:-python3}
+
+SWORD_PACKAGES="sword-text-sparv sword-text-web sword-text-kjv"
+if ! dpkg -s $SWORD_PACKAGES >/dev/null 2>&1; then
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+  echo "[install] Debian packages: $SWORD_PACKAGES"
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq $SWORD_PACKAGES
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "[install] creating virtual environment $VENV"
+  "$PY" -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install -q --upgrade pip
+echo "[install] pip install -e .[dev] (torch 2.13.0 CPU wheel, transformers 5.24, accelerate 1.15)"
+"$VENV/bin/python" -m pip install -q -e ".[dev]"
+"$VENV/bin/python" -c "import torch, transformers, accelerate, attention_seq2seq; print('[install] ok: torch', torch.__version__, '| transformers', transformers.__version__, '| accelerate', accelerate.__version__)"

@@ -1,0 +1,709 @@
+"""The ``attention-seq2seq`` command: train, export, push, translate, evaluate, plot-attention,
+average-checkpoints and finetune.
+
+Each subcommand is a ``cmd_<name>(args)`` function that wires the package's own functions
+together (training/train.py, hub/, training/metrics.py, training/plotting.py,
+training/averaging.py, training/finetune_trainer.py); heavy imports happen inside them so
+``attention-seq2seq --help`` answers at once.
+
+Errors the user can fix (a missing folder, a bad corpus spec, an offline push) print one line,
+``attention-seq2seq <command>: error: <message>``, and exit with status 2, as argparse does for
+bad options. Set ``ATTENTION_SEQ2SEQ_DEBUG=1`` to get the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Callable
+
+from .errors import UserError
+
+PROG = "attention-seq2seq"
+
+# ---------------------------------------------------------------------------------------------
+# Help texts: every subcommand shows examples under --help.
+
+_MAIN_EPILOG = """\
+commands:
+  train                 train a model with Accelerate (one CPU to many GPUs)
+  finetune              fine-tune a trained or exported model with transformers' Seq2SeqTrainer
+  translate             translate text from arguments, a file or stdin
+  evaluate              BLEU and chrF (sacreBLEU) of a model on a test set
+  plot-attention        attention heat-map of one sentence
+  average-checkpoints   average the weights of k checkpoints into one model
+  export                turn a training folder into a Hub-ready folder (remote code + card)
+  push                  upload an export folder to the Hugging Face Hub
+
+examples:
+  attention-seq2seq train --recipe training/recipes/transformer-small-multi30k.yaml
+  echo "Ein Hund läuft im Schnee." | attention-seq2seq translate runs/multi30k
+  attention-seq2seq evaluate runs/multi30k --corpus multi30k:../shared/data/multi30k --split test
+  attention-seq2seq <command> --help
+"""
+
+_TRANSLATE_EPILOG = """\
+MODEL is a training output folder, an export folder, a model folder or a Hub id.
+
+examples:
+  attention-seq2seq translate runs/multi30k "Ein Hund läuft im Schnee." "Zwei Männer lachen."
+  echo "Ein Hund läuft im Schnee." | attention-seq2seq translate runs/multi30k
+  attention-seq2seq translate runs/multi30k --input test.de --output test.hyp.en --num-beams 5
+  attention-seq2seq translate someone/rnn-bahdanau-de-en --input test.de --greedy
+  attention-seq2seq translate export/ --do-sample --top-p 0.9 --temperature 0.8 --seed 1 "Hallo!"
+"""
+
+_EVALUATE_EPILOG = """\
+The test set is a corpus spec and a split (--corpus/--split) or two line-aligned files
+(--src/--ref). Scores are sacreBLEU's BLEU and chrF on detokenized output, with signatures.
+
+examples:
+  attention-seq2seq evaluate runs/multi30k --corpus multi30k:../shared/data/multi30k --split test
+  attention-seq2seq evaluate export/ --src test2016.de --ref test2016.en --num-beams 5 \\
+      --output eval.json --hypotheses test2016.hyp.en
+  attention-seq2seq evaluate runs/tatoeba --src test.zh --ref test.en --update-metrics
+"""
+
+_PLOT_EPILOG = """\
+Draws the cross-attention of one sentence: the RNN's alignment matrix, or each Transformer
+layer's head average (and, unless --no-per-head, every head of each layer in
+<output stem>_layer<L>_heads.png). Without --reference the model translates the source first.
+
+examples:
+  attention-seq2seq plot-attention runs/rnn-bahdanau --source "Ein Hund läuft im Schnee." \\
+      --output dog.png
+  attention-seq2seq plot-attention runs/transformer --source "Ein Hund läuft im Schnee." \\
+      --reference "A dog runs in the snow." --output dog_forced.png
+"""
+
+_AVERAGE_EPILOG = """\
+Checkpoints are folders holding model.safetensors (accelerator.save_state or save_pretrained
+folders) or .safetensors files. The result is a complete model folder: the config, generation
+config and tokenizer come from --config-from (default: <run>/model with --run, else the first
+checkpoint).
+
+examples:
+  attention-seq2seq average-checkpoints --run runs/transformer --last 5 --output runs/transformer/avg5
+  attention-seq2seq average-checkpoints runs/t/checkpoints/step_9000 runs/t/checkpoints/step_10000 \\
+      --config-from runs/t/model --output averaged/
+"""
+
+_FINETUNE_EPILOG = """\
+Every field of the recipe is also an option (--field-name VALUE); options override the recipe.
+Writes the usual training folder (model/, metrics.json with base_model, recipe.yaml), which
+`attention-seq2seq export` turns into a Hub repo whose card names the base model.
+
+examples:
+  attention-seq2seq finetune --recipe training/recipes/finetune-bible-multi30k.yaml
+  attention-seq2seq finetune --base-model runs/bible-transformer --corpus multi30k:../shared/data/multi30k \\
+      --max-train-samples 2000 --max-steps 500 --output-dir runs/ft-multi30k
+  attention-seq2seq finetune --base-model export/ --trust-remote-code --train-file train.jsonl \\
+      --validation-file dev.jsonl --output-dir runs/ft --gradient-checkpointing
+  torchrun --nproc_per_node 4 -m attention_seq2seq.training.finetune_trainer --recipe ...
+"""
+
+_TRAIN_EPILOG = """\
+Runs training/train.py in this process (one CPU or one GPU). For several GPUs or machines use
+Accelerate's launcher with the same options:
+  accelerate launch -m attention_seq2seq.training.train --recipe ...
+
+examples:
+  attention-seq2seq train --recipe training/recipes/transformer-small-multi30k.yaml
+  attention-seq2seq train --recipe training/recipes/rnn-bahdanau-bible.yaml --output-dir runs/rnn
+  attention-seq2seq train --help-train      # every option of the training script
+"""
+
+_EXPORT_EPILOG = """\
+examples:
+  attention-seq2seq export runs/multi30k --output export/multi30k
+  attention-seq2seq export runs/ft-multi30k --output export/ft --repo-id me/transformer-de-en-ft
+"""
+
+_PUSH_EPILOG = """\
+The token comes from HF_TOKEN or `hf auth login`. Offline, push stops at once with a message.
+
+examples:
+  attention-seq2seq push export/multi30k me/transformer-small-de-en --dry-run
+  attention-seq2seq push export/multi30k me/transformer-small-de-en --private
+"""
+
+
+# ---------------------------------------------------------------------------------------------
+# Argument helpers
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``<prog>: error: <message>`` and exit status 2."""
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _positive_int(name: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a positive integer; got {text!r}") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"must be a positive integer; got {value}")
+        return value
+
+    return parse
+
+
+def _float_in(name: str, low: float, high: float, *, low_open: bool = False) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number; got {text!r}") from None
+        ok = (value > low if low_open else value >= low) and value <= high
+        if not ok:
+            bracket = "(" if low_open else "["
+            raise argparse.ArgumentTypeError(f"must be in {bracket}{low}, {high}]; got {value}")
+        return value
+
+    return parse
+
+
+def _add_model_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", metavar="MODEL", help="training output folder, export folder, model folder or Hub id")
+    parser.add_argument("--device", help="cpu, cuda, cuda:1, mps (default: the first accelerator, else cpu)")
+    parser.add_argument("--trust-remote-code", action="store_true",
+                        help="run the code shipped in an export instead of the installed package")
+    parser.add_argument("--revision", help="Hub revision (branch, tag or commit) for a Hub id")
+
+
+def _add_generation_arguments(parser: argparse.ArgumentParser, *, sampling: bool = True) -> None:
+    group = parser.add_argument_group("decoding (default: the model's generation_config)")
+    group.add_argument("--num-beams", type=_positive_int("--num-beams"), help="beam size")
+    group.add_argument("--greedy", action="store_true", help="greedy search (beam size 1, no sampling)")
+    group.add_argument("--max-new-tokens", type=_positive_int("--max-new-tokens"),
+                       help="longest output in tokens (default: the model's generation_config)")
+    if sampling:
+        group.add_argument("--do-sample", action="store_true", help="sample instead of searching")
+        group.add_argument("--top-k", type=_positive_int("--top-k"), help="sample from the k likeliest tokens")
+        group.add_argument("--top-p", type=_float_in("--top-p", 0.0, 1.0, low_open=True),
+                           help="nucleus sampling: the smallest set with probability >= p")
+        group.add_argument("--temperature", type=_float_in("--temperature", 0.0, 100.0, low_open=True),
+                           help="divide the logits by this before sampling")
+        group.add_argument("--seed", type=int, help="random seed (makes sampling repeatable)")
+    group.add_argument("--batch-size", type=_positive_int("--batch-size"), default=32,
+                       help="sentences per batch (default: 32)")
+    group.add_argument("--max-source-length", type=_positive_int("--max-source-length"),
+                       help="truncate longer inputs to this many tokens")
+
+
+def _generation_kwargs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
+    """Check the decoding options against each other and build ``generate`` kwargs."""
+    from .inference import generation_kwargs
+
+    do_sample = getattr(args, "do_sample", False)
+    if args.greedy and do_sample:
+        parser.error("--greedy and --do-sample exclude each other; choose one")
+    if args.greedy and args.num_beams not in (None, 1):
+        parser.error(f"--greedy means --num-beams 1; got --num-beams {args.num_beams}")
+    for option in ("top_k", "top_p", "temperature"):
+        if getattr(args, option, None) is not None and not do_sample:
+            parser.error(f"--{option.replace('_', '-')} only applies with --do-sample")
+    if getattr(args, "seed", None) is not None:
+        import torch
+
+        torch.manual_seed(args.seed)
+    return generation_kwargs(
+        num_beams=args.num_beams,
+        greedy=args.greedy,
+        do_sample=do_sample,
+        top_k=getattr(args, "top_k", None),
+        top_p=getattr(args, "top_p", None),
+        temperature=getattr(args, "temperature", None),
+        max_new_tokens=args.max_new_tokens,
+    )
+
+
+def _load(args: argparse.Namespace, **kwargs):
+    from .inference import load_for_inference
+
+    return load_for_inference(
+        args.model, device=args.device, trust_remote_code=args.trust_remote_code, revision=args.revision, **kwargs
+    )
+
+
+def _read_text_file(path: str, option: str) -> list[str]:
+    from .inference import read_lines
+
+    file = Path(path)
+    if not file.is_file():
+        raise UserError(f"{option}: file not found: {path}")
+    with open(file, encoding="utf-8") as handle:
+        return read_lines(handle)
+
+
+# ---------------------------------------------------------------------------------------------
+# translate
+
+
+def cmd_translate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    if args.text and args.input:
+        parser.error("give the text as arguments or with --input, not both")
+    generate_kwargs = _generation_kwargs(parser, args)
+    if args.text:
+        sentences, from_file = list(args.text), False
+    elif args.input:
+        sentences, from_file = _read_text_file(args.input, "--input"), True
+    else:
+        if sys.stdin.isatty():
+            print(f"{parser.prog}: reading sentences from the terminal; end with Ctrl-D", file=sys.stderr)
+        from .inference import read_lines
+
+        sentences, from_file = read_lines(sys.stdin), False
+
+    loaded = _load(args)
+    from .inference import translate
+
+    translations = translate(
+        loaded,
+        sentences,
+        batch_size=args.batch_size,
+        max_source_length=args.max_source_length,
+        progress=from_file and not args.no_progress,
+        **generate_kwargs,
+    )
+    text = "".join(line + "\n" for line in translations)
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# evaluate
+
+
+def _test_set(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, list[str], list[str], str | None]:
+    """(name, sources, references, target language) from --corpus/--split or --src/--ref."""
+    if args.corpus and (args.src or args.ref):
+        parser.error("give --corpus (with --split) or --src and --ref, not both")
+    if args.corpus:
+        from .data import load_corpus
+
+        splits = load_corpus(args.corpus)
+        if args.split not in splits:
+            parser.error(f"--split: corpus {args.corpus!r} has no split {args.split!r}; valid: {', '.join(splits)}")
+        dataset = splits[args.split]
+        sources, references = list(dataset["source"]), list(dataset["target"])
+        name = args.name or f"{args.corpus.split(':', 1)[0]}-{args.split}"
+        target_lang = args.target_lang or _corpus_target_lang(dataset)
+    else:
+        if not (args.src and args.ref):
+            parser.error("the test set needs --corpus SPEC (with --split) or both --src FILE and --ref FILE")
+        sources, references = _read_text_file(args.src, "--src"), _read_text_file(args.ref, "--ref")
+        if len(sources) != len(references):
+            raise UserError(f"--src has {len(sources)} lines but --ref has {len(references)}: {args.src}, {args.ref}")
+        name = args.name or Path(args.src).stem
+        target_lang = args.target_lang or (Path(args.ref).suffix.lstrip(".") or None)
+    if args.limit:
+        sources, references = sources[: args.limit], references[: args.limit]
+    if not sources:
+        raise UserError("the test set is empty")
+    return name, sources, references, target_lang
+
+
+def _corpus_target_lang(dataset) -> str | None:
+    """The target language the data layer recorded, if any (dataset info or a column feature)."""
+    description = getattr(getattr(dataset, "info", None), "description", "") or ""
+    try:
+        return json.loads(description).get("target_lang")
+    except (json.JSONDecodeError, AttributeError, TypeError):
+        return None
+
+
+def format_score_table(results: dict[str, dict]) -> str:
+    """A plain-text table of test-set scores, then the sacreBLEU signatures."""
+    header = ("test set", "sentences", "beams", "BLEU", "chrF")
+    rows = [
+        (name, str(r["num_sentences"]), str(r.get("num_beams", "-")), f"{r['bleu']:.2f}", f"{r['chrf']:.2f}")
+        for name, r in results.items()
+    ]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
+             for row in [header, *rows]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    for name, r in results.items():
+        lines.append(f"BLEU signature: {r['bleu_signature']}")
+        lines.append(f"chrF signature: {r['chrf_signature']}")
+    return "\n".join(lines)
+
+
+def cmd_evaluate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    generate_kwargs = _generation_kwargs(parser, args)
+    name, sources, references, target_lang = _test_set(parser, args)
+    loaded = _load(args)
+    if args.update_metrics and loaded.location.run_dir is None:
+        parser.error("--update-metrics needs a training output folder as MODEL (one with metrics.json)")
+
+    from .inference import translate
+    from .training.metrics import corpus_scores
+
+    hypotheses = translate(
+        loaded, sources, batch_size=args.batch_size, max_source_length=args.max_source_length,
+        progress=not args.no_progress, **generate_kwargs,
+    )
+    scores = corpus_scores(hypotheses, references, target_lang=target_lang)
+    generation_config = loaded.model.generation_config
+    result = {
+        "split": args.split if args.corpus else "files",
+        "num_sentences": len(sources),
+        "num_beams": generate_kwargs.get("num_beams", generation_config.num_beams or 1),
+        **scores,
+        "model": str(args.model),
+        "source": args.corpus or str(args.src),
+        "reference": args.corpus or str(args.ref),
+    }
+    results = {name: result}
+    output = Path(args.output or f"eval_{name}.json")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    if args.hypotheses:
+        Path(args.hypotheses).write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
+    if args.update_metrics:
+        metrics_file = loaded.location.run_dir / "metrics.json"
+        metrics = json.loads(metrics_file.read_text(encoding="utf-8")) if metrics_file.is_file() else {}
+        entry = {k: v for k, v in result.items() if k not in ("model", "source", "reference")}
+        metrics.setdefault("test", {})[name] = entry
+        metrics_file.write_text(json.dumps(metrics, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(format_score_table(results))
+    print(f"scores written to {output}", file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# plot-attention
+
+
+def cmd_plot_attention(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    if args.output.suffix.lower() != ".png":
+        parser.error(f"--output must be a .png file; got {args.output}")
+    generate_kwargs = _generation_kwargs(parser, args)
+    # Attention weights come from the eager attention path (SDPA does not return them).
+    loaded = _load(args, attn_implementation="eager")
+
+    from .training.plotting import plot_cross_attentions
+
+    cross_attentions, src_tokens, tgt_tokens = sentence_attention(loaded, args.source, args.reference, generate_kwargs)
+    written = plot_cross_attentions(
+        cross_attentions, src_tokens, tgt_tokens, args.output.parent, args.output.stem, per_head=not args.no_per_head
+    )
+    for path in written:
+        print(path)
+    return 0
+
+
+def sentence_attention(loaded, source: str, reference: str | None, generate_kwargs: dict):
+    """Cross-attention of one sentence pair, by teacher forcing the reference or the model's output.
+
+    Returns ``(layers, src_tokens, tgt_tokens)`` with each layer's weights as a numpy array
+    ``(num_heads, tgt_len, src_len)``; row ``t`` is the attention while predicting ``tgt_tokens[t]``.
+    """
+    import torch
+
+    model, tokenizer = loaded.model, loaded.tokenizer
+    device = next(model.parameters()).device
+    encoded = tokenizer([source], return_tensors="pt").to(device)
+    with torch.inference_mode():
+        if reference is not None:
+            target_ids = tokenizer(text_target=[reference], return_tensors="pt")["input_ids"].to(device)
+        else:
+            generated = model.generate(**encoded, **generate_kwargs)[0]
+            # Drop the decoder start token and any padding after </s>; keep </s> itself.
+            ids = generated[1:].tolist()
+            eos = model.generation_config.eos_token_id
+            eos_ids = set(eos if isinstance(eos, list) else [eos])
+            cut = next((i + 1 for i, t in enumerate(ids) if t in eos_ids), len(ids))
+            target_ids = torch.tensor([ids[:cut]], device=device)
+        outputs = model(
+            input_ids=encoded["input_ids"],
+            attention_mask=encoded["attention_mask"],
+            labels=target_ids,
+            output_attentions=True,
+        )
+    if not outputs.cross_attentions:
+        raise UserError(f"model {loaded.location.model_path} returned no cross-attention weights")
+    layers = [layer[0].float().cpu().numpy() for layer in outputs.cross_attentions]  # (num_heads, tgt_len, src_len)
+    src_tokens = tokenizer.convert_ids_to_tokens(encoded["input_ids"][0].tolist())
+    tgt_tokens = tokenizer.convert_ids_to_tokens(target_ids[0].tolist())
+    return layers, src_tokens, tgt_tokens
+
+
+# ---------------------------------------------------------------------------------------------
+# average-checkpoints
+
+
+def _run_checkpoints(run: Path, last: int) -> list[Path]:
+    """The ``last`` newest ``<run>/checkpoints/step_<N>`` folders, oldest first."""
+    folder = run / "checkpoints"
+    steps = []
+    for path in folder.glob("step_*") if folder.is_dir() else []:
+        suffix = path.name[len("step_"):]
+        if path.is_dir() and suffix.isdigit():
+            steps.append((int(suffix), path))
+    if not steps:
+        raise UserError(f"--run: no checkpoints/step_<N> folders in {run}")
+    if len(steps) < last:
+        raise UserError(f"--last {last}: {run} has only {len(steps)} checkpoints")
+    return [path for _, path in sorted(steps)[-last:]]
+
+
+def cmd_average_checkpoints(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    if bool(args.checkpoints) == bool(args.run):
+        parser.error("give checkpoint paths or --run RUN (with --last K), not both and not neither")
+    if args.run:
+        run = Path(args.run)
+        if not run.is_dir():
+            raise UserError(f"--run: folder not found: {run}")
+        checkpoints = _run_checkpoints(run, args.last)
+        config_from = args.config_from or str(run / "model")
+    else:
+        checkpoints = [Path(p) for p in args.checkpoints]
+        if len(checkpoints) < 2:
+            parser.error("give at least two checkpoints to average")
+        config_from = args.config_from or str(checkpoints[0])
+
+    from .inference import locate_model
+    from .training.averaging import average_checkpoints, load_averaged_weights
+
+    location = locate_model(config_from)
+    if location.kind == "hub":
+        raise UserError(f"--config-from: folder not found: {config_from}")
+    try:
+        averaged = average_checkpoints(checkpoints)
+    except FileNotFoundError as err:
+        raise UserError(str(err)) from None
+
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
+
+    model = AutoModelForSeq2SeqLM.from_pretrained(location.model_path, trust_remote_code=args.trust_remote_code)
+    try:
+        load_averaged_weights(model, averaged)
+    except RuntimeError as err:
+        raise UserError(f"checkpoints do not fit the model of --config-from {config_from}: {err}") from None
+    output = Path(args.output)
+    model.save_pretrained(output)
+    try:
+        GenerationConfig.from_pretrained(location.model_path).save_pretrained(output)
+    except OSError:
+        pass  # no generation_config.json there: save_pretrained wrote the model's own
+    try:
+        AutoTokenizer.from_pretrained(location.model_path).save_pretrained(output)
+    except (OSError, ValueError):
+        print(f"{parser.prog}: note: no tokenizer in {location.model_path}; copy one into {output}", file=sys.stderr)
+    print(f"averaged {len(checkpoints)} checkpoints into {output}:")
+    for path in checkpoints:
+        print(f"  {path}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# finetune, train, export, push
+
+
+def cmd_finetune(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from .training.finetune_trainer import config_from_args, finetune
+
+    try:
+        config = config_from_args(args)
+    except (ValueError, TypeError) as err:
+        parser.error(str(err))
+    output_dir = finetune(config)
+    print(f"fine-tuned model written to {output_dir / 'model'}")
+    return 0
+
+
+def cmd_train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from .training import train as train_module
+
+    argv = list(args.train_args)
+    if args.help_train:
+        argv = ["--help"]
+    main = getattr(train_module, "main", None)
+    if main is None:
+        raise UserError("this installation's training/train.py has no main(); run it with python -m")
+    result = main(argv)
+    return int(result or 0) if not isinstance(result, (str, Path)) else 0
+
+
+def cmd_export(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from .hub.export import ExportError, export_model
+
+    run = Path(args.run)
+    if not run.is_dir():
+        raise UserError(f"RUN: folder not found: {run}")
+    base_model = args.base_model or recorded_base_model(run)
+    try:
+        out = export_model(
+            run, Path(args.output), repo_id=args.repo_id, base_model=base_model, license=args.license,
+            overwrite=args.overwrite,
+        )
+    except ExportError as err:
+        raise UserError(str(err)) from None
+    print(f"exported {run} to {out}" + (f" (base model {base_model})" if base_model else ""))
+    return 0
+
+
+def recorded_base_model(run: Path) -> str | None:
+    """The Hub id a fine-tuned run recorded in its metrics.json as ``base_model``, if it is one.
+
+    A local path there (a base that was never published) cannot go into the card's metadata.
+    """
+    from .inference import _HUB_ID
+
+    metrics_file = run / "metrics.json"
+    if not metrics_file.is_file():
+        return None
+    try:
+        base = json.loads(metrics_file.read_text(encoding="utf-8")).get("base_model")
+    except (json.JSONDecodeError, AttributeError):
+        return None
+    if not isinstance(base, str) or Path(base).expanduser().exists() or base.count("/") != 1:
+        return None
+    return base if _HUB_ID.match(base) else None
+
+
+def cmd_push(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from .hub.push import PushError, push_to_hub
+
+    try:
+        result = push_to_hub(
+            args.folder, args.repo_id, private=args.private, revision=args.revision, token=args.token,
+            dry_run=args.dry_run, commit_message=args.commit_message,
+        )
+    except PushError as err:
+        raise UserError(str(err)) from None
+    print(result.describe())
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        description="The classic attention models for sequence-to-sequence learning, as transformers models.",
+        epilog=_MAIN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    def add(name: str, help_text: str, epilog: str, handler) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text, epilog=epilog,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        p.set_defaults(handler=handler)
+        return p
+
+    # train: everything after the command goes to training/train.py.
+    p = add("train", "train a model with Accelerate (training/train.py)", _TRAIN_EPILOG, cmd_train)
+    p.add_argument("--help-train", action="store_true", help="show the training script's own options")
+    p.add_argument("train_args", nargs=argparse.REMAINDER, help="options of the training script (--recipe ...)")
+
+    p = add("finetune", "fine-tune a model with transformers' Seq2SeqTrainer", _FINETUNE_EPILOG, cmd_finetune)
+    from .training.finetune_trainer import add_config_arguments
+
+    add_config_arguments(p)
+
+    p = add("translate", "translate sentences from arguments, a file or stdin", _TRANSLATE_EPILOG, cmd_translate)
+    _add_model_argument(p)
+    p.add_argument("text", nargs="*", help="sentences to translate (default: --input or stdin, one per line)")
+    p.add_argument("-i", "--input", help="file with one sentence per line")
+    p.add_argument("-o", "--output", help="write translations here (default: stdout)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr for --input")
+    _add_generation_arguments(p)
+
+    p = add("evaluate", "BLEU and chrF (sacreBLEU) of a model on a test set", _EVALUATE_EPILOG, cmd_evaluate)
+    _add_model_argument(p)
+    test = p.add_argument_group("test set")
+    test.add_argument("--corpus", help="corpus spec, e.g. multi30k:../shared/data/multi30k or tsv:test.tsv")
+    test.add_argument("--split", default="test", choices=["train", "validation", "test"],
+                      help="split of --corpus (default: test)")
+    test.add_argument("--src", help="source file, one sentence per line")
+    test.add_argument("--ref", help="reference file, line-aligned with --src")
+    test.add_argument("--name", help="test set name in the JSON (default: from the spec or --src)")
+    test.add_argument("--target-lang", help="target language code; zh/ja/ko switch BLEU's tokenizer "
+                      "(default: from the corpus, or the --ref file suffix)")
+    test.add_argument("--limit", type=_positive_int("--limit"), help="score only the first N sentences")
+    out = p.add_argument_group("output")
+    out.add_argument("-o", "--output", help="JSON file (default: eval_<name>.json)")
+    out.add_argument("--hypotheses", help="also write the translations to this file")
+    out.add_argument("--update-metrics", action="store_true",
+                     help="add the scores to MODEL's metrics.json (a training folder), for the model card")
+    out.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    _add_generation_arguments(p, sampling=False)
+
+    p = add("plot-attention", "attention heat-map (PNG) of one sentence", _PLOT_EPILOG, cmd_plot_attention)
+    _add_model_argument(p)
+    p.add_argument("--source", required=True, help="the source sentence")
+    p.add_argument("--reference", help="teacher-force this translation instead of the model's own")
+    p.add_argument("-o", "--output", type=Path, required=True, help="PNG file to write")
+    p.add_argument("--no-per-head", action="store_true", help="Transformer: only the head average of each layer")
+    _add_generation_arguments(p, sampling=False)
+
+    p = add("average-checkpoints", "average the weights of k checkpoints into one model", _AVERAGE_EPILOG,
+            cmd_average_checkpoints)
+    p.add_argument("checkpoints", nargs="*", metavar="CHECKPOINT", help="checkpoint folders or .safetensors files")
+    p.add_argument("--run", help="a training output folder: average its newest checkpoints")
+    p.add_argument("--last", type=_positive_int("--last"), default=5, help="with --run: how many (default: 5)")
+    p.add_argument("--config-from", help="model folder giving config, generation config and tokenizer")
+    p.add_argument("-o", "--output", required=True, help="folder for the averaged model")
+    p.add_argument("--trust-remote-code", action="store_true", help="--config-from is an export: run its code")
+
+    p = add("export", "turn a training folder into a Hub-ready folder", _EXPORT_EPILOG, cmd_export)
+    p.add_argument("run", metavar="RUN", help="training output folder (with model/ and metrics.json)")
+    p.add_argument("-o", "--output", required=True, help="folder to write the export into")
+    p.add_argument("--repo-id", help="the Hub repo id the card's snippets should name")
+    p.add_argument("--base-model", help="Hub id of the model this one was fine-tuned from "
+                   "(default: base_model in RUN/metrics.json when it is a Hub id)")
+    p.add_argument("--license", help="license id for the card (default: from the training corpus)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing export folder")
+
+    p = add("push", "upload an export folder to the Hugging Face Hub", _PUSH_EPILOG, cmd_push)
+    from .hub.push import build_parser as add_push_arguments
+
+    add_push_arguments(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    subparser = parser._subparsers._group_actions[0].choices[args.command]  # for one-line errors
+    try:
+        return args.handler(subparser, args)
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        print(f"{subparser.prog}: interrupted", file=sys.stderr)
+        return 130
+    except (UserError, FileNotFoundError, NotADirectoryError, ValueError) as err:
+        if os.environ.get("ATTENTION_SEQ2SEQ_DEBUG"):
+            raise
+        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        print(f"{subparser.prog}: error: {message}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

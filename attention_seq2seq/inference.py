@@ -1,0 +1,211 @@
+"""Load a model for inference from wherever it lives, and translate batches of sentences.
+
+A model can be given as
+- a training output folder (``<run>/model/`` holds the weights, ``<run>/metrics.json`` the scores),
+- an export folder (Hub-ready: ``config.json`` with ``auto_map`` and the flattened code),
+- a plain ``save_pretrained`` folder (weights, config, tokenizer), or
+- a Hugging Face Hub id (``owner/name``), resolved from the local cache when offline.
+
+The commands ``translate``, ``evaluate`` and ``plot-attention`` all go through
+:func:`load_for_inference`, so they accept the same four forms.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+import torch
+
+from .errors import UserError
+
+# "owner/name" or "name": what huggingface_hub accepts as a repo id.
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
+
+
+@dataclass
+class ModelLocation:
+    """Where a model was found and what kind of folder it is."""
+
+    model_path: str  # what from_pretrained receives: a local folder or a Hub id
+    kind: str  # "training-run" | "export" | "model-folder" | "hub"
+    run_dir: Path | None = None  # the training output folder, for kind == "training-run"
+
+
+@dataclass
+class LoadedModel:
+    model: torch.nn.Module
+    tokenizer: object
+    location: ModelLocation
+    info: dict = field(default_factory=dict)  # the run's metrics.json where there is one
+
+    @property
+    def family(self) -> str:
+        return self.model.config.model_type
+
+
+def locate_model(path_or_id: str | Path) -> ModelLocation:
+    """Say what ``path_or_id`` is, without loading anything.
+
+    Raises :class:`UserError` for a path that does not exist or holds no model.
+    """
+    text = str(path_or_id)
+    path = Path(text).expanduser()
+    if path.is_dir():
+        if (path / "model" / "config.json").is_file():
+            return ModelLocation(str(path / "model"), "training-run", run_dir=path)
+        config_file = path / "config.json"
+        if config_file.is_file():
+            try:
+                config = json.loads(config_file.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as err:
+                raise UserError(f"{config_file} is not valid JSON: {err}") from None
+            kind = "export" if "auto_map" in config else "model-folder"
+            return ModelLocation(str(path), kind)
+        raise UserError(
+            f"{path} holds no model: expected a training output folder (with model/config.json), "
+            "an export folder or a save_pretrained folder (with config.json)"
+        )
+    if path.exists():
+        raise UserError(f"{path} is a file; give the model's folder or a Hub id")
+    looks_local = text.startswith((".", "/", "~")) or text.count("/") > 1 or "\\" in text
+    if looks_local or not _HUB_ID.match(text):
+        raise UserError(f"model folder not found: {path}")
+    return ModelLocation(text, "hub")
+
+
+def pick_device(device: str | None = None) -> torch.device:
+    """``device`` if given, else CUDA, else Apple MPS, else the CPU."""
+    if device:
+        try:
+            return torch.device(device)
+        except RuntimeError:
+            raise UserError(f"--device: unknown device {device!r}; use e.g. cpu, cuda, cuda:1, mps") from None
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def load_for_inference(
+    path_or_id: str | Path,
+    *,
+    device: str | torch.device | None = None,
+    trust_remote_code: bool = False,
+    attn_implementation: str | None = None,
+    revision: str | None = None,
+) -> LoadedModel:
+    """Load model and tokenizer from a training folder, an export folder, a model folder or a Hub id.
+
+    With the package installed both families are registered with the Auto classes, so an export
+    loads with the installed code; ``trust_remote_code=True`` runs the code shipped in the folder
+    instead (what a user without this package gets). ``attn_implementation="eager"`` is needed to
+    read Transformer attention weights.
+    """
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    location = locate_model(path_or_id)
+    kwargs = {"trust_remote_code": trust_remote_code}
+    if revision is not None:
+        kwargs["revision"] = revision
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(location.model_path, **kwargs)
+        model_kwargs = dict(kwargs)
+        if attn_implementation is not None:
+            model_kwargs["attn_implementation"] = attn_implementation
+        model = AutoModelForSeq2SeqLM.from_pretrained(location.model_path, **model_kwargs)
+    except OSError as err:
+        # Offline Hub ids and half-written folders end here; the first line says which.
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(f"cannot load model {path_or_id}: {first_line}") from None
+    model.to(device if isinstance(device, torch.device) else pick_device(device))
+    model.eval()
+
+    info: dict = {}
+    if location.run_dir is not None and (location.run_dir / "metrics.json").is_file():
+        info = json.loads((location.run_dir / "metrics.json").read_text(encoding="utf-8"))
+    return LoadedModel(model=model, tokenizer=tokenizer, location=location, info=info)
+
+
+def generation_kwargs(
+    *,
+    num_beams: int | None = None,
+    greedy: bool = False,
+    do_sample: bool = False,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    temperature: float | None = None,
+    max_new_tokens: int | None = None,
+) -> dict:
+    """Translate the command-line decoding options into ``generate`` keyword arguments.
+
+    Options left at ``None`` are not passed, so the model's own ``generation_config`` decides.
+    """
+    kwargs: dict = {}
+    if greedy:
+        kwargs.update(num_beams=1, do_sample=False)
+    elif do_sample:
+        kwargs.update(do_sample=True, num_beams=num_beams or 1)
+    elif num_beams is not None:
+        kwargs["num_beams"] = num_beams
+    for name, value in (("top_k", top_k), ("top_p", top_p), ("temperature", temperature)):
+        if value is not None:
+            kwargs[name] = value
+    if max_new_tokens is not None:
+        kwargs["max_new_tokens"] = max_new_tokens
+    return kwargs
+
+
+def _batches(indices: Sequence[int], batch_size: int) -> Iterator[list[int]]:
+    for start in range(0, len(indices), batch_size):
+        yield list(indices[start : start + batch_size])
+
+
+@torch.inference_mode()
+def translate(
+    loaded: LoadedModel,
+    sentences: Sequence[str],
+    *,
+    batch_size: int = 32,
+    max_source_length: int | None = None,
+    progress: bool = False,
+    **generate_kwargs,
+) -> list[str]:
+    """Translate ``sentences`` in batches; the output keeps the input order.
+
+    Sentences are sorted by length before batching so each batch carries little padding
+    (as every NMT toolkit does at inference), then put back in their original order.
+    """
+    from tqdm.auto import tqdm
+
+    model, tokenizer = loaded.model, loaded.tokenizer
+    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]), reverse=True)
+    outputs: list[str | None] = [None] * len(sentences)
+    bar = tqdm(total=len(sentences), unit="sent", disable=not progress, dynamic_ncols=True)
+    device = next(model.parameters()).device
+    for batch in _batches(order, batch_size):
+        texts = [sentences[i] for i in batch]
+        encoded = tokenizer(
+            texts,
+            padding=True,
+            truncation=max_source_length is not None,
+            max_length=max_source_length,
+            return_tensors="pt",
+        ).to(device)
+        generated = model.generate(
+            input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"], **generate_kwargs
+        )
+        for i, text in zip(batch, tokenizer.batch_decode(generated, skip_special_tokens=True)):
+            outputs[i] = text.strip()
+        bar.update(len(batch))
+    bar.close()
+    return [text or "" for text in outputs]
+
+
+def read_lines(lines: Iterable[str]) -> list[str]:
+    """Strip the line ends (one sentence per line; empty lines are kept as empty sentences)."""
+    return [line.rstrip("\r\n") for line in lines]

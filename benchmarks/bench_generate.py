@@ -1,0 +1,152 @@
+"""Benchmark 3: translation speed, ours vs MarianMTModel `generate`, greedy and beam 5.
+
+Both models have the same dimensions (see `common.TransformerDims`) and are freshly initialised
+(speed does not depend on the weights once the output length is fixed). Every sentence gets
+exactly the same number of new tokens on both sides: `min_new_tokens = max_new_tokens = N` keeps
+`</s>` suppressed until the N-th token, where the length limit stops the search, so no beam or
+sentence finishes early on either side. N is the mean length (pieces + `</s>`) of the Multi30k
+test2016 references, rounded up. Both sides receive one identical `GenerationConfig`.
+
+Sources are the Multi30k test2016 German sentences in file order, in fixed-size batches. Each
+round translates all of them on one side, then on the other (order alternating per round).
+Reported: sentences/s, median and IQR over rounds, and the ratio ours/Marian paired per round.
+
+    python benchmarks/bench_generate.py [--quick] [--threads 2] [--rounds 3] [--sentences 1000]
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from common import (
+    TransformerDims,
+    base_argparser,
+    build_marian,
+    build_ours,
+    build_tokenizer,
+    fmt,
+    goal_entry,
+    log,
+    paired_ratio_summary,
+    print_table,
+    read_pairs,
+    set_threads,
+    spread,
+    summarize,
+    write_result,
+)
+
+GOAL_RATIO = 1.2
+
+
+def generation_config(num_beams: int, new_tokens: int):
+    from transformers import GenerationConfig
+
+    return GenerationConfig(
+        num_beams=num_beams,
+        do_sample=False,
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        length_penalty=1.0,
+        early_stopping=False,
+        decoder_start_token_id=1,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+        forced_eos_token_id=None,
+        use_cache=True,
+    )
+
+
+def main(argv=None) -> dict:
+    import torch
+
+    parser = base_argparser(__doc__)
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--sentences", type=int, default=None)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--beams", type=int, nargs="+", default=[1, 5])
+    args = parser.parse_args(argv)
+    rounds = args.rounds or (2 if args.quick else 3)
+    n_sentences = args.sentences or (32 if args.quick else 1000)
+    batch_size = min(args.batch_size, 16) if args.quick else args.batch_size
+    threads = set_threads(args.threads)
+
+    dims = TransformerDims()
+    tokenizer = build_tokenizer(dims.vocab_size)
+    pairs = read_pairs("test2016")
+    ref_lengths = [len(ids) for ids in tokenizer([t for _, t in pairs])["input_ids"]]
+    new_tokens = math.ceil(sum(ref_lengths) / len(ref_lengths))
+    sources = [s for s, _ in pairs][:n_sentences]
+    batches = [
+        tokenizer(sources[i : i + batch_size], padding=True, return_tensors="pt")
+        for i in range(0, len(sources), batch_size)
+    ]
+    models = {"ours": build_ours(dims).eval(), "marian": build_marian(dims).eval()}
+    log(f"{len(sources)} sentences in batches of {batch_size}, {new_tokens} new tokens each; threads={threads}")
+
+    results, goals = {}, []
+    for beams in args.beams:
+        config = generation_config(beams, new_tokens)
+
+        def translate(name: str, batch) -> torch.Tensor:
+            with torch.inference_mode():
+                out = models[name].generate(
+                    input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], generation_config=config
+                )
+            # decoder start + exactly N new tokens, on both sides
+            assert out.shape[1] == new_tokens + 1, (name, tuple(out.shape))
+            return out
+
+        for name in models:  # warm-up
+            translate(name, batches[0])
+        seconds = {name: [] for name in models}
+        for r in range(rounds):
+            order = list(models) if r % 2 == 0 else list(models)[::-1]
+            for name in order:
+                start = time.perf_counter()
+                for batch in batches:
+                    translate(name, batch)
+                seconds[name].append(time.perf_counter() - start)
+            log(f"beam {beams} round {r + 1}/{rounds}: "
+                + ", ".join(f"{n} {len(sources) / seconds[n][-1]:.1f} sent/s" for n in models))
+        rates = {name: [len(sources) / s for s in seconds[name]] for name in models}
+        ratio = paired_ratio_summary(rates["ours"], rates["marian"])
+        mode = "greedy" if beams == 1 else f"beam{beams}"
+        results[mode] = {
+            "num_beams": beams,
+            "seconds_per_round": seconds,
+            "sentences_per_s": {name: summarize(rates[name]) for name in models},
+            "ratio_ours_over_marian": ratio,
+        }
+        goals.append(goal_entry(f"generate_{mode}_sentences_per_s_ratio", ratio["median"], GOAL_RATIO))
+
+    rows = []
+    for mode, res in results.items():
+        for name in models:
+            s = res["sentences_per_s"][name]
+            rows.append([mode, name, fmt(s["median"], 1), spread(s, 1),
+                         f"{res['ratio_ours_over_marian']['median']:.3f}x" if name == "ours" else ""])
+    print_table(
+        f"Translation, {len(sources)} Multi30k test2016 sources, {new_tokens} tokens each, batch {batch_size}, {threads} threads",
+        ["mode", "model", "sent/s (median)", "IQR", "ratio ours/marian"],
+        rows,
+    )
+    payload = {
+        "description": "generate() sentences/s with forced output length, ours vs MarianMTModel",
+        "dims": dims,
+        "threads": threads,
+        "rounds": rounds,
+        "sentences": len(sources),
+        "batch_size": batch_size,
+        "new_tokens_per_sentence": new_tokens,
+        "results": results,
+        "goals": goals,
+    }
+    write_result("generate", payload, args.quick)
+    return payload
+
+
+if __name__ == "__main__":
+    main()

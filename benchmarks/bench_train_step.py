@@ -1,0 +1,138 @@
+"""Benchmarks 1 and 5: the Transformer training step, ours vs MarianMTModel, and model FLOP utilization.
+
+Both models get the same dimensions (3 + 3 layers, d_model 256, 8 heads, FFN 512, the Multi30k
+joint vocabulary of 8,000 pieces, shared and tied embeddings, post-norm, ReLU, dropout 0.1, SDPA)
+and the very same token-budget batches from Multi30k train. One step = forward with `labels=`
+(the model's own mean cross-entropy), backward, AdamW step, zero_grad.
+
+Each round runs every batch once on each side, alternating which side goes first, then times
+torch.matmul on the model's own GEMM shapes (the MFU reference, see `common.matmul_reference_flops_per_s`).
+Reported: target tokens/s (non-padding labels) per round, median and IQR over rounds, the ratio
+ours/Marian (paired per round), and MFU = achieved training FLOP/s (formula in
+`common.transformer_train_flops`) / reference matmul FLOP/s of the same round.
+
+    python benchmarks/bench_train_step.py [--quick] [--threads 2] [--rounds 7] [--batches 8]
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+from common import (
+    TransformerDims,
+    base_argparser,
+    batch_stats,
+    build_marian,
+    build_ours,
+    count_params,
+    fmt,
+    goal_entry,
+    load_batches,
+    log,
+    make_train_step,
+    matmul_reference_flops_per_s,
+    paired_ratio_summary,
+    print_table,
+    set_threads,
+    spread,
+    summarize,
+    transformer_train_flops,
+    write_result,
+)
+
+GOAL_STEP_RATIO = 1.1
+GOAL_MFU = 0.65
+
+
+def main(argv=None) -> dict:
+    parser = base_argparser(__doc__)
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--batches", type=int, default=None)
+    parser.add_argument("--max-tokens", type=int, default=4096)
+    args = parser.parse_args(argv)
+    rounds = args.rounds or (2 if args.quick else 7)
+    n_batches = args.batches or (2 if args.quick else 8)
+    threads = set_threads(args.threads)
+
+    dims = TransformerDims()
+    _, batches = load_batches(args.max_tokens, n_batches)
+    stats = [batch_stats(b) for b in batches]
+    tgt_tokens = sum(s["tgt_tokens"] for s in stats)
+    flops = sum(transformer_train_flops(dims, s) for s in stats)
+    # The MFU reference is timed on the GEMM shapes of the median-sized batch.
+    ref_stats = sorted(stats, key=lambda s: s["tgt_padded"] + s["src_padded"])[len(stats) // 2]
+
+    models = {"ours": build_ours(dims), "marian": build_marian(dims)}
+    steps = {name: make_train_step(model)[0] for name, model in models.items()}
+    params = {name: count_params(model) for name, model in models.items()}
+    log(f"params: {params}; {len(batches)} batches, {tgt_tokens} target tokens per round; threads={threads}")
+
+    for name in models:  # warm-up: allocator, optimizer state, SDPA kernels
+        for batch in batches[:2]:
+            steps[name](batch)
+
+    seconds = {name: [] for name in models}
+    reference = []
+    for r in range(rounds):
+        order = list(models) if r % 2 == 0 else list(models)[::-1]
+        for name in order:
+            start = time.perf_counter()
+            for batch in batches:
+                steps[name](batch)
+            seconds[name].append(time.perf_counter() - start)
+        reference.append(matmul_reference_flops_per_s(dims, ref_stats, repeats=1)["flops_per_s"])
+        log(f"round {r + 1}/{rounds}: " + ", ".join(f"{n} {tgt_tokens / seconds[n][-1]:.0f} tok/s" for n in models)
+            + f", matmul {reference[-1] / 1e9:.1f} GFLOP/s")
+
+    rates = {name: [tgt_tokens / s for s in seconds[name]] for name in models}
+    rate_summary = {name: summarize(rates[name]) for name in models}
+    ratio = paired_ratio_summary(rates["ours"], rates["marian"])
+    mfu = {name: summarize([flops / s / ref for s, ref in zip(seconds[name], reference)]) for name in models}
+    achieved = {name: summarize([flops / s for s in seconds[name]]) for name in models}
+
+    rows = [
+        [name, f"{params[name] / 1e6:.2f}M", fmt(rate_summary[name]["median"], 0), spread(rate_summary[name], 0),
+         f"{achieved[name]['median'] / 1e9:.1f}", f"{100 * mfu[name]['median']:.1f}%",
+         f"[{100 * mfu[name]['q1']:.1f} – {100 * mfu[name]['q3']:.1f}]"]
+        for name in models
+    ]
+    print_table(
+        f"Transformer training step (forward+backward+AdamW), {threads} threads, {rounds} rounds x {len(batches)} batches",
+        ["model", "params", "tgt tok/s (median)", "IQR", "GFLOP/s", "MFU", "MFU IQR"],
+        rows,
+    )
+    ref_summary = summarize(reference)
+    print(f"matmul reference: {ref_summary['median'] / 1e9:.1f} GFLOP/s (IQR {spread(ref_summary)} FLOP/s)")
+    print(f"ratio ours/marian (paired per round): {ratio['median']:.3f}x  IQR [{ratio['q1']:.3f} – {ratio['q3']:.3f}]"
+          f"  goal >= {GOAL_STEP_RATIO}x")
+
+    goals = [
+        goal_entry("train_step_tokens_per_s_ratio", ratio["median"], GOAL_STEP_RATIO),
+        goal_entry("mfu_ours", mfu["ours"]["median"], GOAL_MFU, note=f"marian {mfu['marian']['median']:.3f}"),
+    ]
+    payload = {
+        "description": "Transformer training step tokens/s and MFU, ours vs MarianMTModel, identical batches",
+        "dims": dims,
+        "threads": threads,
+        "rounds": rounds,
+        "batches": stats,
+        "target_tokens_per_round": tgt_tokens,
+        "train_flops_per_round": flops,
+        "flops_formula": "3 x forward; forward = 2 x (matmul params x positions) + 4 x B x len_q x len_k x d per attention; see common.transformer_train_flops",
+        "params": params,
+        "seconds_per_round": seconds,
+        "tokens_per_s": rate_summary,
+        "ratio_ours_over_marian": ratio,
+        "achieved_flops_per_s": achieved,
+        "matmul_reference_flops_per_s": ref_summary,
+        "matmul_reference_shapes_from": ref_stats,
+        "mfu": mfu,
+        "goals": goals,
+    }
+    write_result("train_step", payload, args.quick)
+    return payload
+
+
+if __name__ == "__main__":
+    main()

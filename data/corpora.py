@@ -1,0 +1,685 @@
+"""Parallel corpora as ``datasets.DatasetDict`` objects, named by one short spec string.
+
+:func:`load_corpus` returns splits ``train``, ``validation`` and ``test``, each with the string
+columns ``source`` and ``target``. The corpus is named by a spec: a string (command line, YAML
+recipes), a dict, or a :class:`CorpusSpec`.
+
+Spec grammar
+------------
+Fields are separated by ``:``; a trailing field holding ``=`` is a comma-separated option list::
+
+    spec     := kind [":" location] [":" pair] [":" options]
+    pair     := src "-" tgt                        (language codes, e.g. de-en, zh-en)
+    options  := key "=" value ("," key "=" value)*
+
+======================================  =====================================================
+``bible``                               built-in offline Bible corpus, Spanish RV1909 -> English WEB
+``bible:es-en`` / ``bible:en-es``       by languages (es: spaRV1909eb, en: engWEB2015eb)
+``bible:src=spaRV1909eb,tgt=kjv``       by SWORD module (name or abbreviation, any case)
+``multi30k:<dir>[:de-en]``              Multi30k folder: ``train|val|test2016.<lang>``
+``text:<dir>:<src>-<tgt>``              line-aligned files ``<dir>/<split>.<lang>``
+``text:<prefix>:<src>-<tgt>``           one pair ``<prefix>.<src>`` / ``<prefix>.<tgt>`` (train only)
+``tsv:<dir or file>[:<src>-<tgt>]``     tab-separated, source/target columns 0/1
+``jsonl:<dir or file>[:<src>-<tgt>]``   one JSON object per line
+``hf:<id or dir>[:<config>][:<pair>]``  a 🤗 datasets id, or a folder written by ``save_to_disk``
+======================================  =====================================================
+
+Locations are paths relative to the current directory (``~`` expanded); they cannot hold ``:``.
+For ``hf``, a single field after the id is the config; a config shaped like a pair (wmt16's
+``de-en``) also gives the languages. Give languages without a config as ``hf:<id>::de-en``.
+
+Options (unknown ones are an error):
+
+- every local kind and ``hf``: ``train=``, ``validation=``, ``test=`` name each split's file
+  (``text``: file prefix, ``tsv``/``jsonl``: file name, ``hf``: split name). In a folder the
+  defaults are found by name: ``train``; ``validation|valid|val|dev``; ``test|test2016|tst``.
+  A split that is missing is carved from train at random: ``holdout=<rows>`` (default 2% of
+  train, at most 1000 rows) and ``seed=<int>`` (default 0).
+- ``tsv``: ``src_col=``, ``tgt_col=`` (0-based; defaults 0 and 1), ``header=true`` skips line 1.
+  Tatoeba's ``cmn.txt`` (en, zh, attribution) read zh->en: ``tsv:cmn.txt:zh-en:src_col=1,tgt_col=0``.
+- ``jsonl``: ``src_key=``, ``tgt_key=``. Rows are either flat (``{"de": .., "en": ..}``; keys
+  default to the pair's languages, else ``source``/``target``) or nested as
+  ``{"translation": {"de": .., "en": ..}}``.
+- ``hf``: ``config=``; ``src_key=``/``tgt_key=`` for a two-column dataset; otherwise the
+  ``translation`` column (``field=`` to rename) is read with the pair's language keys.
+- ``bible``: ``src=``, ``tgt=`` (SWORD modules, see :mod:`attention_seq2seq.data.bible`).
+
+Every kind drops pairs that are empty on either side and counts them. Optional
+:class:`CorpusFilters` (Unicode normalization on all splits; duplicate, length and
+length-ratio filters on train only, so evaluation sets stay comparable) report their counts
+in :class:`CorpusInfo`. Errors that the user can fix raise :class:`CorpusError`, naming the
+file, line, key or module at fault and listing the valid choices.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import unicodedata
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import datasets
+
+from attention_seq2seq.errors import UserError
+
+SPLITS = ("train", "validation", "test")
+KINDS = ("bible", "multi30k", "text", "tsv", "jsonl", "hf")
+_SPLIT_CANDIDATES = {
+    "train": ("train",),
+    "validation": ("validation", "valid", "val", "dev"),
+    "test": ("test", "test2016", "tst"),
+}
+_COMMON_OPTIONS = ("train", "validation", "test", "holdout", "seed")
+_OPTIONS = {
+    "bible": ("src", "tgt"),
+    "multi30k": _COMMON_OPTIONS,
+    "text": _COMMON_OPTIONS,
+    "tsv": _COMMON_OPTIONS + ("src_col", "tgt_col", "header"),
+    "jsonl": _COMMON_OPTIONS + ("src_key", "tgt_key"),
+    "hf": _COMMON_OPTIONS + ("config", "src_key", "tgt_key", "field"),
+}
+_PAIR = re.compile(r"^([A-Za-z]{2,3}(?:[_][A-Za-z0-9]+)?)-([A-Za-z]{2,3}(?:[_][A-Za-z0-9]+)?)$")
+
+MULTI30K_ATTRIBUTION = (
+    "Elliott, D., Frank, S., Sima'an, K. and Specia, L. (2016). Multi30K: Multilingual "
+    "English-German Image Descriptions. Proceedings of the 5th Workshop on Vision and Language, pp. 70-74."
+)
+
+
+class CorpusError(UserError, ValueError):
+    """A corpus that cannot be read as asked: bad spec, missing or malformed file, unknown key."""
+
+
+# --------------------------------------------------------------------------------------------
+# The spec
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CorpusSpec:
+    """Which corpus to load. ``str(spec)`` gives back the canonical spec string.
+
+    Attributes:
+        kind: one of ``bible``, ``multi30k``, ``text``, ``tsv``, ``jsonl``, ``hf``.
+        location: folder, file, file prefix or 🤗 dataset id; ``None`` for ``bible``.
+        source_lang / target_lang: language codes (``de``, ``en``, ``zh``, ``es``) or ``None``.
+        options: per-kind options (see the module docstring), values as strings.
+    """
+
+    kind: str
+    location: str | None = None
+    source_lang: str | None = None
+    target_lang: str | None = None
+    options: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise CorpusError(f"unknown corpus kind {self.kind!r}; valid kinds: {', '.join(KINDS)}")
+        if self.kind != "bible" and not self.location:
+            raise CorpusError(f"corpus kind {self.kind!r} needs a location, e.g. {self.kind}:<path>")
+        if self.kind == "bible" and self.location:
+            raise CorpusError(f"the bible corpus takes no location; got {self.location!r}")
+        unknown = sorted(set(self.options) - set(_OPTIONS[self.kind]))
+        if unknown:
+            raise CorpusError(
+                f"unknown option(s) {', '.join(unknown)} for corpus kind {self.kind!r}; "
+                f"valid options: {', '.join(_OPTIONS[self.kind])}"
+            )
+        if (self.source_lang is None) != (self.target_lang is None):
+            raise CorpusError("give both source_lang and target_lang, or neither")
+        object.__setattr__(self, "options", {k: str(v) for k, v in self.options.items()})
+
+    @classmethod
+    def parse(cls, text: str) -> CorpusSpec:
+        """Parse a spec string (grammar in the module docstring).
+
+        Raises:
+            CorpusError: unknown kind or option, missing location, malformed field.
+        """
+        fields = [f.strip() for f in text.strip().split(":")]
+        kind = fields.pop(0).lower()
+        if kind not in KINDS:
+            raise CorpusError(f"unknown corpus kind {kind!r} in spec {text!r}; valid kinds: {', '.join(KINDS)}")
+        options: dict[str, str] = {}
+        if fields and "=" in fields[-1]:
+            options = _parse_options(fields.pop(), text)
+        location = None
+        if kind != "bible":
+            if not fields or not fields[0]:
+                raise CorpusError(f"corpus spec {text!r} needs a location, e.g. {kind}:<path>")
+            location = fields.pop(0)
+        if kind == "hf" and fields:
+            config = fields.pop(0)
+            if config:
+                options.setdefault("config", config)
+                if not fields and _PAIR.match(config):
+                    fields = [config]  # wmt16-style config named after its language pair
+        src = tgt = None
+        if fields:
+            pair = fields.pop(0)
+            match = _PAIR.match(pair)
+            if not match:
+                raise CorpusError(f"expected a language pair like de-en in spec {text!r}; got {pair!r}")
+            src, tgt = match.groups()
+        if fields:
+            raise CorpusError(f"too many ':' fields in corpus spec {text!r}: {fields}")
+        return cls(kind, location, src, tgt, options)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CorpusSpec:
+        """Build from a dict (YAML): ``kind``, ``location`` (or ``path``), ``source_lang``,
+        ``target_lang``; every other key is an option, or a dict under ``options``."""
+        data = dict(data)
+        try:
+            kind = str(data.pop("kind")).lower()
+        except KeyError:
+            raise CorpusError(f"a corpus dict needs a 'kind' ({', '.join(KINDS)}); got keys {sorted(data)}") from None
+        location = data.pop("location", None) or data.pop("path", None)
+        options = dict(data.pop("options", None) or {})
+        source_lang, target_lang = data.pop("source_lang", None), data.pop("target_lang", None)
+        options.update(data)
+        if isinstance(options.get("header"), bool):
+            options["header"] = str(options["header"]).lower()
+        return cls(kind, None if location is None else str(location), source_lang, target_lang, options)
+
+    @classmethod
+    def coerce(cls, spec: str | Mapping[str, Any] | CorpusSpec) -> CorpusSpec:
+        """Accept a spec string, dict or :class:`CorpusSpec`."""
+        if isinstance(spec, CorpusSpec):
+            return spec
+        if isinstance(spec, str):
+            return cls.parse(spec)
+        if isinstance(spec, Mapping):
+            return cls.from_dict(spec)
+        raise TypeError(f"a corpus spec is a str, dict or CorpusSpec; got {type(spec).__name__}")
+
+    def __str__(self) -> str:
+        fields = [self.kind]
+        options = dict(self.options)
+        if self.location is not None:
+            fields.append(self.location)
+        pair = f"{self.source_lang}-{self.target_lang}" if self.source_lang else None
+        if self.kind == "hf" and "config" in options:
+            config = options.pop("config")
+            fields.append(config)
+            if pair == config:
+                pair = None
+        elif self.kind == "hf" and pair:
+            fields.append("")
+        if pair:
+            fields.append(pair)
+        if options:
+            fields.append(",".join(f"{k}={v}" for k, v in options.items()))
+        return ":".join(fields)
+
+
+def _parse_options(text: str, spec: str) -> dict[str, str]:
+    options = {}
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise CorpusError(f"malformed option {item!r} in corpus spec {spec!r}; expected key=value")
+        options[key.strip()] = value.strip()
+    return options
+
+
+# --------------------------------------------------------------------------------------------
+# Filters and the report
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CorpusFilters:
+    """Optional cleaning applied after reading.
+
+    Attributes:
+        normalize: ``"NFC"`` or ``"NFKC"`` Unicode normalization of every split, or ``None``.
+        dedup: drop exact duplicate (source, target) pairs from train (first kept).
+        min_length: drop train pairs with a side shorter than this many units.
+        max_length: longest side allowed in train, in units; see ``overlong``.
+        max_ratio: drop train pairs whose longer side has more than ``max_ratio`` times the
+            units of the shorter side (both lengths counted as at least 1).
+        length_unit: ``"words"`` (whitespace tokens) or ``"chars"`` (characters, not spaces).
+            Use ``"chars"`` for languages written without spaces, such as Chinese.
+        overlong: ``"filter"`` drops train pairs over ``max_length``; ``"truncate"`` cuts the
+            long side to ``max_length`` units.
+    """
+
+    normalize: Literal["NFC", "NFKC"] | None = None
+    dedup: bool = False
+    min_length: int | None = None
+    max_length: int | None = None
+    max_ratio: float | None = None
+    length_unit: Literal["words", "chars"] = "words"
+    overlong: Literal["filter", "truncate"] = "filter"
+
+    def __post_init__(self) -> None:
+        if self.normalize is not None and self.normalize not in ("NFC", "NFKC"):
+            raise CorpusError(f"normalize must be one of 'NFC', 'NFKC', None; got {self.normalize!r}")
+        if self.length_unit not in ("words", "chars"):
+            raise CorpusError(f"length_unit must be one of 'words', 'chars'; got {self.length_unit!r}")
+        if self.overlong not in ("filter", "truncate"):
+            raise CorpusError(f"overlong must be one of 'filter', 'truncate'; got {self.overlong!r}")
+        for name in ("min_length", "max_length", "max_ratio"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise CorpusError(f"{name} must be positive; got {value!r}")
+
+    @classmethod
+    def coerce(cls, filters: CorpusFilters | Mapping[str, Any] | None) -> CorpusFilters:
+        if filters is None:
+            return cls()
+        if isinstance(filters, CorpusFilters):
+            return filters
+        unknown = sorted(set(filters) - {f for f in cls.__dataclass_fields__})
+        if unknown:
+            raise CorpusError(f"unknown corpus filter(s) {unknown}; valid: {sorted(cls.__dataclass_fields__)}")
+        return cls(**filters)
+
+
+@dataclass
+class CorpusInfo:
+    """What was loaded, for logs, ``metrics.json`` (``corpus``) and the model card.
+
+    ``counts[split]`` maps a reason to a number of pairs: ``read`` (pairs read), ``empty``
+    (empty side, dropped), ``duplicate``, ``too_short``, ``too_long``, ``bad_ratio`` (dropped
+    by filters), ``truncated`` (kept, cut), ``kept`` (in the returned split). ``extra`` holds
+    kind-specific numbers (the Bible's verse counts).
+    """
+
+    spec: str
+    name: str
+    source_lang: str | None
+    target_lang: str | None
+    license: str | None = None
+    attribution: str | None = None
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------------------------
+# Entry point
+# --------------------------------------------------------------------------------------------
+
+
+def load_corpus(
+    spec: str | Mapping[str, Any] | CorpusSpec,
+    filters: CorpusFilters | Mapping[str, Any] | None = None,
+    *,
+    cache_dir: str | os.PathLike | None = None,
+    return_info: bool = False,
+) -> datasets.DatasetDict | tuple[datasets.DatasetDict, CorpusInfo]:
+    """Load a parallel corpus as splits ``train``, ``validation``, ``test`` of ``source``/``target`` strings.
+
+    Args:
+        spec: spec string, dict or :class:`CorpusSpec` (grammar in the module docstring).
+        filters: optional :class:`CorpusFilters` or a dict of its fields.
+        cache_dir: where the Bible corpus keeps its prepared copy (default
+            ``$ATTN_SEQ2SEQ_CACHE`` or ``~/.cache/attention_seq2seq``); other kinds are read directly.
+        return_info: also return the :class:`CorpusInfo` (names, languages, license, counts).
+
+    Returns:
+        The ``DatasetDict``, or ``(DatasetDict, CorpusInfo)`` with ``return_info``.
+
+    Raises:
+        CorpusError: bad spec, missing file or module, line-count mismatch, malformed row,
+            unknown column/key/language, or an empty train split after filtering.
+    """
+    spec = CorpusSpec.coerce(spec)
+    filters = CorpusFilters.coerce(filters)
+    if spec.kind == "bible":
+        from .bible import load_bible_pairs  # pysword is only needed here
+
+        raw, info = load_bible_pairs(spec, cache_dir=cache_dir)
+    else:
+        raw, info = _READERS[spec.kind](spec)
+        raw = _fill_missing_splits(raw, spec, info)
+    corpus = datasets.DatasetDict({split: _clean_split(raw[split], split, filters, info) for split in SPLITS})
+    if len(corpus["train"]) == 0:
+        raise CorpusError(f"corpus {spec} has no training pairs left after filtering: {info.counts['train']}")
+    return (corpus, info) if return_info else corpus
+
+
+# --------------------------------------------------------------------------------------------
+# Readers: each returns ({split: Dataset(source, target)} for the splits present, CorpusInfo)
+# --------------------------------------------------------------------------------------------
+
+
+def _pairs_dataset(sources: list[str], targets: list[str]) -> datasets.Dataset:
+    features = datasets.Features({"source": datasets.Value("string"), "target": datasets.Value("string")})
+    return datasets.Dataset.from_dict({"source": sources, "target": targets}, features=features)
+
+
+def _resolve(location: str) -> Path:
+    return Path(location).expanduser().resolve()
+
+
+def _info(spec: CorpusSpec, name: str | None = None, **kwargs: Any) -> CorpusInfo:
+    return CorpusInfo(str(spec), name or str(spec), spec.source_lang, spec.target_lang, **kwargs)
+
+
+def _split_files(spec: CorpusSpec, folder: Path, exists) -> dict[str, str]:
+    """Map each split present to its file stem: the ``train=``... option, else the first
+    default name for which ``exists(stem)`` is true."""
+    found = {}
+    for split in SPLITS:
+        if split in spec.options:
+            if not exists(spec.options[split]):
+                raise CorpusError(f"{split} file {spec.options[split]!r} (option {split}=) not found in {folder}")
+            found[split] = spec.options[split]
+            continue
+        for stem in _SPLIT_CANDIDATES[split]:
+            if exists(stem):
+                found[split] = stem
+                break
+    if "train" not in found:
+        raise CorpusError(
+            f"no train split in {folder}: expected a file named after 'train' (or option train=); "
+            f"files there: {sorted(p.name for p in folder.iterdir())[:20]}"
+        )
+    return found
+
+
+def _read_lines(path: Path) -> list[str]:
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\r\n") for line in f]
+
+
+def _read_text(spec: CorpusSpec) -> tuple[dict[str, datasets.Dataset], CorpusInfo]:
+    if spec.kind == "multi30k" and spec.source_lang is None:
+        spec = replace(spec, source_lang="de", target_lang="en")
+    if spec.source_lang is None:
+        raise CorpusError(f"corpus {spec} needs a language pair for the file suffixes, e.g. text:<dir>:de-en")
+    src, tgt = spec.source_lang, spec.target_lang
+    root = _resolve(spec.location)
+    if root.is_dir():
+        splits = _split_files(spec, root, lambda stem: (root / f"{stem}.{src}").exists())
+        prefixes = {split: root / stem for split, stem in splits.items()}
+    elif Path(f"{root}.{src}").exists():
+        prefixes = {"train": root}
+    else:
+        raise CorpusError(f"{spec.kind} corpus location {spec.location!r} is neither a folder nor a prefix of {root}.{src}")
+    out = {}
+    for split, prefix in prefixes.items():
+        src_path, tgt_path = Path(f"{prefix}.{src}"), Path(f"{prefix}.{tgt}")
+        for path, lang in ((src_path, src), (tgt_path, tgt)):
+            if not path.exists():
+                langs = sorted(p.suffix.lstrip(".") for p in path.parent.glob(f"{prefix.name}.*"))
+                raise CorpusError(f"no {lang!r} file {path}; languages found for {prefix.name}: {langs}")
+        sources, targets = _read_lines(src_path), _read_lines(tgt_path)
+        if len(sources) != len(targets):
+            raise CorpusError(
+                f"line-aligned files differ in length: {src_path} has {len(sources)} lines, "
+                f"{tgt_path} has {len(targets)} lines"
+            )
+        out[split] = _pairs_dataset(sources, targets)
+    if spec.kind == "multi30k":
+        info = _info(spec, f"Multi30k {src}-{tgt}", license="non-commercial research (Flickr30K terms)",
+                     attribution=MULTI30K_ATTRIBUTION)
+    else:
+        info = _info(spec)
+    return out, info
+
+
+def _int_option(spec: CorpusSpec, key: str, default: int) -> int:
+    value = spec.options.get(key)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise CorpusError(f"option {key}= of corpus {spec} must be an integer; got {value!r}") from None
+
+
+def _local_files(spec: CorpusSpec, suffix: str) -> dict[str, Path]:
+    root = _resolve(spec.location)
+    if root.is_dir():
+        splits = _split_files(spec, root, lambda stem: (root / stem).exists() or (root / f"{stem}{suffix}").exists())
+        return {s: root / stem if (root / stem).is_file() else root / f"{stem}{suffix}" for s, stem in splits.items()}
+    if root.is_file():
+        return {"train": root}
+    raise CorpusError(f"{spec.kind} corpus location not found: {root}")
+
+
+def _read_tsv(spec: CorpusSpec) -> tuple[dict[str, datasets.Dataset], CorpusInfo]:
+    src_col, tgt_col = _int_option(spec, "src_col", 0), _int_option(spec, "tgt_col", 1)
+    skip_header = spec.options.get("header", "false").lower() in ("1", "true", "yes")
+    needed = max(src_col, tgt_col) + 1
+    out = {}
+    for split, path in _local_files(spec, ".tsv").items():
+        sources, targets = [], []
+        for number, line in enumerate(_read_lines(path), start=1):
+            if number == 1 and skip_header:
+                continue
+            row = line.split("\t")
+            if len(row) < needed:
+                raise CorpusError(
+                    f"{path}, line {number}: expected at least {needed} tab-separated columns "
+                    f"(src_col={src_col}, tgt_col={tgt_col}), found {len(row)}: {line[:80]!r}"
+                )
+            sources.append(row[src_col])
+            targets.append(row[tgt_col])
+        out[split] = _pairs_dataset(sources, targets)
+    return out, _info(spec)
+
+
+def _read_jsonl(spec: CorpusSpec) -> tuple[dict[str, datasets.Dataset], CorpusInfo]:
+    default_keys = (spec.source_lang, spec.target_lang) if spec.source_lang else ("source", "target")
+    src_key = spec.options.get("src_key", default_keys[0])
+    tgt_key = spec.options.get("tgt_key", default_keys[1])
+    out = {}
+    for split, path in _local_files(spec, ".jsonl").items():
+        sources, targets = [], []
+        for number, line in enumerate(_read_lines(path), start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise CorpusError(f"{path}, line {number}: not valid JSON ({err.msg}): {line[:80]!r}") from None
+            if isinstance(row, dict) and isinstance(row.get("translation"), dict):
+                row = row["translation"]
+            if not isinstance(row, dict):
+                raise CorpusError(f"{path}, line {number}: expected a JSON object, got {type(row).__name__}")
+            for key in (src_key, tgt_key):
+                if not isinstance(row.get(key), str):
+                    problem = "is missing" if key not in row else "is not a string"
+                    raise CorpusError(
+                        f"{path}, line {number}: key {key!r} {problem}; keys on this line: {sorted(row)} "
+                        f"(choose with src_key=/tgt_key= or the language pair)"
+                    )
+            sources.append(row[src_key])
+            targets.append(row[tgt_key])
+        out[split] = _pairs_dataset(sources, targets)
+    return out, _info(spec)
+
+
+def _read_hf(spec: CorpusSpec) -> tuple[dict[str, datasets.Dataset], CorpusInfo]:
+    local = Path(spec.location).expanduser()
+    config = spec.options.get("config")
+    if (local / "dataset_dict.json").exists() or (local / "state.json").exists():
+        loaded = datasets.load_from_disk(str(local))  # written by save_to_disk
+    else:
+        try:
+            loaded = datasets.load_dataset(str(local) if local.exists() else spec.location, config)
+        except (FileNotFoundError, datasets.exceptions.DatasetNotFoundError) as err:
+            raise CorpusError(f"cannot load dataset {spec.location!r} (config {config!r}): {err}") from None
+        except ValueError as err:  # e.g. a missing or unknown config, listing the valid ones
+            raise CorpusError(f"cannot load dataset {spec.location!r} (config {config!r}): {err}") from None
+    if isinstance(loaded, datasets.Dataset):
+        loaded = datasets.DatasetDict({"train": loaded})
+
+    names = {}
+    for split in SPLITS:
+        wanted = spec.options.get(split)
+        if wanted is not None:
+            if wanted not in loaded:
+                raise CorpusError(f"dataset {spec.location!r} has no split {wanted!r}; splits: {sorted(loaded)}")
+            names[split] = wanted
+        else:
+            present = [name for name in _SPLIT_CANDIDATES[split] if name in loaded]
+            if present:
+                names[split] = present[0]
+    if "train" not in names:
+        raise CorpusError(f"dataset {spec.location!r} has no train split (option train=); splits: {sorted(loaded)}")
+
+    out = {}
+    for split, name in names.items():
+        out[split] = _hf_columns(loaded[name], spec, name)
+    return out, _info(spec, f"{spec.location}" + (f" ({config})" if config else ""))
+
+
+def _hf_columns(dataset: datasets.Dataset, spec: CorpusSpec, split_name: str) -> datasets.Dataset:
+    """Pick the source and target strings out of a 🤗 split, in either layout."""
+    columns = dataset.column_names
+    if "src_key" in spec.options or "tgt_key" in spec.options:
+        src_key = spec.options.get("src_key", "source")
+        tgt_key = spec.options.get("tgt_key", "target")
+        for key in (src_key, tgt_key):
+            if key not in columns:
+                raise CorpusError(f"dataset {spec.location!r} split {split_name!r} has no column {key!r}; columns: {columns}")
+        return _pairs_dataset(list(dataset[src_key]), list(dataset[tgt_key]))
+    nested = spec.options.get("field", "translation")
+    if nested in columns:
+        if spec.source_lang is None:
+            raise CorpusError(f"dataset {spec.location!r} has a {nested!r} column: give the language pair, e.g. hf:<id>::de-en")
+        rows = dataset[nested]
+        available = sorted(rows[0]) if len(rows) else []
+        for lang in (spec.source_lang, spec.target_lang):
+            if len(rows) and lang not in rows[0]:
+                raise CorpusError(
+                    f"dataset {spec.location!r} split {split_name!r}: no language {lang!r} in column "
+                    f"{nested!r}; languages: {available}"
+                )
+        return _pairs_dataset([r[spec.source_lang] for r in rows], [r[spec.target_lang] for r in rows])
+    if spec.source_lang and spec.source_lang in columns and spec.target_lang in columns:
+        return _pairs_dataset(list(dataset[spec.source_lang]), list(dataset[spec.target_lang]))
+    if "source" in columns and "target" in columns:
+        return _pairs_dataset(list(dataset["source"]), list(dataset["target"]))
+    raise CorpusError(
+        f"dataset {spec.location!r} split {split_name!r}: cannot find the text; columns: {columns}. "
+        f"Use a {nested!r} column with a language pair, or src_key=/tgt_key="
+    )
+
+
+_READERS = {"multi30k": _read_text, "text": _read_text, "tsv": _read_tsv, "jsonl": _read_jsonl, "hf": _read_hf}
+
+
+def _fill_missing_splits(raw: dict[str, datasets.Dataset], spec: CorpusSpec, info: CorpusInfo) -> dict[str, datasets.Dataset]:
+    """Carve validation/test that the corpus lacks out of train, at random with a seed."""
+    missing = [split for split in SPLITS if split not in raw]
+    if not missing:
+        return raw
+    train = raw["train"]
+    default = max(1, min(1000, round(0.02 * len(train))))
+    size = _int_option(spec, "holdout", default)
+    seed = _int_option(spec, "seed", 0)
+    if size * len(missing) >= len(train):
+        raise CorpusError(
+            f"corpus {spec} has {len(train)} training pairs, too few to hold out {size} pairs for each of {missing}"
+        )
+    shuffled = train.shuffle(seed=seed)
+    out = dict(raw)
+    for i, split in enumerate(missing):
+        out[split] = shuffled.select(range(i * size, (i + 1) * size))
+    out["train"] = shuffled.select(range(len(missing) * size, len(shuffled)))
+    info.extra["held_out_from_train"] = {split: size for split in missing}
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Cleaning and filters
+# --------------------------------------------------------------------------------------------
+
+
+def _length(text: str, unit: str) -> int:
+    return len(text.split()) if unit == "words" else sum(not c.isspace() for c in text)
+
+
+def _truncate(text: str, limit: int, unit: str) -> str:
+    if unit == "words":
+        return " ".join(text.split()[:limit])
+    kept, count = [], 0
+    for char in text:
+        if not char.isspace():
+            if count == limit:
+                break
+            count += 1
+        kept.append(char)
+    return "".join(kept).rstrip()
+
+
+def _clean_split(dataset: datasets.Dataset, split: str, filters: CorpusFilters, info: CorpusInfo) -> datasets.Dataset:
+    """Strip, normalize, drop empty pairs (all splits) and apply the train-only filters, counting each."""
+    counts = info.counts.setdefault(split, {})
+    counts.setdefault("read", len(dataset))
+    form = filters.normalize
+
+    def strip(batch: dict[str, list[str]]) -> dict[str, list[str]]:
+        out = {}
+        for column in ("source", "target"):
+            texts = [" ".join(t.split()) for t in batch[column]]  # also folds tabs and runs of spaces
+            out[column] = [unicodedata.normalize(form, t) for t in texts] if form else texts
+        return out
+
+    dataset = dataset.map(strip, batched=True, keep_in_memory=True, desc=f"clean {split}")
+    dataset = _count_filter(dataset, counts, "empty", lambda s, t: bool(s) and bool(t))
+    if split == "train":
+        if filters.dedup:
+            seen: set[tuple[str, str]] = set()
+
+            def first_seen(s: str, t: str) -> bool:
+                if (s, t) in seen:
+                    return False
+                seen.add((s, t))
+                return True
+
+            dataset = _count_filter(dataset, counts, "duplicate", first_seen)
+        unit = filters.length_unit
+        if filters.min_length:
+            low = filters.min_length
+            dataset = _count_filter(dataset, counts, "too_short", lambda s, t: min(_length(s, unit), _length(t, unit)) >= low)
+        if filters.max_length and filters.overlong == "filter":
+            high = filters.max_length
+            dataset = _count_filter(dataset, counts, "too_long", lambda s, t: max(_length(s, unit), _length(t, unit)) <= high)
+        elif filters.max_length:
+            dataset = _truncate_split(dataset, counts, filters.max_length, unit)
+        if filters.max_ratio:
+            ratio = filters.max_ratio
+
+            def ratio_ok(s: str, t: str) -> bool:
+                a, b = max(_length(s, unit), 1), max(_length(t, unit), 1)
+                return max(a, b) / min(a, b) <= ratio
+
+            dataset = _count_filter(dataset, counts, "bad_ratio", ratio_ok)
+    counts["kept"] = len(dataset)
+    return dataset
+
+
+def _count_filter(dataset: datasets.Dataset, counts: dict[str, int], reason: str, keep) -> datasets.Dataset:
+    before = len(dataset)
+    dataset = dataset.filter(
+        lambda batch: [keep(s, t) for s, t in zip(batch["source"], batch["target"])],
+        batched=True,
+        keep_in_memory=True,  # never write cache files next to a user's (maybe read-only) dataset
+        desc=f"filter {reason}",
+    )
+    counts[reason] = counts.get(reason, 0) + before - len(dataset)
+    return dataset
+
+
+def _truncate_split(dataset: datasets.Dataset, counts: dict[str, int], limit: int, unit: str) -> datasets.Dataset:
+    over = sum(max(_length(s, unit), _length(t, unit)) > limit for s, t in zip(dataset["source"], dataset["target"]))
+    counts["truncated"] = counts.get("truncated", 0) + over
+
+    def cut(batch: dict[str, list[str]]) -> dict[str, list[str]]:
+        return {c: [_truncate(t, limit, unit) for t in batch[c]] for c in ("source", "target")}
+
+    return dataset.map(cut, batched=True, keep_in_memory=True, desc="truncate")

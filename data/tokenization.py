@@ -1,0 +1,228 @@
+"""Subword tokenizers for translation, trained with 🤗 `tokenizers` and saved as transformers tokenizers.
+
+What every tokenizer trained here looks like:
+
+- Special tokens at fixed ids (docs/DESIGN.md): ``<pad>`` = 0, ``<s>`` = 1, ``</s>`` = 2, ``<unk>`` = 3.
+- A post-processor appends ``</s>`` to every sequence, source and target alike
+  (``input_ids = pieces + [</s>]``, ``labels = pieces + [</s>]``); no ``<s>`` in front.
+- SentencePiece-style segmentation: no normalizer, no language-specific pre-tokenizer. The
+  ``Metaspace`` pre-tokenizer only turns spaces into ``▁``, so a language written without
+  spaces (Chinese) is segmented by the subword model alone, with no pre-segmentation.
+- Byte fallback: a character never seen in training is spelled as UTF-8 byte pieces
+  ``<0x00>`` … ``<0xFF>`` instead of ``<unk>``, so ``decode(encode(text)) == text`` holds for any
+  text whose spaces are single (runs of spaces and leading/trailing spaces are not kept).
+  Decoding therefore gives back normal, detokenized text, the text BLEU is computed on.
+
+The result is a ``transformers.PreTrainedTokenizerFast``: ``save_pretrained(folder)`` writes it,
+``AutoTokenizer.from_pretrained(folder)`` loads it, and ``tokenizer(src, text_target=tgt)``
+returns ``input_ids``, ``attention_mask`` and ``labels``.
+
+Joint or separate vocabularies
+    ``joint=True`` (the default) trains one vocabulary on source and target text together; one
+    tokenizer serves both sides, and the models can tie encoder, decoder and output embeddings.
+    ``joint=False`` trains one vocabulary per side and returns a :class:`SeparateTokenizers`
+    pair ``(source, target)``. Both use the same special-token ids, so padding and EOS handling
+    are unchanged; the encoder embedding needs ``len(pair.source)`` rows, the decoder and
+    output layer ``len(pair.target)`` rows, and embeddings cannot be shared between encoder and
+    decoder. :func:`attention_seq2seq.data.batching.tokenize_dataset` accepts either form.
+    Save a pair with ``pair.save_pretrained(folder)`` (``folder/source``, ``folder/target``)
+    and load it with :meth:`SeparateTokenizers.from_pretrained`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+import datasets
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, UNK_TOKEN = "<pad>", "<s>", "</s>", "<unk>"
+SPECIAL_TOKENS = (PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)  # ids 0, 1, 2, 3
+PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+BYTE_PIECES = tuple(f"<0x{b:02X}>" for b in range(256))
+MODEL_TYPES = ("unigram", "bpe")
+
+TextSource = datasets.Dataset | datasets.DatasetDict | Iterable[tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class SeparateTokenizers:
+    """A source tokenizer and a target tokenizer with separate vocabularies (``joint=False``).
+
+    Both carry the special tokens at ids 0-3. Encode source text with ``source`` and target
+    text with ``target``; decode model outputs with ``target``.
+    """
+
+    source: PreTrainedTokenizerFast
+    target: PreTrainedTokenizerFast
+
+    def __iter__(self) -> Iterator[PreTrainedTokenizerFast]:
+        return iter((self.source, self.target))
+
+    def save_pretrained(self, folder: str | os.PathLike) -> None:
+        """Write the two tokenizers to ``folder/source`` and ``folder/target``."""
+        self.source.save_pretrained(os.path.join(folder, "source"))
+        self.target.save_pretrained(os.path.join(folder, "target"))
+
+    @classmethod
+    def from_pretrained(cls, folder: str | os.PathLike) -> SeparateTokenizers:
+        """Load a pair written by :meth:`save_pretrained`."""
+        return cls(
+            AutoTokenizer.from_pretrained(os.path.join(folder, "source")),
+            AutoTokenizer.from_pretrained(os.path.join(folder, "target")),
+        )
+
+
+def train_tokenizer(
+    dataset: TextSource,
+    vocab_size: int,
+    model_type: Literal["unigram", "bpe"] = "unigram",
+    joint: bool = True,
+    *,
+    max_piece_length: int = 16,
+    model_max_length: int = 1024,
+    show_progress: bool = False,
+) -> PreTrainedTokenizerFast | SeparateTokenizers:
+    """Train a subword tokenizer on parallel text.
+
+    Args:
+        dataset: the training text: a ``datasets.Dataset`` with string columns ``source`` and
+            ``target``, a ``DatasetDict`` (its ``train`` split is used, never validation or test),
+            or an iterable of ``(source, target)`` pairs.
+        vocab_size: size of each vocabulary, counting the 4 special tokens and the 256 byte
+            pieces; at least 300. Unigram may stop a little short of it on a small corpus.
+        model_type: ``"unigram"`` (SentencePiece unigram language model, the default) or ``"bpe"``.
+        joint: one vocabulary for both sides (default) or one per side (see module docstring).
+        max_piece_length: longest piece, in characters.
+        model_max_length: the ``model_max_length`` recorded in the saved tokenizer.
+        show_progress: show the `tokenizers` progress bars.
+
+    Returns:
+        A ``PreTrainedTokenizerFast`` if ``joint``, else a :class:`SeparateTokenizers`.
+
+    Raises:
+        ValueError: unknown ``model_type``, ``vocab_size`` below 300, no ``train`` split or no
+            ``source``/``target`` columns, or no text to train on.
+    """
+    if model_type not in MODEL_TYPES:
+        raise ValueError(f"model_type must be one of {', '.join(map(repr, MODEL_TYPES))}; got {model_type!r}")
+    min_size = len(SPECIAL_TOKENS) + len(BYTE_PIECES) + 40
+    if vocab_size < min_size:
+        raise ValueError(f"vocab_size must be at least {min_size} (4 special + 256 byte pieces + 40); got {vocab_size}")
+    pairs = _training_pairs(dataset)
+
+    def build(columns: tuple[int, ...]) -> PreTrainedTokenizerFast:
+        lines = (pair[c] for pair in pairs for c in columns)
+        backend = _train_backend(lines, vocab_size, model_type, max_piece_length, show_progress)
+        return _wrap(backend, model_max_length)
+
+    if joint:
+        return build((0, 1))
+    return SeparateTokenizers(source=build((0,)), target=build((1,)))
+
+
+def _training_pairs(dataset: TextSource) -> list[tuple[str, str]]:
+    if isinstance(dataset, datasets.DatasetDict):
+        if "train" not in dataset:
+            raise ValueError(f"train_tokenizer needs a 'train' split; got splits {sorted(dataset)}")
+        dataset = dataset["train"]
+    if isinstance(dataset, datasets.Dataset):
+        missing = {"source", "target"} - set(dataset.column_names)
+        if missing:
+            raise ValueError(
+                f"train_tokenizer needs columns 'source' and 'target'; missing {sorted(missing)} "
+                f"(columns: {dataset.column_names})"
+            )
+        pairs = list(zip(dataset["source"], dataset["target"]))
+    else:
+        pairs = [(str(s), str(t)) for s, t in dataset]
+    if not pairs:
+        raise ValueError("train_tokenizer got no text to train on")
+    return pairs
+
+
+def _train_backend(
+    lines: Iterable[str], vocab_size: int, model_type: str, max_piece_length: int, show_progress: bool
+) -> Tokenizer:
+    special = list(SPECIAL_TOKENS)
+    if model_type == "unigram":
+        tokenizer = Tokenizer(models.Unigram())
+        trainer = trainers.UnigramTrainer(
+            vocab_size=vocab_size - len(BYTE_PIECES),  # the byte pieces are added after training
+            special_tokens=special,
+            unk_token=UNK_TOKEN,
+            max_piece_length=max_piece_length,
+            show_progress=show_progress,
+        )
+    else:
+        tokenizer = Tokenizer(models.BPE(unk_token=UNK_TOKEN, byte_fallback=True))
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size - len(BYTE_PIECES),
+            special_tokens=special,
+            max_token_length=max_piece_length,
+            show_progress=show_progress,
+        )
+    # Metaspace only marks word starts with "▁"; with split=True it splits on spaces, which
+    # a Chinese sentence has few of, so Chinese is segmented by the subword model itself.
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True)
+    tokenizer.train_from_iterator(lines, trainer=trainer)
+    tokenizer = _add_byte_fallback(tokenizer)
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True)
+    # "▁" back to spaces, byte pieces back to characters, then drop the space that the
+    # pre-tokenizer put in front of the first word (the SentencePiece/Llama decoder chain).
+    tokenizer.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+    )
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"$A {EOS_TOKEN}",
+        pair=f"$A {EOS_TOKEN} $B {EOS_TOKEN}",
+        special_tokens=[(EOS_TOKEN, EOS_ID)],
+    )
+    for token, expected in zip(SPECIAL_TOKENS, range(len(SPECIAL_TOKENS))):
+        if tokenizer.token_to_id(token) != expected:  # the DESIGN.md contract; a trainer change would break it
+            raise RuntimeError(f"{token} got id {tokenizer.token_to_id(token)}, expected {expected}")
+    return tokenizer
+
+
+def _add_byte_fallback(tokenizer: Tokenizer) -> Tokenizer:
+    """Append the 256 ``<0xXX>`` byte pieces to the trained vocabulary and switch byte fallback on.
+
+    The trainers have no option to reserve byte pieces, so they are added to the serialized
+    model, as SentencePiece does: for Unigram with a score below every learned piece, so they
+    are only used for characters the vocabulary cannot spell; for BPE as merge-less tokens.
+    """
+    spec = json.loads(tokenizer.to_str())
+    model = spec["model"]
+    if model["type"] == "Unigram":
+        known = {piece for piece, _ in model["vocab"]}
+        floor = min(score for _, score in model["vocab"]) - 10.0
+        model["vocab"] += [[piece, floor] for piece in BYTE_PIECES if piece not in known]
+        model["byte_fallback"] = True
+    else:
+        next_id = len(model["vocab"])
+        for piece in BYTE_PIECES:
+            if piece not in model["vocab"]:
+                model["vocab"][piece] = next_id
+                next_id += 1
+        model["byte_fallback"] = True
+    return Tokenizer.from_str(json.dumps(spec))
+
+
+def _wrap(backend: Tokenizer, model_max_length: int) -> PreTrainedTokenizerFast:
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token=PAD_TOKEN,
+        bos_token=BOS_TOKEN,
+        eos_token=EOS_TOKEN,
+        unk_token=UNK_TOKEN,
+        model_max_length=model_max_length,
+        padding_side="right",
+        # The decoder already returns detokenized text; the English-specific "clean up"
+        # (" ." -> ".", " n't" -> "n't") would change correctly spaced text.
+        clean_up_tokenization_spaces=False,
+    )

@@ -1,0 +1,534 @@
+"""Turn a trained model into a self-contained Hub folder that needs only transformers to run.
+
+``export_model(src, export_dir)`` writes::
+
+    export_dir/
+      config.json                  with auto_map (AutoConfig, AutoModel, AutoModelForSeq2SeqLM) and
+                                   custom_pipelines ("translation", "text2text-generation")
+      generation_config.json
+      model.safetensors
+      tokenizer.json, tokenizer_config.json, ...
+      configuration_<family>.py    the package's code, flattened into one folder: the modeling
+      modeling_<family>.py         file's ``from ..configuration.configuration_x import C`` becomes
+      pipeline_translation.py      ``from .configuration_x import C``; flat siblings it imports too
+      README.md                    the model card (``attention_seq2seq.hub.model_card``)
+      attention_heatmap.png        the card's image, when the source has one
+      metrics.json, recipe.yaml    copied from the source, when it has them
+
+The export is deterministic (same input, byte-identical files) and written to a temporary folder
+that replaces ``export_dir`` only once complete, so a failed export leaves nothing behind and an
+existing export is only replaced with ``overwrite=True``.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import struct
+import sys
+import tempfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from .model_card import ModelCardError, render_model_card
+
+
+class ExportError(Exception):
+    """An export cannot be written; the message says which file or option and what would be valid."""
+
+
+@dataclass(frozen=True)
+class ModelFamily:
+    """Where a model family's shipped code lives and what ``auto_map`` names."""
+
+    model_type: str
+    config_module: str
+    config_class: str
+    modeling_module: str
+    base_model_class: str
+    lm_class: str
+
+
+FAMILIES = {
+    "rnn_seq2seq": ModelFamily(
+        "rnn_seq2seq",
+        "configuration_rnn_seq2seq",
+        "RNNSeq2SeqConfig",
+        "modeling_rnn_seq2seq",
+        "RNNSeq2SeqModel",
+        "RNNSeq2SeqForConditionalGeneration",
+    ),
+    "transformer_seq2seq": ModelFamily(
+        "transformer_seq2seq",
+        "configuration_transformer_seq2seq",
+        "TransformerSeq2SeqConfig",
+        "modeling_transformer_seq2seq",
+        "TransformerSeq2SeqModel",
+        "TransformerSeq2SeqForConditionalGeneration",
+    ),
+}
+
+PIPELINE_MODULE = "pipeline_translation"
+PIPELINE_CLASS = "Seq2SeqTranslationPipeline"
+PIPELINE_TASKS = ("translation", "text2text-generation")
+HEATMAP_NAME = "attention_heatmap.png"
+
+# The packages shipped code may import: torch, transformers, and huggingface_hub, which transformers
+# itself requires (v5 configurations use its @strict dataclass decorator). Everything else must be
+# standard library or a flat sibling shipped alongside.
+ALLOWED_THIRD_PARTY = frozenset({"torch", "transformers", "huggingface_hub"})
+
+# Folders of the package whose modules ship flat (file names are unique across them).
+_CODE_PACKAGES = ("attention_seq2seq.modeling", "attention_seq2seq.configuration")
+_PACKAGE_IMPORT = re.compile(r"^(\s*from\s+)\.\.(?:configuration|modeling)\.(\w+)(\s+import\b)", re.MULTILINE)
+
+
+# ---------------------------------------------------------------------------- source folders
+
+
+@dataclass(frozen=True)
+class ExportSources:
+    """The files an export is made from."""
+
+    model_dir: Path
+    metrics: Path | None
+    recipe: Path | None
+    heatmap: Path | None
+
+
+def resolve_sources(
+    src: str | os.PathLike,
+    metrics: str | os.PathLike | None = None,
+    recipe: str | os.PathLike | None = None,
+    heatmap: str | os.PathLike | None = None,
+) -> ExportSources:
+    """Find the model folder, metrics, recipe and heat-map of ``src``.
+
+    ``src`` is a training output folder (``model/``, ``metrics.json``, ``recipe.yaml``,
+    ``plots/attention_test_0.png``; docs/DESIGN.md) or a plain ``save_pretrained`` folder, which
+    may hold ``metrics.json``, ``recipe.yaml`` and ``attention_heatmap.png`` itself (as an export
+    does). Explicit ``metrics`` / ``recipe`` / ``heatmap`` paths win over the ones found.
+
+    Raises:
+        ExportError: ``src`` holds no ``config.json`` (directly or in ``model/``), or an explicit
+            path does not exist.
+    """
+    src = Path(src)
+    if (src / "model" / "config.json").is_file():
+        model_dir, found = src / "model", {
+            "metrics": src / "metrics.json",
+            "recipe": src / "recipe.yaml",
+            "heatmap": src / "plots" / "attention_test_0.png",
+        }
+    elif (src / "config.json").is_file():
+        model_dir, found = src, {
+            "metrics": src / "metrics.json",
+            "recipe": src / "recipe.yaml",
+            "heatmap": src / HEATMAP_NAME,
+        }
+    else:
+        raise ExportError(
+            f"{src} is neither a training output folder (model/config.json) nor a model folder (config.json)"
+        )
+    chosen = {}
+    for name, explicit in (("metrics", metrics), ("recipe", recipe), ("heatmap", heatmap)):
+        if explicit is not None:
+            if not Path(explicit).is_file():
+                raise ExportError(f"{name} file {explicit} does not exist")
+            chosen[name] = Path(explicit)
+        else:
+            chosen[name] = found[name] if found[name].is_file() else None
+    return ExportSources(model_dir=model_dir, **chosen)
+
+
+# ---------------------------------------------------------------------------- code flattening
+
+
+def _code_dirs() -> list[Path]:
+    dirs = []
+    for package in _CODE_PACKAGES:
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            raise ExportError(f"cannot locate the package folder of {package}; is attention_seq2seq installed?")
+        dirs.extend(Path(location) for location in spec.submodule_search_locations)
+    return dirs
+
+
+def _find_module_file(name: str, code_dirs: list[Path], imported_by: str | None) -> Path:
+    for folder in code_dirs:
+        candidate = folder / f"{name}.py"
+        if candidate.is_file():
+            return candidate
+    where = f" (imported by {imported_by})" if imported_by else ""
+    raise ExportError(
+        f"module {name}.py{where} is not in {' or '.join(str(d) for d in code_dirs)}; shipped code may import "
+        "flat siblings of modeling/ and configuration/ only"
+    )
+
+
+def flatten_source(text: str) -> str:
+    """Rewrite the package-relative imports of a shipped file into flat sibling imports.
+
+    ``from ..configuration.configuration_x import C`` (and ``..modeling.x``) becomes
+    ``from .configuration_x import C``; nothing else changes.
+    """
+    return _PACKAGE_IMPORT.sub(r"\1.\2\3", text)
+
+
+def check_shipped_imports(text: str, filename: str) -> list[str]:
+    """Check every import of a flattened file; return the flat siblings it imports.
+
+    Allowed: the standard library, ``torch``, ``transformers``, ``huggingface_hub`` and
+    ``from .sibling import X``. Every import statement counts, including those inside functions
+    and ``try`` blocks, so a file cannot need our package only on some code path.
+
+    Raises:
+        ExportError: naming the file, line and import that would break loading where only
+            transformers is installed.
+    """
+    try:
+        tree = ast.parse(text, filename=filename)
+    except SyntaxError as error:
+        raise ExportError(f"{filename}: cannot be parsed ({error.msg}, line {error.lineno})") from None
+    siblings: list[str] = []
+
+    def reject(node: ast.AST, what: str, why: str) -> None:
+        raise ExportError(f"{filename}:{node.lineno}: {what} {why}")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                top = alias.name.split(".")[0]
+                if top not in sys.stdlib_module_names and top not in ALLOWED_THIRD_PARTY:
+                    reject(node, f"'import {alias.name}'", _ALLOWED_TEXT)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0:
+                top = (node.module or "").split(".")[0]
+                if top not in sys.stdlib_module_names and top not in ALLOWED_THIRD_PARTY:
+                    reject(node, f"'from {node.module} import ...'", _ALLOWED_TEXT)
+            elif node.level == 1 and node.module and "." not in node.module:
+                if node.module not in siblings:
+                    siblings.append(node.module)
+            else:
+                dots = "." * node.level
+                reject(
+                    node,
+                    f"'from {dots}{node.module or ''} import ...'",
+                    "cannot be flattened; use 'from .sibling import X' (or "
+                    "'from ..configuration.configuration_x import X' in a modeling file)",
+                )
+        elif isinstance(node, ast.Call) and _is_dynamic_import(node):
+            reject(node, "a dynamic import of attention_seq2seq", "would not exist where the export is loaded")
+    return siblings
+
+
+_ALLOWED_TEXT = "is not allowed in shipped code: only the standard library, torch, transformers and flat siblings"
+
+
+def _is_dynamic_import(node: ast.Call) -> bool:
+    name = getattr(node.func, "attr", None) or getattr(node.func, "id", None)
+    if name not in ("import_module", "__import__"):
+        return False
+    return any(
+        isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.startswith("attention_seq2seq")
+        for arg in node.args
+    )
+
+
+def collect_shipped_code(family: ModelFamily) -> dict[str, str]:
+    """The flattened shipped files of ``family``: ``{file name: text}``, in a fixed order.
+
+    Starts from the configuration, modeling and pipeline modules and follows their flat sibling
+    imports recursively.
+
+    Raises:
+        ExportError: a file imports something that would not load where only transformers is
+            installed, or imports a sibling that does not exist.
+    """
+    code_dirs = _code_dirs()
+    pending = [(family.config_module, None), (family.modeling_module, None), (PIPELINE_MODULE, None)]
+    shipped: dict[str, str] = {}
+    while pending:
+        name, imported_by = pending.pop(0)
+        file_name = f"{name}.py"
+        if file_name in shipped:
+            continue
+        path = _find_module_file(name, code_dirs, imported_by)
+        text = flatten_source(path.read_text(encoding="utf-8"))
+        shipped[file_name] = text
+        pending.extend((sibling, file_name) for sibling in check_shipped_imports(text, str(path)))
+    return dict(sorted(shipped.items()))
+
+
+def auto_map(family: ModelFamily) -> dict[str, str]:
+    """The ``config.json`` ``auto_map``: Auto class name → ``<flat module>.<class>``."""
+    return {
+        "AutoConfig": f"{family.config_module}.{family.config_class}",
+        "AutoModel": f"{family.modeling_module}.{family.base_model_class}",
+        "AutoModelForSeq2SeqLM": f"{family.modeling_module}.{family.lm_class}",
+    }
+
+
+def custom_pipelines() -> dict[str, dict]:
+    """The ``config.json`` ``custom_pipelines``: the shipped pipeline for each task it serves."""
+    entry = {"impl": f"{PIPELINE_MODULE}.{PIPELINE_CLASS}", "pt": ["AutoModelForSeq2SeqLM"], "type": "text"}
+    return {task: dict(entry) for task in PIPELINE_TASKS}
+
+
+# ---------------------------------------------------------------------------- PNG
+
+
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# Ancillary chunks that carry text or a timestamp (matplotlib writes "Software"; others add dates).
+_PNG_DROPPED_CHUNKS = {b"tEXt", b"zTXt", b"iTXt", b"tIME"}
+
+
+def strip_png_metadata(data: bytes, name: str = "image") -> bytes:
+    """Return the PNG ``data`` without text and time chunks, so the same pixels give the same bytes.
+
+    Raises:
+        ExportError: ``data`` is not a well-formed PNG.
+    """
+    if not data.startswith(_PNG_SIGNATURE):
+        raise ExportError(f"{name} is not a PNG file (the card image must be a PNG)")
+    out, position = [_PNG_SIGNATURE], len(_PNG_SIGNATURE)
+    while position < len(data):
+        if position + 8 > len(data):
+            raise ExportError(f"{name} is a truncated PNG")
+        (length,) = struct.unpack(">I", data[position : position + 4])
+        kind = data[position + 4 : position + 8]
+        end = position + 12 + length
+        chunk = data[position:end]
+        if end > len(data) or zlib.crc32(chunk[4:-4]) != struct.unpack(">I", chunk[-4:])[0]:
+            raise ExportError(f"{name} is a corrupt PNG (chunk {kind!r})")
+        if kind not in _PNG_DROPPED_CHUNKS:
+            out.append(chunk)
+        position = end
+        if kind == b"IEND":
+            break
+    return b"".join(out)
+
+
+# ---------------------------------------------------------------------------- export
+
+
+def _read_config_json(model_dir: Path) -> dict:
+    path = model_dir / "config.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise ExportError(f"cannot read {path}: {error}") from None
+
+
+def family_of(model_dir: str | os.PathLike) -> ModelFamily:
+    """The model family of a saved model folder, from its ``config.json`` ``model_type``.
+
+    Raises:
+        ExportError: the folder's model type is not one of this package's families.
+    """
+    model_type = _read_config_json(Path(model_dir)).get("model_type")
+    if model_type not in FAMILIES:
+        valid = " or ".join(repr(name) for name in FAMILIES)
+        raise ExportError(f"{Path(model_dir) / 'config.json'} has model_type {model_type!r}; export supports {valid}")
+    return FAMILIES[model_type]
+
+
+def _check_destination(export_dir: Path, src: Path, overwrite: bool) -> None:
+    source, target = src.resolve(), export_dir.resolve()
+    if target == source or source in target.parents or target in source.parents:
+        raise ExportError(f"export folder {export_dir} overlaps the source folder {src}; choose a separate folder")
+    if target.exists() and not target.is_dir():
+        raise ExportError(f"export folder {export_dir} exists and is not a folder")
+    if target.is_dir() and any(target.iterdir()) and not overwrite:
+        raise ExportError(f"export folder {export_dir} is not empty; pass overwrite=True (--overwrite) to replace it")
+
+
+def _load_model_and_tokenizer(family: ModelFamily, model_dir: Path):
+    import attention_seq2seq  # noqa: F401  (registers both families with the Auto classes)
+    from transformers import AutoTokenizer
+
+    modeling = importlib.import_module(f"attention_seq2seq.modeling.{family.modeling_module}")
+    model = getattr(modeling, family.lm_class).from_pretrained(model_dir)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    except (OSError, ValueError) as error:
+        raise ExportError(
+            f"cannot load a tokenizer from {model_dir} ({error}); save the tokenizer next to the model "
+            "(tokenizer.save_pretrained)"
+        ) from None
+    return model, tokenizer
+
+
+def export_model(
+    src: str | os.PathLike,
+    export_dir: str | os.PathLike,
+    *,
+    metrics: str | os.PathLike | None = None,
+    recipe: str | os.PathLike | None = None,
+    heatmap: str | os.PathLike | None = None,
+    repo_id: str | None = None,
+    base_model: str | None = None,
+    license: str | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write a Hub-ready folder for the model in ``src``; returns ``export_dir``.
+
+    Args:
+        src: a training output folder or a ``save_pretrained`` model folder with tokenizer files
+            (see ``resolve_sources``).
+        export_dir: the folder to write; it must not exist or be empty unless ``overwrite``.
+        metrics, recipe, heatmap: explicit metrics.json, recipe.yaml and PNG heat-map paths.
+        repo_id: the Hub repository named in the card's usage snippets (default
+            ``<your-username>/<export_dir name>``).
+        base_model: the Hub id of the model this one was fine-tuned from (card metadata).
+        license: the card's license id; default chosen from the training corpus's license.
+        overwrite: replace a non-empty ``export_dir``; the old content is removed only once the
+            new export is complete.
+
+    Raises:
+        ExportError: bad source or destination, a model type this package does not export, shipped
+            code with a disallowed import, a heat-map that is not a PNG, unreadable metrics.
+    """
+    src, export_dir = Path(src), Path(export_dir)
+    sources = resolve_sources(src, metrics, recipe, heatmap)
+    _check_destination(export_dir, src, overwrite)
+    family = family_of(sources.model_dir)
+    shipped = collect_shipped_code(family)
+    metrics_data = _read_metrics(sources.metrics)
+    recipe_data = _read_recipe(sources.recipe)
+    heatmap_bytes = (
+        strip_png_metadata(sources.heatmap.read_bytes(), str(sources.heatmap)) if sources.heatmap else None
+    )
+
+    model, tokenizer = _load_model_and_tokenizer(family, sources.model_dir)
+    model.config.auto_map = auto_map(family)
+    model.config.custom_pipelines = custom_pipelines()
+
+    export_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{export_dir.name}.", suffix=".partial", dir=export_dir.parent))
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        for file_name, text in shipped.items():
+            (staging / file_name).write_text(text, encoding="utf-8")
+        if heatmap_bytes is not None:
+            (staging / HEATMAP_NAME).write_bytes(heatmap_bytes)
+        if sources.metrics is not None:
+            (staging / "metrics.json").write_text(
+                json.dumps(metrics_data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+            )
+        if sources.recipe is not None:
+            shutil.copyfile(sources.recipe, staging / "recipe.yaml")
+        card = render_model_card(
+            config=model.config,
+            generation_config=model.generation_config,
+            metrics=metrics_data,
+            recipe=recipe_data,
+            repo_id=repo_id or f"<your-username>/{export_dir.name}",
+            heatmap=HEATMAP_NAME if heatmap_bytes is not None else None,
+            base_model=base_model,
+            license=license,
+            num_parameters=sum(p.numel() for p in model.parameters()),
+        )
+        (staging / "README.md").write_text(card, encoding="utf-8")
+        _replace_folder(staging, export_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return export_dir
+
+
+def _replace_folder(staging: Path, export_dir: Path) -> None:
+    if export_dir.exists():
+        # Move the old export aside first, so that a failure here never loses both.
+        retired = Path(tempfile.mkdtemp(prefix=f".{export_dir.name}.", suffix=".old", dir=export_dir.parent))
+        retired.rmdir()
+        os.replace(export_dir, retired)
+        os.replace(staging, export_dir)
+        shutil.rmtree(retired)
+    else:
+        os.replace(staging, export_dir)
+    os.chmod(export_dir, 0o755 & ~_umask())
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _read_metrics(path: Path | None) -> dict | None:
+    if path is None:
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise ExportError(f"cannot read metrics file {path}: {error}") from None
+    if not isinstance(data, dict):
+        raise ExportError(f"metrics file {path} must hold a JSON object (docs/DESIGN.md); got {type(data).__name__}")
+    return data
+
+
+def _read_recipe(path: Path | None) -> dict | None:
+    if path is None:
+        return None
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as error:
+        raise ExportError(f"cannot read recipe file {path}: {error}") from None
+    if not isinstance(data, dict):
+        raise ExportError(f"recipe file {path} must hold a YAML mapping of hyperparameters")
+    return data
+
+
+# ---------------------------------------------------------------------------- command line
+
+
+def build_parser(parser=None):
+    """The arguments of ``attention-seq2seq export`` (added to ``parser`` if given)."""
+    import argparse
+
+    parser = parser or argparse.ArgumentParser(
+        prog="attention-seq2seq export", description="Write a Hub-ready folder (remote code, card) for a trained model."
+    )
+    parser.add_argument("src", help="training output folder, or a save_pretrained model folder with its tokenizer")
+    parser.add_argument("export_dir", help="folder to write (must be empty or absent unless --overwrite)")
+    parser.add_argument("--metrics", help="metrics.json to use instead of the one found in src")
+    parser.add_argument("--recipe", help="recipe.yaml to use instead of the one found in src")
+    parser.add_argument("--heatmap", help="PNG attention heat-map for the card")
+    parser.add_argument("--repo-id", help="Hub id used in the card's snippets, e.g. user/rnn-de-en")
+    parser.add_argument("--base-model", help="Hub id of the model this one was fine-tuned from")
+    parser.add_argument("--license", help="license id for the card (default: from the training corpus)")
+    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty export folder")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the export from the command line; prints one ``error: ...`` line and returns 2 on failure."""
+    args = build_parser().parse_args(argv)
+    try:
+        out = export_model(
+            args.src,
+            args.export_dir,
+            metrics=args.metrics,
+            recipe=args.recipe,
+            heatmap=args.heatmap,
+            repo_id=args.repo_id,
+            base_model=args.base_model,
+            license=args.license,
+            overwrite=args.overwrite,
+        )
+    except (ExportError, ModelCardError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"exported to {out}")
+    return 0
+

@@ -1,0 +1,532 @@
+"""Model cards for exported models: Hub metadata from metrics.json, a body from ``hub_cards/``.
+
+The metadata block is built with huggingface_hub's ``ModelCardData`` and ``EvalResult`` (so the
+Hub reads the ``model-index``: BLEU and chrF per test set, with the sacreBLEU signature as the
+metric's config). The body is the template ``hub_cards/model_card.md`` with its ``{{ name }}``
+slots filled from the model config, metrics.json and recipe.yaml. The family files
+(``rnn_seq2seq.md``, ``transformer_seq2seq.md``), ``corpora.md`` and ``usage.md`` hold named
+sections, each starting at a ``<!-- section: name -->`` line; the renderer picks the sections that
+describe this model. Rendering is deterministic: no dates, no machine-dependent values.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib import resources
+
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+_SLOT = re.compile(r"\{\{\s*(\w+)\s*\}\}")
+_SECTION = re.compile(r"^<!-- section: ([\w-]+) -->\n", re.MULTILINE)
+
+# Hub dataset ids of corpora that exist there with the same splits.
+HUB_DATASETS = {"multi30k": "bentrevett/multi30k"}
+
+# Default card license per training corpus (the data's terms bind the model trained on it).
+CORPUS_LICENSES = {
+    "tatoeba": {"license": "cc-by-2.0"},
+    "multi30k": {
+        "license": "other",
+        "license_name": "multi30k-non-commercial-research",
+        "license_link": "https://github.com/multi30k/dataset#use-of-the-data",
+    },
+    "bible": {"license": "apache-2.0"},
+}
+DEFAULT_LICENSE = "apache-2.0"
+
+EXAMPLES = {
+    "de": "Ein Mann fährt mit dem Fahrrad durch die Stadt.",
+    "en": "A man rides a bicycle through the city.",
+    "es": "En el principio creó Dios los cielos y la tierra.",
+    "fr": "Un homme traverse la ville à vélo.",
+    "zh": "我们明天去公园吧。",
+}
+
+CITATIONS = {
+    "bahdanau2015": """@inproceedings{bahdanau2015neural,
+  title     = {Neural Machine Translation by Jointly Learning to Align and Translate},
+  author    = {Bahdanau, Dzmitry and Cho, Kyunghyun and Bengio, Yoshua},
+  booktitle = {3rd International Conference on Learning Representations (ICLR)},
+  year      = {2015},
+  url       = {https://arxiv.org/abs/1409.0473}
+}""",
+    "luong2015": """@inproceedings{luong2015effective,
+  title     = {Effective Approaches to Attention-based Neural Machine Translation},
+  author    = {Luong, Thang and Pham, Hieu and Manning, Christopher D.},
+  booktitle = {Proceedings of the 2015 Conference on Empirical Methods in Natural Language Processing},
+  pages     = {1412--1421},
+  year      = {2015},
+  doi       = {10.18653/v1/D15-1166}
+}""",
+    "sutskever2014": """@inproceedings{sutskever2014sequence,
+  title     = {Sequence to Sequence Learning with Neural Networks},
+  author    = {Sutskever, Ilya and Vinyals, Oriol and Le, Quoc V.},
+  booktitle = {Advances in Neural Information Processing Systems 27},
+  year      = {2014},
+  url       = {https://arxiv.org/abs/1409.3215}
+}""",
+    "vaswani2017": """@inproceedings{vaswani2017attention,
+  title     = {Attention Is All You Need},
+  author    = {Vaswani, Ashish and Shazeer, Noam and Parmar, Niki and Uszkoreit, Jakob and Jones, Llion and
+               Gomez, Aidan N. and Kaiser, {\\L}ukasz and Polosukhin, Illia},
+  booktitle = {Advances in Neural Information Processing Systems 30},
+  year      = {2017},
+  url       = {https://arxiv.org/abs/1706.03762}
+}""",
+    "tu2016": """@inproceedings{tu2016modeling,
+  title     = {Modeling Coverage for Neural Machine Translation},
+  author    = {Tu, Zhaopeng and Lu, Zhengdong and Liu, Yang and Liu, Xiaohua and Li, Hang},
+  booktitle = {Proceedings of the 54th Annual Meeting of the Association for Computational Linguistics},
+  pages     = {76--85},
+  year      = {2016},
+  doi       = {10.18653/v1/P16-1008}
+}""",
+    "see2017": """@inproceedings{see2017get,
+  title     = {Get To The Point: Summarization with Pointer-Generator Networks},
+  author    = {See, Abigail and Liu, Peter J. and Manning, Christopher D.},
+  booktitle = {Proceedings of the 55th Annual Meeting of the Association for Computational Linguistics},
+  pages     = {1073--1083},
+  year      = {2017},
+  doi       = {10.18653/v1/P17-1099}
+}""",
+    "multi30k": """@inproceedings{W16-3210,
+  author    = {Elliott, Desmond and Frank, Stella and Sima'an, Khalil and Specia, Lucia},
+  title     = {Multi30K: Multilingual English-German Image Descriptions},
+  booktitle = {Proceedings of the 5th Workshop on Vision and Language},
+  year      = {2016},
+  publisher = {Association for Computational Linguistics},
+  pages     = {70--74},
+  doi       = {10.18653/v1/W16-3210},
+  url       = {http://www.aclweb.org/anthology/W16-3210}
+}""",
+}
+
+
+class ModelCardError(ValueError):
+    """A card cannot be rendered: a template slot without a value, or metrics not in the documented schema."""
+
+
+# ---------------------------------------------------------------------------- templates
+
+
+def _template(name: str) -> str:
+    return resources.files("attention_seq2seq.hub_cards").joinpath(name).read_text(encoding="utf-8")
+
+
+def _sections(name: str) -> dict[str, str]:
+    """The named sections of a template file."""
+    parts = _SECTION.split(_template(name))
+    return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts), 2)}
+
+
+def fill(template: str, values: dict[str, object], where: str) -> str:
+    """Replace every ``{{ name }}`` slot of ``template`` with ``str(values[name])``.
+
+    Raises:
+        ModelCardError: a slot has no value (naming the slot and ``where`` it is).
+    """
+
+    def substitute(match: re.Match) -> str:
+        key = match.group(1)
+        if key not in values:
+            raise ModelCardError(f"{where}: no value for the slot {{{{ {key} }}}}")
+        return str(values[key])
+
+    return _SLOT.sub(substitute, template)
+
+
+# ---------------------------------------------------------------------------- corpus
+
+
+def corpus_kind(corpus: dict | None) -> str:
+    """``"multi30k"``, ``"tatoeba"``, ``"bible"`` or ``"other"``, from metrics.json's corpus spec and name."""
+    if not corpus:
+        return "other"
+    text = f"{corpus.get('spec', '')} {corpus.get('name', '')}".lower()
+    for kind in ("multi30k", "tatoeba", "bible"):
+        if kind in text:
+            return kind
+    if "manythings" in text or "cmn" in text:
+        return "tatoeba"
+    return "other"
+
+
+def _languages(corpus: dict | None) -> list[str] | None:
+    if not corpus:
+        return None
+    languages = [corpus.get("source_lang"), corpus.get("target_lang")]
+    return [lang for lang in languages if lang] or None
+
+
+# ---------------------------------------------------------------------------- metadata
+
+
+def build_card_data(
+    metrics: dict | None,
+    model_name: str,
+    family_tags: list[str],
+    base_model: str | None = None,
+    license: str | None = None,
+) -> ModelCardData:
+    """The card's YAML metadata: languages, license, tags, datasets, metrics and the model-index.
+
+    The model-index holds one result per test set of ``metrics["test"]``, with the BLEU and chrF
+    values exactly as in metrics.json and each sacreBLEU signature as its metric's ``config``.
+
+    Raises:
+        ModelCardError: a test entry lacks ``bleu`` or ``chrf``.
+    """
+    corpus = (metrics or {}).get("corpus") or {}
+    kind = corpus_kind(corpus)
+    dataset_id = HUB_DATASETS.get(kind) or corpus.get("spec") or None
+    license_fields = {"license": license} if license else CORPUS_LICENSES.get(kind, {"license": DEFAULT_LICENSE})
+
+    eval_results = []
+    for test_name, result in ((metrics or {}).get("test") or {}).items():
+        for metric, pretty in (("bleu", "BLEU"), ("chrf", "chrF")):
+            if metric not in result:
+                raise ModelCardError(f"metrics.json: test set {test_name!r} has no {metric!r} score")
+            eval_results.append(
+                EvalResult(
+                    task_type="translation",
+                    task_name="Translation",
+                    dataset_type=dataset_id or test_name,
+                    dataset_name=test_name,
+                    dataset_split=result.get("split"),
+                    metric_type=metric,
+                    metric_name=pretty,
+                    metric_value=result[metric],
+                    metric_config=result.get(f"{metric}_signature"),
+                )
+            )
+    return ModelCardData(
+        language=_languages(corpus),
+        library_name="transformers",
+        pipeline_tag="translation",
+        tags=["translation", "seq2seq", "attention_seq2seq", *family_tags, "custom_code"],
+        datasets=[dataset_id] if dataset_id else None,
+        metrics=["bleu", "chrf"],
+        base_model=base_model,
+        model_name=model_name,
+        eval_results=eval_results or None,
+        **license_fields,
+    )
+
+
+# ---------------------------------------------------------------------------- body sections
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return str(value)
+
+
+def _rnn_architecture(config, num_parameters: int) -> tuple[str, list[str], list[str]]:
+    """Markdown, tags and citation keys of an RNN model, from its config."""
+    sections = _sections("rnn_seq2seq.md")
+    cell = config.cell_type.upper()
+    directions = "bidirectional" if config.bidirectional else "unidirectional"
+    attention = config.attention
+    if attention == "none":
+        attention_name = "no attention"
+        attention_setting = "none"
+    elif attention == "bahdanau":
+        attention_name = "Bahdanau (additive) attention"
+        attention_setting = "Bahdanau, additive score"
+    else:
+        attention_name = f"Luong attention ({config.score} score, {config.window} window)"
+        attention_setting = f"Luong, score `{config.score}`, window `{config.window}`"
+    if attention != "none":
+        attention_setting += f", {config.attention_mode} weights"
+        if attention == "luong":
+            attention_setting += ", input feeding" if config.input_feeding else ", no input feeding"
+        if config.coverage:
+            attention_setting += ", coverage"
+    values = {
+        "attention_name": attention_name,
+        "lm_class": "RNNSeq2SeqForConditionalGeneration",
+        "num_parameters": f"{num_parameters:,}",
+        "encoder": f"{config.encoder_layers} × {directions} {cell}, {config.encoder_hidden_size} units per direction",
+        "decoder": f"{config.decoder_layers} × {cell}, {config.hidden_size} units",
+        "embeddings": f"{config.embedding_size} dimensions, vocabulary {config.vocab_size}"
+        + (", shared by encoder and decoder" if config.share_embeddings else ""),
+        "bridge": {"zero": "zeros", "last": "the encoder's final state", "projection": "tanh(W [h→_S; h←_1])"}[
+            config.bridge
+        ],
+        "attention_setting": attention_setting,
+        "output_layer": "tied to the decoder embeddings" if config.tie_word_embeddings else "separate weights",
+        "window_size": config.window_size,
+        "window_width": 2 * (config.window_size or 0) + 1,
+        "coverage_loss_weight": _fmt(config.coverage_loss_weight),
+    }
+    parts = [sections["overview"]]
+    tags = ["rnn", cell.lower()]
+    citations = ["bahdanau2015"]
+    if attention == "none":
+        parts.append(sections["none"])
+        citations = ["sutskever2014", "bahdanau2015"]
+    elif attention == "bahdanau":
+        parts.append(sections["bahdanau"])
+        tags.append("bahdanau-attention")
+    else:
+        parts += [sections["luong"], sections[f"score-{config.score}"]]
+        if config.window in ("local-m", "local-p"):
+            parts.append(sections[config.window])
+        if config.input_feeding:
+            parts.append(sections["input-feeding"])
+        tags.append("luong-attention")
+        citations.append("luong2015")
+    if attention != "none" and config.attention_mode == "hard":
+        parts.append(sections["hard"])
+        tags.append("hard-attention")
+    if config.coverage:
+        parts.append(sections["coverage"])
+        tags.append("coverage")
+        citations += ["tu2016", "see2017"]
+    text = fill("\n\n".join(parts), values, "hub_cards/rnn_seq2seq.md")
+    return text, tags, citations
+
+
+def _transformer_architecture(config, num_parameters: int) -> tuple[str, list[str], list[str]]:
+    """Markdown, tags and citation keys of a Transformer model, from its config."""
+    sections = _sections("transformer_seq2seq.md")
+    embeddings = "shared by encoder and decoder" if config.share_encoder_decoder_embeddings else "separate per side"
+    if config.tie_word_embeddings:
+        embeddings += ", tied to the output projection"
+    activation = {"relu": r"\max(0, x W_1 + b_1)\, W_2 + b_2", "gelu": r"\mathrm{GELU}(x W_1 + b_1)\, W_2 + b_2"}
+    values = {
+        "lm_class": "TransformerSeq2SeqForConditionalGeneration",
+        "num_parameters": f"{num_parameters:,}",
+        "encoder_layers": config.encoder_layers,
+        "decoder_layers": config.decoder_layers,
+        "d_model": config.d_model,
+        "encoder_attention_heads": config.encoder_attention_heads,
+        "decoder_attention_heads": config.decoder_attention_heads,
+        "encoder_ffn_dim": config.encoder_ffn_dim,
+        "decoder_ffn_dim": config.decoder_ffn_dim,
+        "activation_function": config.activation_function,
+        "positions": config.position_embedding_type,
+        "max_position_embeddings": config.max_position_embeddings,
+        "norm_order": f"{config.norm_order}-norm",
+        "embeddings": embeddings,
+        "dropout": _fmt(config.dropout),
+        "attention_dropout": _fmt(config.attention_dropout),
+        "activation_dropout": _fmt(config.activation_dropout),
+        "vocab_size": config.vocab_size,
+        "head_dim": config.d_model // config.encoder_attention_heads,
+        "ffn_equation": activation[config.activation_function],
+        "scaled": " √d_model-scaled" if config.scale_embedding else "",
+    }
+    parts = [sections["overview"], sections[config.position_embedding_type], sections[config.norm_order]]
+    text = fill("\n\n".join(parts), values, "hub_cards/transformer_seq2seq.md")
+    return text, ["transformer"], ["vaswani2017"]
+
+
+def _training_data(metrics: dict | None) -> tuple[str, list[str]]:
+    corpus = (metrics or {}).get("corpus")
+    if not corpus:
+        return "Not recorded: this export was made without a metrics.json.", []
+    kind = corpus_kind(corpus)
+    sections = _sections("corpora.md")
+    languages = " → ".join(_languages(corpus) or ["?"])
+    header = f"Language pair: {languages}. Corpus specification: `{corpus.get('spec', '?')}`."
+    name = corpus.get("name")
+    body = fill(
+        sections[kind],
+        {
+            "spec": corpus.get("spec", "?"),
+            "name_part": f" ({name})" if name else "",
+            "license": corpus.get("license") or "not recorded",
+        },
+        "hub_cards/corpora.md",
+    )
+    lines = [header, body]
+    if corpus.get("attribution") and kind == "other":
+        lines.append(f"Attribution: {corpus['attribution']}")
+    return "\n\n".join(lines), (["multi30k"] if kind == "multi30k" else [])
+
+
+def _flatten(mapping: dict, prefix: str = "") -> list[tuple[str, object]]:
+    rows = []
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            rows.extend(_flatten(value, f"{name}."))
+        else:
+            rows.append((name, value))
+    return rows
+
+
+def _training_procedure(metrics: dict | None, recipe: dict | None, generation_config) -> str:
+    parts = []
+    train = (metrics or {}).get("train")
+    if train:
+        facts = [
+            ("optimizer steps", train.get("steps")),
+            ("epochs", train.get("epochs")),
+            ("wall time (s)", train.get("wall_time_s")),
+            ("target tokens / s", train.get("target_tokens_per_s")),
+            ("final training loss", train.get("final_train_loss")),
+        ]
+        rows = [f"| {name} | {_fmt(value)} |" for name, value in facts if value is not None]
+        parts.append("| training run | |\n|---|---|\n" + "\n".join(rows))
+    if recipe:
+        rows = [f"| `{name}` | `{_fmt(value)}` |" for name, value in _flatten(recipe)]
+        parts.append(
+            "Hyperparameters (the resolved recipe, `recipe.yaml` in this repository, re-runnable with "
+            "`attention-seq2seq train`):\n\n| hyperparameter | value |\n|---|---|\n" + "\n".join(rows)
+        )
+    else:
+        parts.append("The training hyperparameters were not recorded with this export.")
+    decoding = {
+        key: getattr(generation_config, key, None) for key in ("num_beams", "max_new_tokens", "length_penalty")
+    }
+    rows = [f"| `{key}` | {_fmt(value)} |" for key, value in decoding.items() if value is not None]
+    parts.append("Default decoding (`generation_config.json`):\n\n| option | value |\n|---|---|\n" + "\n".join(rows))
+    return "\n\n".join(parts)
+
+
+def _evaluation(metrics: dict | None) -> str:
+    tests = (metrics or {}).get("test") or {}
+    if not tests:
+        return "No test-set evaluation was recorded with this export."
+    rows, signatures = [], []
+    for name, result in tests.items():
+        rows.append(
+            f"| {name} | {result.get('split', '')} | {_fmt(result.get('num_sentences', ''))} | "
+            f"{_fmt(result.get('num_beams', ''))} | {result['bleu']:.2f} | {result['chrf']:.2f} |"
+        )
+        for metric in ("bleu", "chrf"):
+            if result.get(f"{metric}_signature"):
+                signatures.append(f"- {name}, {metric}: `{result[f'{metric}_signature']}`")
+    table = (
+        "Scores with sacreBLEU on detokenized output against the raw references:\n\n"
+        "| test set | split | sentences | beams | BLEU | chrF |\n|---|---|---|---|---|---|\n" + "\n".join(rows)
+    )
+    if signatures:
+        table += "\n\nsacreBLEU signatures:\n\n" + "\n".join(signatures)
+    return table
+
+
+def _limitations(config, metrics: dict | None) -> str:
+    corpus = (metrics or {}).get("corpus")
+    kind = corpus_kind(corpus)
+    lines = [
+        "- The model knows only its training corpus: expect poor output on other domains, styles and "
+        "on words its subword vocabulary splits into many pieces.",
+        "- It translates one sentence at a time; there is no document context.",
+    ]
+    if config.model_type == "rnn_seq2seq":
+        lines.append(
+            "- An RNN encoder-decoder degrades on long sentences (Bahdanau et al., 2015, figure 2); "
+            "attention reduces but does not remove this."
+        )
+    else:
+        lines.append(
+            f"- Inputs and outputs are limited to {config.max_position_embeddings} tokens "
+            "(the model raises an error beyond that)."
+        )
+    lines.append(
+        "- Attention weights are an alignment aid, not a faithful explanation of the model's decisions."
+    )
+    notes = {
+        "multi30k": "- Multi30k is short image descriptions; its terms restrict use to non-commercial research.",
+        "tatoeba": "- Tatoeba sentences are short and conversational; the data contains some errors.",
+        "bible": "- Bible translations use archaic, religious language unlike everyday text.",
+    }
+    if kind in notes:
+        lines.append(notes[kind])
+    return "\n".join(lines)
+
+
+def _usage(config, generation_config, metrics: dict | None, repo_id: str) -> str:
+    languages = _languages((metrics or {}).get("corpus")) or ["en"]
+    values = {
+        "repo_id": repo_id,
+        "example": EXAMPLES.get(languages[0], EXAMPLES["en"]),
+        "num_beams": getattr(generation_config, "num_beams", None) or 1,
+        "max_new_tokens": getattr(generation_config, "max_new_tokens", None) or 128,
+    }
+    return fill(_sections("usage.md")["usage"], values, "hub_cards/usage.md")
+
+
+# ---------------------------------------------------------------------------- card
+
+
+def render_model_card(
+    config,
+    generation_config,
+    metrics: dict | None,
+    recipe: dict | None,
+    repo_id: str,
+    heatmap: str | None = None,
+    base_model: str | None = None,
+    license: str | None = None,
+    num_parameters: int = 0,
+) -> str:
+    """The full README.md (YAML metadata + markdown body) of an exported model.
+
+    Args:
+        config: the model config (``rnn_seq2seq`` or ``transformer_seq2seq``).
+        generation_config: the model's default ``GenerationConfig``.
+        metrics: metrics.json's content (docs/DESIGN.md schema) or None.
+        recipe: recipe.yaml's content or None.
+        repo_id: the Hub id the usage snippets load.
+        heatmap: file name of the attention heat-map next to the card, or None.
+        base_model: Hub id of the model this one was fine-tuned from.
+        license: license id overriding the one chosen from the training corpus.
+        num_parameters: the model's parameter count, shown in the description.
+
+    Raises:
+        ModelCardError: unknown model type, a template slot without a value, a test result without
+            BLEU or chrF.
+    """
+    if config.model_type == "rnn_seq2seq":
+        architecture, family_tags, citation_keys = _rnn_architecture(config, num_parameters)
+    elif config.model_type == "transformer_seq2seq":
+        architecture, family_tags, citation_keys = _transformer_architecture(config, num_parameters)
+    else:
+        raise ModelCardError(
+            f"no card template for model_type {config.model_type!r}; expected 'rnn_seq2seq' or 'transformer_seq2seq'"
+        )
+    model_name = repo_id.split("/")[-1]
+    card_data = build_card_data(metrics, model_name, family_tags, base_model=base_model, license=license)
+    training_data, data_citations = _training_data(metrics)
+    corpus = (metrics or {}).get("corpus") or {}
+    pair = " → ".join(_languages(corpus) or [])
+    summary = (
+        f"A {pair + ' ' if pair else ''}translation model trained with `attention_seq2seq`"
+        + (f" on {corpus.get('name') or corpus.get('spec')}" if corpus else "")
+        + (f", fine-tuned from [{base_model}](https://huggingface.co/{base_model})" if base_model else "")
+        + "."
+    )
+    figure = (
+        f"![Cross-attention of a test sentence]({heatmap})\n\n"
+        "Cross-attention weights of the model on a test sentence (target tokens down, source tokens across)."
+        if heatmap
+        else ""
+    )
+    citations = "\n\n".join(CITATIONS[key] for key in dict.fromkeys(citation_keys + data_citations))
+    body = fill(
+        _template("model_card.md"),
+        {
+            "title": model_name,
+            "summary": summary,
+            "architecture": architecture,
+            "training_data": training_data,
+            "training_procedure": _training_procedure(metrics, recipe, generation_config),
+            "evaluation": _evaluation(metrics),
+            "attention_figure": figure,
+            "usage": _usage(config, generation_config, metrics, repo_id),
+            "limitations": _limitations(config, metrics),
+            "citations": f"```bibtex\n{citations}\n```",
+        },
+        "hub_cards/model_card.md",
+    )
+    body = re.sub(r"\n{3,}", "\n\n", body).strip() + "\n"
+    card = ModelCard(f"---\n{card_data.to_yaml()}\n---\n\n{body}")
+    return str(card)

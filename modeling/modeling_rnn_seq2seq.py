@@ -1,0 +1,667 @@
+"""The RNN encoder-decoder with attention as a transformers v5 model (``model_type="rnn_seq2seq"``).
+
+Read top to bottom: the decoder cache, the encoder, the bridge, the decoder (three variants:
+no attention, Bahdanau, Luong), then the transformers classes. The attention scores live in
+``rnn_attention.py``.
+
+Variants (all chosen in ``RNNSeq2SeqConfig``):
+- ``attention="none"``: Sutskever et al. (2014) / Cho et al. (2014); the decoder sees the source
+  only through its bridged initial state.
+- ``attention="bahdanau"``: Bahdanau et al. (2015) in the paper's step order: score on s_{i-1},
+  context c_i, then s_i = f(s_{i-1}, [E y_{i-1}; c_i]) (A.2.1), then a maxout deep output on
+  (s_i, E y_{i-1}, c_i) (eq. 4, A.2.2).
+- ``attention="luong"``: Luong et al. (2015): h_t = RNN first, then a_t from score(h_t, h̄_s),
+  c_t, h̃_t = tanh(W_c [c_t; h_t]) (eq. 5), p(y_t) = softmax(W_s h̃_t) (eq. 6); global or
+  local-m/local-p windows (§3.2), input feeding (§3.3) on or off.
+
+Speed: a decoder whose step t does not depend on step t-1's attention (no attention, or Luong
+without input feeding and without coverage) runs its RNN over the whole target in one cuDNN/MKL
+call and attends every position with one batched matmul. The other variants loop over target
+positions with the key projections precomputed once per source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from transformers import GenerationMixin, PreTrainedModel
+from transformers import initialization as init
+from transformers.modeling_outputs import ModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
+
+from ..configuration.configuration_rnn_seq2seq import BAHDANAU_MAXOUT_POOL, RNNSeq2SeqConfig
+from .rnn_attention import BahdanauAttention, LuongAttention, luong_attentional_state, maxout
+
+_RNN_CLASSES = {"gru": nn.GRU, "lstm": nn.LSTM}
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """decoder_input_ids = [<s>, y_1, ..., y_{n-1}] from labels (batch, tgt_len); -100 becomes pad."""
+    shifted = labels.new_full(labels.shape, pad_token_id)
+    shifted[:, 1:] = labels[:, :-1]
+    shifted[:, 0] = decoder_start_token_id
+    return shifted.masked_fill(shifted == -100, pad_token_id)
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoder state
+# ---------------------------------------------------------------------------------------------
+
+
+class RNNDecoderCache:
+    """The whole decoder state between two calls: what generation carries from step to step.
+
+    Tensors (any may be None when the variant does not use it):
+        hidden: RNN hidden state s / h, (decoder_layers, batch, hidden_size).
+        cell: LSTM cell state, (decoder_layers, batch, hidden_size).
+        attentional_state: Luong's h̃_{t-1} for input feeding, (batch, hidden_size).
+        coverage: Σ of past attention weights, (batch, src_len).
+        keys: the attention's key projection of the source (U_a h_j, W_a h̄_s, ...), computed once
+            per source, (batch, src_len, key_size).
+    ``seen_tokens`` counts the target tokens consumed so far (the next token's position t).
+
+    ``reorder_cache(beam_idx)`` index-selects every tensor along its batch dimension; beam search
+    calls it after each step.
+    """
+
+    # hidden and cell keep the (layers, batch, hidden) layout torch's RNNs take.
+    _BATCH_DIM = {"hidden": 1, "cell": 1, "attentional_state": 0, "coverage": 0, "keys": 0}
+    is_compileable = False
+    is_linear = (True,)  # a recurrent state: generate must not slice inputs by a key/value length
+
+    def __init__(self, hidden, cell=None, attentional_state=None, coverage=None, keys=None, seen_tokens: int = 0):
+        self.hidden = hidden
+        self.cell = cell
+        self.attentional_state = attentional_state
+        self.coverage = coverage
+        self.keys = keys
+        self.seen_tokens = seen_tokens
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {name: getattr(self, name) for name in self._BATCH_DIM if getattr(self, name) is not None}
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        for name, tensor in self.tensors().items():
+            dim = self._BATCH_DIM[name]
+            setattr(self, name, tensor.index_select(dim, beam_idx.to(tensor.device)))
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.seen_tokens
+
+    @property
+    def rnn_state(self):
+        return self.hidden if self.cell is None else (self.hidden, self.cell)
+
+    @rnn_state.setter
+    def rnn_state(self, state) -> None:
+        if isinstance(state, tuple):
+            self.hidden, self.cell = state
+        else:
+            self.hidden = state
+
+    def __repr__(self) -> str:
+        shapes = ", ".join(f"{k}={tuple(v.shape)}" for k, v in self.tensors().items())
+        return f"{type(self).__name__}({shapes}, seen_tokens={self.seen_tokens})"
+
+
+@dataclass
+class RNNEncoderOutput(ModelOutput):
+    """Encoder output. Every tensor is batch-first so generate can expand it for beams.
+
+    last_hidden_state: h_j = [h→_j; h←_j] of the top layer, (batch, src_len, encoder_output_size);
+        zero at padding.
+    final_hidden_state: each layer's last states [h→_S; h←_1], (batch, encoder_layers,
+        encoder_output_size).
+    final_cell_state: the same for an LSTM's cell, or None.
+    hidden_states: (last_hidden_state,) when asked for (torch's stacked RNN exposes the top layer only).
+    """
+
+    last_hidden_state: torch.Tensor | None = None
+    final_hidden_state: torch.Tensor | None = None
+    final_cell_state: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class RNNSeq2SeqModelOutput(Seq2SeqModelOutput):
+    """``Seq2SeqModelOutput`` plus the coverage penalty Σ_i min(a_i^t, c_i^t) (See et al. 2017,
+    eq. 12) of every target position, (batch, tgt_len), when coverage is on."""
+
+    coverage_penalty: torch.Tensor | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoder and bridge
+# ---------------------------------------------------------------------------------------------
+
+
+class RNNSeq2SeqEncoder(nn.Module):
+    """Embeddings → dropout → (bi)directional stacked GRU/LSTM over packed sequences.
+
+    Packing means padding never enters a state: the backward direction starts at each sentence's
+    last real token and the final states are those of the real last tokens. Sources must be
+    right-padded.
+    """
+
+    def __init__(self, config):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.embedding_size, padding_idx=config.pad_token_id)
+        self.dropout = nn.Dropout(config.dropout)
+        self.rnn = _RNN_CLASSES[config.cell_type](
+            config.embedding_size,
+            config.encoder_hidden_size,
+            num_layers=config.encoder_layers,
+            bidirectional=config.bidirectional,
+            dropout=config.dropout if config.encoder_layers > 1 else 0.0,
+            batch_first=True,
+        )
+        self.num_layers = config.encoder_layers
+        self.num_directions = config.num_directions
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> RNNEncoderOutput | tuple:
+        """Encode right-padded ``input_ids`` (batch, src_len); ``attention_mask`` (batch, src_len) is
+        1 on real tokens. ``output_attentions`` is accepted for generate's sake (there is no encoder
+        attention).
+
+        Raises:
+            ValueError: if a sentence has no real token.
+        """
+        batch, src_len = input_ids.shape
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        lengths = attention_mask.sum(-1).cpu()
+        if bool((lengths == 0).any()):
+            raise ValueError("every source sentence needs at least one real token (attention_mask is all 0 in a row)")
+
+        embeds = self.dropout(self.embed_tokens(input_ids))  # (batch, src_len, embedding_size)
+        packed = pack_padded_sequence(embeds, lengths, batch_first=True, enforce_sorted=False)
+        packed_out, state = self.rnn(packed)
+        outputs, _ = pad_packed_sequence(packed_out, batch_first=True, total_length=src_len)
+
+        def per_layer(final: torch.Tensor) -> torch.Tensor:
+            # (layers * directions, batch, hidden) -> (batch, layers, directions * hidden)
+            final = final.view(self.num_layers, self.num_directions, batch, -1)
+            return final.permute(2, 0, 1, 3).reshape(batch, self.num_layers, -1)
+
+        final_hidden, final_cell = (state, None) if not isinstance(state, tuple) else state
+        output = RNNEncoderOutput(
+            last_hidden_state=outputs,
+            final_hidden_state=per_layer(final_hidden),
+            final_cell_state=per_layer(final_cell) if final_cell is not None else None,
+            hidden_states=(outputs,) if output_hidden_states else None,
+        )
+        return output if return_dict is not False else output.to_tuple()
+
+
+class RNNBridge(nn.Module):
+    """The decoder's initial state from the encoder's final states, layer by layer.
+
+    "zero": s_0 = 0. "last": s_0^l = [h→_S; h←_1]^l. "projection": s_0^l = tanh(W^l [h→_S; h←_1]^l)
+    (Bahdanau et al. 2015, A.2.2 initialise s_0 = tanh(W_s h←_1) from the backward state only; we
+    give the projection both directions). An LSTM's cell state gets its own W^l.
+    """
+
+    def __init__(self, config):
+        super().__init__()
+        self.kind = config.bridge
+        self.num_layers = config.decoder_layers
+        self.hidden_size = config.hidden_size
+        self.is_lstm = config.cell_type == "lstm"
+        if self.kind == "projection":
+
+            def projections():
+                return nn.ModuleList(
+                    nn.Linear(config.encoder_output_size, config.hidden_size) for _ in range(config.decoder_layers)
+                )
+
+            self.hidden_proj = projections()
+            self.cell_proj = projections() if self.is_lstm else None
+
+    def _bridge(self, final: torch.Tensor, projections: nn.ModuleList | None) -> torch.Tensor:
+        if self.kind == "last":
+            return final.transpose(0, 1).contiguous()  # (layers, batch, hidden_size)
+        layers = [torch.tanh(proj(final[:, layer])) for layer, proj in enumerate(projections)]
+        return torch.stack(layers)  # (layers, batch, hidden_size)
+
+    def forward(self, final_hidden_state: torch.Tensor, final_cell_state: torch.Tensor | None):
+        """final_*_state: (batch, encoder_layers, encoder_output_size).
+        Returns hidden (and cell for an LSTM, else None): (decoder_layers, batch, hidden_size)."""
+        if self.kind == "zero":
+            zeros = final_hidden_state.new_zeros(self.num_layers, final_hidden_state.size(0), self.hidden_size)
+            return zeros, (zeros.clone() if self.is_lstm else None)
+        hidden = self._bridge(final_hidden_state, getattr(self, "hidden_proj", None))
+        cell = self._bridge(final_cell_state, self.cell_proj) if self.is_lstm else None
+        return hidden, cell
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoder
+# ---------------------------------------------------------------------------------------------
+
+
+class RNNSeq2SeqDecoder(nn.Module):
+    """Decoder for every variant; ``forward`` consumes ``input_ids`` from the state in ``cache``.
+
+    Output feature (the vector ``lm_head`` reads, ``config.output_feature_size``):
+    - none: the top RNN state s_t.
+    - Bahdanau: t_i = maxout(U_o s_i + V_o E y_{i-1} + C_o c_i) (eq. 4 and A.2.2; the appendix
+      writes s_{i-1} in t̃_i, eq. 4 conditions on s_i, which we follow).
+    - Luong: h̃_t = tanh(W_c [c_t; h_t]) (eq. 5).
+    """
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.kind = config.attention
+        self.input_feeding = config.input_feeding
+        self.use_coverage = config.coverage
+        self.stepwise = config.is_stepwise
+
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.embedding_size, padding_idx=config.pad_token_id)
+        self.dropout = nn.Dropout(config.dropout)
+        self.bridge = RNNBridge(config)
+
+        rnn_input_size = config.embedding_size
+        if self.kind == "bahdanau":
+            rnn_input_size += config.encoder_output_size  # [E y_{i-1}; c_i]  (A.2.1)
+        if self.input_feeding:
+            rnn_input_size += config.hidden_size  # [E y_{t-1}; h̃_{t-1}]  (Luong §3.3)
+        self.rnn = _RNN_CLASSES[config.cell_type](
+            rnn_input_size,
+            config.hidden_size,
+            num_layers=config.decoder_layers,
+            dropout=config.dropout if config.decoder_layers > 1 else 0.0,
+            batch_first=True,
+        )
+
+        if self.kind == "bahdanau":
+            self.attention = BahdanauAttention(config)
+            # [U_o; V_o; C_o] as one matrix over [s_i; E y_{i-1}; c_i], then maxout (A.2.2).
+            deep_in = config.hidden_size + config.embedding_size + config.encoder_output_size
+            self.deep_output = nn.Linear(deep_in, BAHDANAU_MAXOUT_POOL * config.embedding_size)
+        elif self.kind == "luong":
+            self.attention = LuongAttention(config)
+            self.attn_combine = nn.Linear(config.encoder_output_size + config.hidden_size, config.hidden_size, bias=False)  # W_c
+        else:
+            self.attention = None
+
+    def init_cache(self, encoder_outputs: RNNEncoderOutput, attention_mask: torch.Tensor) -> RNNDecoderCache:
+        """State before the first target token: bridged s_0, zero h̃_0 and coverage, keys U h_j."""
+        hidden, cell = self.bridge(encoder_outputs.final_hidden_state, encoder_outputs.final_cell_state)
+        encoder_hidden_states = encoder_outputs.last_hidden_state
+        batch, src_len, _ = encoder_hidden_states.shape
+        cache = RNNDecoderCache(hidden=hidden, cell=cell)
+        if self.attention is not None:
+            cache.keys = self.attention.precompute_keys(encoder_hidden_states)
+        if self.input_feeding:
+            cache.attentional_state = hidden.new_zeros(batch, self.config.hidden_size)
+        if self.use_coverage:
+            cache.coverage = encoder_hidden_states.new_zeros(batch, src_len)
+        return cache
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        encoder_hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor,
+        cache: RNNDecoderCache,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor]:
+        """Run the decoder over ``input_ids`` (batch, tgt_len), continuing from ``cache``, which is
+        updated in place.
+
+        Args:
+            encoder_hidden_states: (batch, src_len, encoder_output_size).
+            attention_mask: bool (batch, src_len), True on real source tokens.
+
+        Returns:
+            features (batch, tgt_len, output_feature_size) for ``lm_head``; attention weights
+            (batch, tgt_len, src_len) or None; coverage penalty (batch, tgt_len) or None; top RNN
+            states (batch, tgt_len, hidden_size).
+        """
+        tgt_len = input_ids.size(1)
+        start = cache.seen_tokens
+        positions = torch.arange(start, start + tgt_len, device=input_ids.device)
+        embeds = self.dropout(self.embed_tokens(input_ids))  # (batch, tgt_len, embedding_size)
+
+        if not self.stepwise:
+            features, weights, rnn_outputs = self._forward_parallel(embeds, encoder_hidden_states, attention_mask, positions, cache)
+            coverage_penalty = None
+        elif self.kind == "bahdanau":
+            features, weights, coverage_penalty, rnn_outputs = self._forward_bahdanau(
+                embeds, encoder_hidden_states, attention_mask, positions, cache
+            )
+        else:
+            features, weights, coverage_penalty, rnn_outputs = self._forward_luong_stepwise(
+                embeds, encoder_hidden_states, attention_mask, positions, cache
+            )
+        cache.seen_tokens = start + tgt_len
+        return self.dropout(features), weights, coverage_penalty, rnn_outputs
+
+    def _forward_parallel(self, embeds, encoder_hidden_states, attention_mask, positions, cache):
+        """No attention, or Luong without input feeding or coverage: one RNN call, one attention."""
+        rnn_outputs, cache.rnn_state = self.rnn(embeds, cache.rnn_state)  # (batch, tgt_len, hidden_size)
+        if self.attention is None:
+            return rnn_outputs, None, rnn_outputs
+        context, weights = self.attention(rnn_outputs, cache.keys, encoder_hidden_states, attention_mask, positions)
+        return luong_attentional_state(context, rnn_outputs, self.attn_combine), weights, rnn_outputs
+
+    def _coverage_step(self, cache, weights_t, penalties):
+        # See et al. (2017), eq. 12 penalises overlap with the coverage *before* this step (eq. 10).
+        penalties.append(torch.minimum(weights_t, cache.coverage.unsqueeze(1)).sum(-1))  # (batch, 1)
+        cache.coverage = cache.coverage + weights_t.squeeze(1)
+
+    def _forward_bahdanau(self, embeds, encoder_hidden_states, attention_mask, positions, cache):
+        """Bahdanau et al. (2015): e_ij from s_{i-1} (A.1.2) → c_i (eq. 5) → s_i = f(s_{i-1}, y_{i-1}, c_i)."""
+        states, contexts, weights, penalties = [], [], [], []
+        for t in range(embeds.size(1)):
+            query = cache.hidden[-1].unsqueeze(1)  # s_{i-1} of the top layer, (batch, 1, hidden_size)
+            context, weights_t = self.attention(
+                query, cache.keys, encoder_hidden_states, attention_mask, positions[t : t + 1], cache.coverage
+            )
+            if self.use_coverage:
+                self._coverage_step(cache, weights_t, penalties)
+            rnn_input = torch.cat([embeds[:, t : t + 1], context], dim=-1)
+            state_t, cache.rnn_state = self.rnn(rnn_input, cache.rnn_state)  # (batch, 1, hidden_size)
+            states.append(state_t)
+            contexts.append(context)
+            weights.append(weights_t)
+        states, contexts = torch.cat(states, 1), torch.cat(contexts, 1)
+        # The deep output needs no recurrence: one matmul for all steps.
+        features = maxout(self.deep_output(torch.cat([states, embeds, contexts], dim=-1)), BAHDANAU_MAXOUT_POOL)
+        penalty = torch.cat(penalties, 1) if penalties else None
+        return features, torch.cat(weights, 1), penalty, states
+
+    def _forward_luong_stepwise(self, embeds, encoder_hidden_states, attention_mask, positions, cache):
+        """Luong et al. (2015) with input feeding (§3.3) and/or coverage: h_t → a_t → c_t → h̃_t."""
+        states, attentional, weights, penalties = [], [], [], []
+        for t in range(embeds.size(1)):
+            rnn_input = embeds[:, t : t + 1]
+            if self.input_feeding:
+                rnn_input = torch.cat([rnn_input, cache.attentional_state.unsqueeze(1)], dim=-1)
+            state_t, cache.rnn_state = self.rnn(rnn_input, cache.rnn_state)  # h_t, (batch, 1, hidden_size)
+            context, weights_t = self.attention(
+                state_t, cache.keys, encoder_hidden_states, attention_mask, positions[t : t + 1], cache.coverage
+            )
+            if self.use_coverage:
+                self._coverage_step(cache, weights_t, penalties)
+            attentional_t = luong_attentional_state(context, state_t, self.attn_combine)  # h̃_t
+            if self.input_feeding:
+                cache.attentional_state = attentional_t.squeeze(1)
+            states.append(state_t)
+            attentional.append(attentional_t)
+            weights.append(weights_t)
+        penalty = torch.cat(penalties, 1) if penalties else None
+        return torch.cat(attentional, 1), torch.cat(weights, 1), penalty, torch.cat(states, 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# transformers classes
+# ---------------------------------------------------------------------------------------------
+
+
+class RNNSeq2SeqPreTrainedModel(PreTrainedModel):
+    config_class = RNNSeq2SeqConfig
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = False
+    _no_split_modules = ["RNNSeq2SeqEncoder", "RNNSeq2SeqDecoder"]
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        """Every parameter uniform in [-init_range, init_range] (Luong et al. 2015, §4.1); the
+        padding embedding starts at zero."""
+        bound = self.config.init_range
+        for param in module.parameters(recurse=False):
+            init.uniform_(param, -bound, bound)
+        if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+            if not getattr(module.weight, "_is_hf_initialized", False):
+                init.zeros_(module.weight[module.padding_idx])
+
+    def _tied_embedding_keys(self, prefix: str) -> dict[str, str]:
+        keys = {}
+        if self.config.share_embeddings:
+            keys[f"{prefix}decoder.embed_tokens.weight"] = f"{prefix}encoder.embed_tokens.weight"
+        return keys
+
+    def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict[str, str]:
+        # transformers ties nothing unless `tie_word_embeddings` is set, but the encoder/decoder
+        # sharing (`share_embeddings`) is independent of the output tying: the full {target: source}
+        # mapping of this model (submodules included) is built from the config here.
+        return self._tied_keys_from_config()
+
+    def _tied_keys_from_config(self) -> dict[str, str]:
+        raise NotImplementedError
+
+
+class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
+    """The bare encoder-decoder; ``last_hidden_state`` is the decoder's output feature per target
+    position (batch, tgt_len, output_feature_size), the vector ``lm_head`` reads."""
+
+    def __init__(self, config: RNNSeq2SeqConfig):
+        super().__init__(config)
+        self.encoder = RNNSeq2SeqEncoder(config)
+        self.decoder = RNNSeq2SeqDecoder(config)
+        self._tied_weights_keys = self._tied_keys_from_config()  # read by save_pretrained
+        self.post_init()
+
+    def _tied_keys_from_config(self) -> dict[str, str]:
+        return self._tied_embedding_keys("")
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.encoder.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.encoder.embed_tokens = value
+        if self.config.share_embeddings:
+            self.decoder.embed_tokens = value
+
+    def get_encoder(self, modality: str | None = None) -> RNNSeq2SeqEncoder:
+        return self.encoder
+
+    def get_decoder(self) -> RNNSeq2SeqDecoder:
+        return self.decoder
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: RNNEncoderOutput | tuple | None = None,
+        cache: RNNDecoderCache | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> RNNSeq2SeqModelOutput | tuple:
+        """Encode (unless ``encoder_outputs`` is given) and decode ``decoder_input_ids``.
+
+        Args:
+            input_ids, attention_mask: right-padded source, (batch, src_len).
+            decoder_input_ids: (batch, tgt_len), starting with ``decoder_start_token_id``; with a
+                ``cache``, only the tokens the cache has not seen.
+            decoder_attention_mask: accepted for API compatibility and unused: the decoder is a
+                causal RNN over right-padded targets, so padding cannot reach earlier positions.
+            cache: an ``RNNDecoderCache`` to continue from; updated in place.
+
+        Returns:
+            ``RNNSeq2SeqModelOutput``; ``cross_attentions`` (with ``output_attentions``) is a tuple
+            holding one (batch, 1, tgt_len, src_len) tensor (one "head", one decoder attention).
+        """
+        output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
+        output_hidden_states = (
+            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        )
+        use_cache = use_cache if use_cache is not None else self.config.use_cache
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        if decoder_input_ids is None:
+            raise ValueError("decoder_input_ids are required (or pass labels to the ForConditionalGeneration model)")
+
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(input_ids, attention_mask, output_hidden_states=output_hidden_states)
+        elif not isinstance(encoder_outputs, RNNEncoderOutput):
+            encoder_outputs = RNNEncoderOutput(*encoder_outputs)
+        encoder_hidden_states = encoder_outputs.last_hidden_state
+        if attention_mask is None:
+            attention_mask = torch.ones(encoder_hidden_states.shape[:2], dtype=torch.bool, device=encoder_hidden_states.device)
+        attention_mask = attention_mask.bool()
+
+        if cache is None:
+            cache = self.decoder.init_cache(encoder_outputs, attention_mask)
+        features, weights, coverage_penalty, rnn_outputs = self.decoder(
+            decoder_input_ids, encoder_hidden_states, attention_mask, cache
+        )
+
+        output = RNNSeq2SeqModelOutput(
+            last_hidden_state=features,
+            cache=cache if use_cache else None,
+            decoder_hidden_states=(rnn_outputs,) if output_hidden_states else None,
+            cross_attentions=(weights.unsqueeze(1),) if output_attentions and weights is not None else None,
+            encoder_last_hidden_state=encoder_hidden_states,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            coverage_penalty=coverage_penalty,
+        )
+        return output if return_dict else output.to_tuple()
+
+
+class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, GenerationMixin):
+    """``RNNSeq2SeqModel`` plus ``lm_head``: p(y_t | y_<t, x) = softmax(W_s f_t) (Luong eq. 6;
+    Bahdanau A.2.2 W_o t_i), with label-smoothed cross-entropy and the coverage loss."""
+
+    _tied_weights_keys = {"lm_head.weight": "model.decoder.embed_tokens.weight"}
+
+    def __init__(self, config: RNNSeq2SeqConfig):
+        super().__init__(config)
+        self.model = RNNSeq2SeqModel(config)
+        self.lm_head = nn.Linear(config.output_feature_size, config.vocab_size, bias=False)
+        self._tied_weights_keys = self._tied_keys_from_config()  # read by save_pretrained
+        self.post_init()
+        # Generation defaults (saved as generation_config.json).
+        self.generation_config.num_beams = 5
+        self.generation_config.max_new_tokens = 128
+        self.generation_config.decoder_start_token_id = config.decoder_start_token_id
+        self.generation_config.bos_token_id = config.bos_token_id
+        self.generation_config.eos_token_id = config.eos_token_id
+        self.generation_config.pad_token_id = config.pad_token_id
+
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        # The decoder state is an RNNDecoderCache, not key/value pairs; generate must not build a DynamicCache.
+        return False
+
+    def _tied_keys_from_config(self) -> dict[str, str]:
+        keys = {f"model.{k}": f"model.{v}" for k, v in self._tied_embedding_keys("").items()}
+        if self.config.tie_word_embeddings:
+            source = "encoder" if self.config.share_embeddings else "decoder"
+            keys["lm_head.weight"] = f"model.{source}.embed_tokens.weight"
+        return keys
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.get_input_embeddings()
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.model.set_input_embeddings(value)
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, value: nn.Linear) -> None:
+        self.lm_head = value
+
+    def get_encoder(self, modality: str | None = None) -> RNNSeq2SeqEncoder:
+        return self.model.encoder
+
+    def get_decoder(self) -> RNNSeq2SeqDecoder:
+        return self.model.decoder
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        encoder_outputs: RNNEncoderOutput | tuple | None = None,
+        cache: RNNDecoderCache | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> Seq2SeqLMOutput | tuple:
+        """Logits (batch, tgt_len, vocab_size) and, with ``labels`` (batch, tgt_len; -100 ignored),
+        the mean token loss: label-smoothed cross-entropy + coverage_loss_weight × mean coverage
+        penalty (See et al. 2017, eq. 13). With only ``labels``, ``decoder_input_ids`` are the
+        labels shifted right behind ``decoder_start_token_id``. See ``RNNSeq2SeqModel.forward``."""
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        if labels is not None:
+            use_cache = False if use_cache is None else use_cache
+            if decoder_input_ids is None:
+                decoder_input_ids = shift_tokens_right(
+                    labels, self.config.pad_token_id, self.config.decoder_start_token_id
+                )
+        outputs = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            cache=cache,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        logits = self.lm_head(outputs.last_hidden_state)  # (batch, tgt_len, vocab_size)
+
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(
+                logits.flatten(0, 1).float(),
+                labels.flatten(),
+                ignore_index=-100,
+                label_smoothing=self.config.label_smoothing,
+            )
+            if outputs.coverage_penalty is not None and self.config.coverage_loss_weight:
+                real = labels != -100
+                penalty = outputs.coverage_penalty.masked_select(real).sum() / real.sum().clamp(min=1)
+                loss = loss + self.config.coverage_loss_weight * penalty
+
+        output = Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            cache=outputs.cache,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+        )
+        return output if return_dict else output.to_tuple()
+
+    def prepare_inputs_for_generation(self, input_ids: torch.LongTensor, cache: RNNDecoderCache | None = None, **kwargs):
+        """Feed the decoder only the tokens the cache has not consumed (the last one, after the first
+        step); without a cache, the whole prefix."""
+        kwargs.pop("next_sequence_length", None)
+        model_inputs = super().prepare_inputs_for_generation(input_ids, cache=cache, **kwargs)
+        if cache is not None:
+            model_inputs["decoder_input_ids"] = model_inputs["decoder_input_ids"][:, cache.get_seq_length() :]
+        return model_inputs
+
+
+__all__ = [
+    "RNNDecoderCache",
+    "RNNEncoderOutput",
+    "RNNSeq2SeqForConditionalGeneration",
+    "RNNSeq2SeqModel",
+    "RNNSeq2SeqPreTrainedModel",
+    "shift_tokens_right",
+]

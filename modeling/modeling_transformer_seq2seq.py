@@ -1,0 +1,962 @@
+"""The Transformer encoder-decoder of Vaswani et al. 2017, "Attention Is All You Need", as a
+transformers v5 model.
+
+Read top to bottom: the paper's equations as small functions and modules (scaled dot-product
+attention, eq. 1; multi-head attention, §3.2.2; the position-wise feed-forward network, eq. 2;
+sinusoidal positions, §3.5; scaled embeddings, §3.4), then the encoder and decoder layers, the two
+stacks, and the transformers wrappers (`TransformerSeq2SeqModel`,
+`TransformerSeq2SeqForConditionalGeneration`).
+
+Design choices that differ from Marian/BART in transformers (each for speed, each noted where it
+happens):
+
+* the query/key/value projections of one attention are one fused `qkv_proj` Linear
+  (rows [W^Q; W^K; W^V]), so self-attention projects in one matrix multiply and cross-attention
+  projects its keys and values in one;
+* the decoder's self-attention needs no mask tensor in training (`is_causal` lets SDPA pick its
+  fastest kernel);
+* no `final_logits_bias`: an extra (batch, tgt_len, vocab_size) tensor the paper does not have.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import initialization as init
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.generation import GenerationMixin
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+)
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
+
+from ..configuration.configuration_transformer_seq2seq import TransformerSeq2SeqConfig
+
+# --------------------------------------------------------------------------------------------
+# Token ids and masks
+# --------------------------------------------------------------------------------------------
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Teacher-forcing decoder inputs from labels: prepend the start token, drop the last token.
+
+    Args:
+        labels: (batch, tgt_len) target ids, -100 where the loss ignores a position.
+        pad_token_id: id written where `labels` holds -100.
+        decoder_start_token_id: the first decoder input (`<s>`, id 1 in this package).
+
+    Returns:
+        (batch, tgt_len) `decoder_input_ids`.
+    """
+    decoder_input_ids = labels.new_empty(labels.shape)
+    decoder_input_ids[:, 1:] = labels[:, :-1]
+    decoder_input_ids[:, 0] = decoder_start_token_id
+    return decoder_input_ids.masked_fill_(decoder_input_ids == -100, pad_token_id)
+
+
+def causal_mask(tgt_len: int, kv_len: int, device: torch.device) -> torch.Tensor:
+    """Boolean (tgt_len, kv_len) mask, True where query i may attend to key j.
+
+    The queries are the last `tgt_len` of `kv_len` positions (the first `kv_len - tgt_len` come
+    from the cache), so query i sees keys 0 .. i + kv_len - tgt_len: the "masking out (setting to
+    −∞) all values in the input of the softmax which correspond to illegal connections" of §3.2.3.
+    """
+    offset = kv_len - tgt_len
+    return torch.arange(kv_len, device=device)[None, :] <= torch.arange(offset, kv_len, device=device)[:, None]
+
+
+# --------------------------------------------------------------------------------------------
+# §3.2.1 Scaled dot-product attention (eq. 1)
+# --------------------------------------------------------------------------------------------
+
+
+def scaled_dot_product_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention(Q, K, V) = softmax(QKᵀ / √d_k) V  (Vaswani et al. 2017, eq. 1).
+
+    Args:
+        query: (batch, num_heads, tgt_len, head_dim).
+        key: (batch, num_heads, src_len, head_dim).
+        value: (batch, num_heads, src_len, head_dim).
+        attention_mask: boolean, broadcastable to (batch, num_heads, tgt_len, src_len); True where a
+            query may attend to a key. Masked scores are set to the dtype's minimum before the
+            softmax (−∞ in the paper; a finite value keeps a fully masked row finite).
+        is_causal: also mask keys after each query (decoder self-attention, §3.2.3), aligned so that
+            the last query sees every key.
+        scaling: the factor on QKᵀ; defaults to 1/√d_k with d_k = head_dim. Pass 1.0 for the
+            unscaled softmax(QKᵀ)V.
+        dropout: dropout probability on the attention probabilities (0 at inference).
+
+    Returns:
+        (output, weights): output (batch, num_heads, tgt_len, head_dim) and the attention
+        probabilities before dropout, (batch, num_heads, tgt_len, src_len), each row summing to 1.
+    """
+    if scaling is None:
+        scaling = query.size(-1) ** -0.5
+    scores = torch.matmul(query, key.transpose(-1, -2)) * scaling  # (batch, num_heads, tgt_len, src_len)
+    if is_causal and query.size(-2) > 1:
+        future = ~causal_mask(query.size(-2), key.size(-2), query.device)
+        scores = scores.masked_fill(future, torch.finfo(scores.dtype).min)
+    if attention_mask is not None:
+        scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
+    weights = torch.softmax(scores, dim=-1)
+    output = torch.matmul(F.dropout(weights, p=dropout) if dropout > 0.0 else weights, value)
+    return output, weights
+
+
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    is_causal: bool = False,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The `"eager"` entry of transformers' attention interface: eq. 1 in plain torch, with weights.
+
+    Same signature and layout as `transformers.integrations.sdpa_attention.sdpa_attention_forward`
+    (which serves `"sdpa"`): query/key/value (batch, num_heads, len, head_dim) in, output
+    (batch, tgt_len, num_heads, head_dim) and weights (batch, num_heads, tgt_len, src_len) out.
+    """
+    output, weights = scaled_dot_product_attention(
+        query, key, value, attention_mask, is_causal=is_causal, scaling=scaling, dropout=dropout
+    )
+    return output.transpose(1, 2), weights  # (batch, tgt_len, num_heads, head_dim)
+
+
+# --------------------------------------------------------------------------------------------
+# §3.2.2 Multi-head attention
+# --------------------------------------------------------------------------------------------
+
+
+class TransformerSeq2SeqAttention(nn.Module):
+    """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
+    (Vaswani et al. 2017, §3.2.2).
+
+    All heads are projected at once: W^Q (d_model × d_model) holds the h blocks W_i^Q side by
+    side, and the result is viewed as (batch, num_heads, len, head_dim); no loop over heads.
+
+    Departure from Marian/BART naming, for speed: W^Q, W^K and W^V are the three row blocks of one
+    `qkv_proj` Linear (weight (3·d_model, d_model), rows [q_proj; k_proj; v_proj], same for the
+    bias). Self-attention computes all three in one matrix multiply; cross-attention multiplies
+    the decoder states by the first block and the encoder states by the other two (contiguous
+    row slices: views, no copies). `out_proj` is W^O.
+
+    Args:
+        config: the model config (`d_model`, `attention_dropout`).
+        num_heads: h.
+        is_causal: decoder self-attention (each position sees only earlier ones).
+        is_cross_attention: keys and values come from the encoder (`key_value_states`).
+        layer_idx: the decoder layer's index in the cache.
+    """
+
+    def __init__(
+        self,
+        config: TransformerSeq2SeqConfig,
+        num_heads: int,
+        is_causal: bool = False,
+        is_cross_attention: bool = False,
+        layer_idx: int | None = None,
+    ):
+        super().__init__()
+        self.config = config
+        self.d_model = config.d_model
+        self.num_heads = num_heads
+        self.head_dim = config.d_model // num_heads
+        self.scaling = self.head_dim**-0.5
+        self.attention_dropout = config.attention_dropout
+        self.is_causal = is_causal
+        self.is_cross_attention = is_cross_attention
+        self.layer_idx = layer_idx
+        self.qkv_proj = nn.Linear(config.d_model, 3 * config.d_model)
+        self.out_proj = nn.Linear(config.d_model, config.d_model)
+
+    def _split_heads(self, states: torch.Tensor, parts: int) -> tuple[torch.Tensor, ...]:
+        """(batch, len, parts·d_model) → `parts` views of (batch, num_heads, len, head_dim)."""
+        batch, length, _ = states.shape
+        states = states.view(batch, length, parts, self.num_heads, self.head_dim)
+        return states.permute(2, 0, 3, 1, 4).unbind(0)  # parts × (batch, num_heads, len, head_dim)
+
+    def _key_value(
+        self, hidden_states: torch.Tensor, key_value_states: torch.Tensor | None, cache: Cache | None
+    ) -> tuple[torch.Tensor, ...]:
+        """Query, key and value (batch, num_heads, len, head_dim), reading and filling the cache."""
+        if not self.is_cross_attention:
+            query, key, value = self._split_heads(self.qkv_proj(hidden_states), 3)
+            if cache is not None:
+                self_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+                key, value = self_cache.update(key, value, self.layer_idx)  # grows by tgt_len each step
+            return query, key, value
+
+        weight, bias = self.qkv_proj.weight, self.qkv_proj.bias
+        (query,) = self._split_heads(F.linear(hidden_states, weight[: self.d_model], bias[: self.d_model]), 1)
+        cross_cache = cache.cross_attention_cache if isinstance(cache, EncoderDecoderCache) else None
+        if cross_cache is not None and cache.is_updated.get(self.layer_idx, False):
+            # The encoder output is fixed during decoding: its keys/values were projected once.
+            layer = cross_cache.layers[self.layer_idx]
+            return query, layer.keys, layer.values
+        kv = F.linear(key_value_states, weight[self.d_model :], bias[self.d_model :])  # (batch, src_len, 2·d_model)
+        key, value = self._split_heads(kv, 2)
+        if cross_cache is not None:
+            key, value = cross_cache.update(key, value, self.layer_idx)
+            cache.is_updated[self.layer_idx] = True
+        return query, key, value
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        key_value_states: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        is_causal: bool | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attend from `hidden_states` to itself (self-attention) or to `key_value_states`.
+
+        Args:
+            hidden_states: (batch, tgt_len, d_model) queries (and keys/values for self-attention).
+            key_value_states: (batch, src_len, d_model) encoder output, cross-attention only.
+            attention_mask: boolean, broadcastable to (batch, num_heads, tgt_len, src_len), True
+                where attending is allowed; None attends everywhere (or causally, see below).
+            cache: `EncoderDecoderCache` (or a `DynamicCache` for self-attention only).
+            is_causal: add the causal mask; defaults to the module's `is_causal`. Only honoured
+                without an explicit `attention_mask` (the decoder folds causality into it then).
+
+        Returns:
+            (output, weights): output (batch, tgt_len, d_model); weights
+            (batch, num_heads, tgt_len, src_len) under attn_implementation="eager", else None.
+        """
+        batch, tgt_len, _ = hidden_states.shape
+        query, key, value = self._key_value(hidden_states, key_value_states, cache)
+        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
+        output, weights = attention_interface(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            scaling=self.scaling,
+            dropout=self.attention_dropout if self.training else 0.0,
+            is_causal=self.is_causal if is_causal is None else is_causal,
+        )
+        output = output.reshape(batch, tgt_len, self.d_model)  # Concat(head_1, ..., head_h)
+        return self.out_proj(output), weights
+
+
+# --------------------------------------------------------------------------------------------
+# §3.3 Position-wise feed-forward network (eq. 2)
+# --------------------------------------------------------------------------------------------
+
+
+class TransformerSeq2SeqFeedForward(nn.Module):
+    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2  (Vaswani et al. 2017, eq. 2).
+
+    `fc1` is (W_1, b_1): d_model → d_ff, `fc2` is (W_2, b_2): d_ff → d_model. With
+    `activation_function="gelu"`, GELU replaces max(0, ·) (Hendrycks & Gimpel 2016; not the paper).
+    `activation_dropout` (not in the paper) drops units of the inner layer.
+    """
+
+    def __init__(self, config: TransformerSeq2SeqConfig, ffn_dim: int):
+        super().__init__()
+        self.fc1 = nn.Linear(config.d_model, ffn_dim)
+        self.fc2 = nn.Linear(ffn_dim, config.d_model)
+        self.activation = F.relu if config.activation_function == "relu" else F.gelu
+        self.activation_dropout = config.activation_dropout
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """(batch, len, d_model) → (batch, len, d_model)."""
+        hidden_states = self.activation(self.fc1(hidden_states))  # (batch, len, ffn_dim)
+        hidden_states = F.dropout(hidden_states, p=self.activation_dropout, training=self.training)
+        return self.fc2(hidden_states)
+
+
+# --------------------------------------------------------------------------------------------
+# §3.4 Embeddings and §3.5 positional encoding
+# --------------------------------------------------------------------------------------------
+
+
+def sinusoidal_position_encoding(num_positions: int, d_model: int) -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))
+    (Vaswani et al. 2017, §3.5).
+
+    Interleaved exactly as written in the paper (Marian/fairseq put all sines first, a permutation
+    of the same features). Computed in float64, returned as float32.
+
+    Returns:
+        (num_positions, d_model), row `pos` the encoding of position `pos` (0-based).
+    """
+    position = torch.arange(num_positions, dtype=torch.float64)[:, None]  # (num_positions, 1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (ceil(d_model / 2),)
+    angle = position / 10000.0 ** (two_i / d_model)  # (num_positions, ceil(d_model / 2))
+    encoding = torch.zeros(num_positions, d_model, dtype=torch.float64)
+    encoding[:, 0::2] = torch.sin(angle)
+    encoding[:, 1::2] = torch.cos(angle[:, : d_model // 2])
+    return encoding.float()
+
+
+class TransformerSeq2SeqPositionalEmbedding(nn.Module):
+    """Position vectors added to the token embeddings: the fixed sinusoids of §3.5, or a learned
+    (max_position_embeddings, d_model) table (the paper's Table 3 row E variant).
+
+    The sinusoidal table is a non-persistent buffer: it is rebuilt at initialisation, never saved.
+    """
+
+    def __init__(self, config: TransformerSeq2SeqConfig):
+        super().__init__()
+        self.learned = config.position_embedding_type == "learned"
+        self.max_positions = config.max_position_embeddings
+        self.d_model = config.d_model
+        if self.learned:
+            self.weight = nn.Parameter(torch.empty(config.max_position_embeddings, config.d_model))
+        else:
+            table = sinusoidal_position_encoding(config.max_position_embeddings, config.d_model)
+            self.register_buffer("weight", table, persistent=False)
+
+    def forward(self, seq_len: int, past_length: int = 0) -> torch.Tensor:
+        """Rows `past_length` .. `past_length + seq_len - 1`: (seq_len, d_model), a view.
+
+        Raises:
+            ValueError: the positions run past `max_position_embeddings`.
+        """
+        end = past_length + seq_len
+        if end > self.max_positions:
+            raise ValueError(
+                f"sequence of {end} tokens is longer than max_position_embeddings={self.max_positions}; "
+                f"truncate the input (or generate fewer tokens), or build the model with a larger "
+                f"max_position_embeddings"
+            )
+        return self.weight[past_length:end]
+
+
+class TransformerSeq2SeqScaledEmbedding(nn.Embedding):
+    """Token embeddings multiplied by √d_model (Vaswani et al. 2017, §3.4: "In the embedding layers,
+    we multiply those weights by √d_model"), or by 1 when `scale_embedding=False`.
+
+    A plain `nn.Embedding` underneath, so it can be shared between encoder and decoder and tied to
+    `lm_head` (which uses the unscaled weight, as in the paper).
+    """
+
+    def __init__(self, config: TransformerSeq2SeqConfig):
+        super().__init__(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """(batch, len) ids → (batch, len, d_model)."""
+        return super().forward(input_ids) * self.embed_scale
+
+
+# --------------------------------------------------------------------------------------------
+# §3.1 Encoder and decoder layers
+# --------------------------------------------------------------------------------------------
+
+
+class TransformerSeq2SeqEncoderLayer(GradientCheckpointingLayer):
+    """One encoder layer: self-attention, then the feed-forward network (§3.1), each wrapped as
+    LayerNorm(x + Dropout(Sublayer(x))) (post-norm, the paper) or, with `norm_order="pre"`,
+    x + Dropout(Sublayer(LayerNorm(x))) (a departure: Wang et al. 2019).
+    """
+
+    def __init__(self, config: TransformerSeq2SeqConfig):
+        super().__init__()
+        self.pre_norm = config.norm_order == "pre"
+        self.dropout = config.dropout
+        self.self_attn = TransformerSeq2SeqAttention(config, config.encoder_attention_heads)
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.feed_forward = TransformerSeq2SeqFeedForward(config, config.encoder_ffn_dim)
+        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def forward(
+        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """hidden_states (batch, src_len, d_model), attention_mask (batch, 1, 1, src_len) boolean →
+        (hidden_states (batch, src_len, d_model), self-attention weights or None)."""
+        # Self-attention
+        residual = hidden_states
+        if self.pre_norm:
+            hidden_states = self.self_attn_layer_norm(hidden_states)
+        hidden_states, attn_weights = self.self_attn(hidden_states, attention_mask=attention_mask)
+        hidden_states = residual + F.dropout(hidden_states, p=self.dropout, training=self.training)
+        if not self.pre_norm:
+            hidden_states = self.self_attn_layer_norm(hidden_states)
+
+        # Feed-forward
+        residual = hidden_states
+        if self.pre_norm:
+            hidden_states = self.final_layer_norm(hidden_states)
+        hidden_states = residual + F.dropout(self.feed_forward(hidden_states), p=self.dropout, training=self.training)
+        if not self.pre_norm:
+            hidden_states = self.final_layer_norm(hidden_states)
+        return hidden_states, attn_weights
+
+
+class TransformerSeq2SeqDecoderLayer(GradientCheckpointingLayer):
+    """One decoder layer: masked self-attention, cross-attention over the encoder output
+    ("encoder-decoder attention", §3.2.3), then the feed-forward network; residual wrapping as in
+    the encoder layer.
+    """
+
+    def __init__(self, config: TransformerSeq2SeqConfig, layer_idx: int):
+        super().__init__()
+        self.pre_norm = config.norm_order == "pre"
+        self.dropout = config.dropout
+        heads = config.decoder_attention_heads
+        self.self_attn = TransformerSeq2SeqAttention(config, heads, is_causal=True, layer_idx=layer_idx)
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.encoder_attn = TransformerSeq2SeqAttention(config, heads, is_cross_attention=True, layer_idx=layer_idx)
+        self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.feed_forward = TransformerSeq2SeqFeedForward(config, config.decoder_ffn_dim)
+        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        encoder_hidden_states: torch.Tensor,
+        self_attention_mask: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        is_causal: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """hidden_states (batch, tgt_len, d_model), encoder_hidden_states (batch, src_len, d_model),
+        boolean masks broadcastable to (batch, num_heads, tgt_len, tgt_len + past) and
+        (batch, num_heads, tgt_len, src_len) → (hidden_states, self-attention weights,
+        cross-attention weights); weights are None unless attn_implementation="eager"."""
+        # Masked self-attention
+        residual = hidden_states
+        if self.pre_norm:
+            hidden_states = self.self_attn_layer_norm(hidden_states)
+        hidden_states, self_weights = self.self_attn(
+            hidden_states, attention_mask=self_attention_mask, cache=cache, is_causal=is_causal
+        )
+        hidden_states = residual + F.dropout(hidden_states, p=self.dropout, training=self.training)
+        if not self.pre_norm:
+            hidden_states = self.self_attn_layer_norm(hidden_states)
+
+        # Cross-attention over the encoder output
+        residual = hidden_states
+        if self.pre_norm:
+            hidden_states = self.encoder_attn_layer_norm(hidden_states)
+        hidden_states, cross_weights = self.encoder_attn(
+            hidden_states, key_value_states=encoder_hidden_states, attention_mask=encoder_attention_mask, cache=cache
+        )
+        hidden_states = residual + F.dropout(hidden_states, p=self.dropout, training=self.training)
+        if not self.pre_norm:
+            hidden_states = self.encoder_attn_layer_norm(hidden_states)
+
+        # Feed-forward
+        residual = hidden_states
+        if self.pre_norm:
+            hidden_states = self.final_layer_norm(hidden_states)
+        hidden_states = residual + F.dropout(self.feed_forward(hidden_states), p=self.dropout, training=self.training)
+        if not self.pre_norm:
+            hidden_states = self.final_layer_norm(hidden_states)
+        return hidden_states, self_weights, cross_weights
+
+
+# --------------------------------------------------------------------------------------------
+# transformers plumbing: base class, initialisation
+# --------------------------------------------------------------------------------------------
+
+
+def _check_output_attentions(config: TransformerSeq2SeqConfig, output_attentions: bool) -> None:
+    if output_attentions and config._attn_implementation != "eager":
+        raise ValueError(
+            f"output_attentions=True needs the attention probabilities, which "
+            f"attn_implementation={config._attn_implementation!r} never materialises. Load the model with "
+            f'attn_implementation="eager" (from_pretrained(..., attn_implementation="eager")) or call '
+            f'model.set_attn_implementation("eager") first.'
+        )
+
+
+class TransformerSeq2SeqPreTrainedModel(PreTrainedModel):
+    """Weight initialisation and transformers capabilities shared by the Transformer models.
+
+    Initialisation (the paper does not state one; this follows the reference tensor2tensor/fairseq
+    setup): Xavier-uniform linear weights (each d_model × d_model block of a fused `qkv_proj`
+    separately), zero biases, token and learned position embeddings ~ N(0, init_std²) with
+    init_std = d_model^-0.5 by default (unit variance after the √d_model scaling), the padding row
+    zero, LayerNorms at (1, 0).
+    """
+
+    config_class = TransformerSeq2SeqConfig
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    # The masks are boolean (batch, 1, tgt_len, kv_len) tensors, the layout eager and SDPA take;
+    # flash/flex attention want other mask formats, so they are not claimed.
+    _supports_flash_attn = False
+    _supports_flex_attn = False
+    _no_split_modules = ["TransformerSeq2SeqEncoderLayer", "TransformerSeq2SeqDecoderLayer"]
+
+    def _init_weights(self, module: nn.Module) -> None:
+        d_model = self.config.d_model
+        std = self.config.init_std if self.config.init_std is not None else d_model**-0.5
+        if isinstance(module, TransformerSeq2SeqAttention):
+            # Xavier bound for one d_model × d_model block, applied to the fused (3·d_model, d_model).
+            bound = math.sqrt(6.0 / (2 * d_model))
+            init.uniform_(module.qkv_proj.weight, -bound, bound)
+        elif isinstance(module, nn.Linear):
+            init.xavier_uniform_(module.weight)
+        elif isinstance(module, nn.Embedding):
+            init.normal_(module.weight, mean=0.0, std=std)
+            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, TransformerSeq2SeqPositionalEmbedding):
+            if module.learned:
+                init.normal_(module.weight, mean=0.0, std=std)
+            else:
+                init.copy_(module.weight, sinusoidal_position_encoding(module.max_positions, module.d_model))
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            init.zeros_(module.bias)
+
+
+# --------------------------------------------------------------------------------------------
+# The two stacks
+# --------------------------------------------------------------------------------------------
+
+
+class TransformerSeq2SeqEncoder(nn.Module):
+    """N encoder layers over scaled token embeddings plus positions (§3.1, §3.4, §3.5); with
+    `norm_order="pre"` a final LayerNorm normalises the stack's output."""
+
+    def __init__(self, config: TransformerSeq2SeqConfig, embed_tokens: nn.Embedding):
+        super().__init__()
+        self.config = config
+        self.dropout = config.dropout
+        self.embed_tokens = embed_tokens
+        self.embed_positions = TransformerSeq2SeqPositionalEmbedding(config)
+        self.layers = nn.ModuleList(TransformerSeq2SeqEncoderLayer(config) for _ in range(config.encoder_layers))
+        pre_norm = config.norm_order == "pre"
+        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if pre_norm else None
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> BaseModelOutput | tuple:
+        """Encode a source batch.
+
+        Args:
+            input_ids: (batch, src_len) source ids.
+            attention_mask: (batch, src_len), 1 for tokens and 0 for padding; None: no padding.
+            output_attentions: also return each layer's self-attention probabilities,
+                (batch, num_heads, src_len, src_len) per layer (needs attn_implementation="eager").
+            output_hidden_states: also return the embedding output and each layer's output.
+
+        Returns:
+            `BaseModelOutput`: last_hidden_state (batch, src_len, d_model), hidden_states
+            (num_layers + 1 tensors), attentions (num_layers tensors).
+
+        Raises:
+            ValueError: the source is longer than `max_position_embeddings`, or attention weights
+                are asked for without attn_implementation="eager".
+        """
+        config = self.config
+        output_attentions = config.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        _check_output_attentions(config, output_attentions)
+
+        hidden_states = self.embed_tokens(input_ids) + self.embed_positions(input_ids.size(1))
+        hidden_states = F.dropout(hidden_states, p=self.dropout, training=self.training)
+        mask = attention_mask.bool()[:, None, None, :] if attention_mask is not None else None  # (batch, 1, 1, src_len)
+
+        all_hidden_states = () if output_hidden_states else None
+        all_attentions = () if output_attentions else None
+        for layer in self.layers:
+            if output_hidden_states:
+                all_hidden_states += (hidden_states,)
+            hidden_states, weights = layer(hidden_states, mask)
+            if output_attentions:
+                all_attentions += (weights,)
+        if self.layer_norm is not None:
+            hidden_states = self.layer_norm(hidden_states)
+        if output_hidden_states:
+            all_hidden_states += (hidden_states,)
+
+        output = BaseModelOutput(
+            last_hidden_state=hidden_states, hidden_states=all_hidden_states, attentions=all_attentions
+        )
+        return output if return_dict is not False else output.to_tuple()
+
+
+class TransformerSeq2SeqDecoder(nn.Module):
+    """N decoder layers over the shifted target (§3.1): masked self-attention, cross-attention to
+    the encoder output, feed-forward; with `norm_order="pre"` a final LayerNorm."""
+
+    def __init__(self, config: TransformerSeq2SeqConfig, embed_tokens: nn.Embedding):
+        super().__init__()
+        self.config = config
+        self.dropout = config.dropout
+        self.embed_tokens = embed_tokens
+        self.embed_positions = TransformerSeq2SeqPositionalEmbedding(config)
+        self.layers = nn.ModuleList(
+            TransformerSeq2SeqDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers)
+        )
+        pre_norm = config.norm_order == "pre"
+        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if pre_norm else None
+
+    @staticmethod
+    def _self_attention_mask(
+        attention_mask: torch.Tensor | None, tgt_len: int, past_length: int, device: torch.device
+    ) -> tuple[torch.Tensor | None, bool]:
+        """(mask, is_causal) for the decoder self-attention.
+
+        Without padding and without cached positions the mask is None and `is_causal=True`, which
+        lets SDPA use its fused causal kernels; a single new query after cached ones needs no mask
+        at all. Otherwise a boolean (batch | 1, 1, tgt_len, past_length + tgt_len) mask.
+        """
+        if attention_mask is None and (past_length == 0 or tgt_len == 1):
+            return None, past_length == 0
+        kv_len = past_length + tgt_len
+        mask = causal_mask(tgt_len, kv_len, device)[None, None]  # (1, 1, tgt_len, kv_len)
+        if attention_mask is not None:
+            mask = mask & attention_mask.bool()[:, None, None, -kv_len:]  # (batch, 1, tgt_len, kv_len)
+        return mask, False
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        encoder_hidden_states: torch.Tensor,
+        encoder_attention_mask: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        use_cache: bool = False,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> BaseModelOutputWithPastAndCrossAttentions | tuple:
+        """Decode target positions (all at once in training; the new ones with a cache).
+
+        Args:
+            input_ids: (batch, tgt_len) decoder input ids (with a cache: only the new positions).
+            encoder_hidden_states: (batch, src_len, d_model).
+            encoder_attention_mask: (batch, src_len), 1 for source tokens, 0 for padding.
+            attention_mask: (batch, past_length + tgt_len) decoder padding mask. Not needed for
+                right-padded targets: causality already hides later (padded) positions.
+            cache: `EncoderDecoderCache` holding earlier positions' self-attention keys/values and
+                the cross-attention keys/values; created when `use_cache` and None.
+            use_cache: return the (grown) cache.
+            output_attentions: also return self- and cross-attention probabilities per layer,
+                (batch, num_heads, tgt_len, past_length + tgt_len) and (batch, num_heads, tgt_len,
+                src_len).
+            output_hidden_states: also return the embedding output and each layer's output.
+
+        Returns:
+            `BaseModelOutputWithPastAndCrossAttentions` (last_hidden_state (batch, tgt_len,
+            d_model), cache, hidden_states, attentions, cross_attentions).
+
+        Raises:
+            ValueError: past_length + tgt_len exceeds `max_position_embeddings`.
+        """
+        config = self.config
+        output_attentions = config.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        _check_output_attentions(config, output_attentions)
+        if use_cache and cache is None:
+            cache = EncoderDecoderCache(DynamicCache(config=config), DynamicCache(config=config))
+        past_length = cache.get_seq_length() if cache is not None else 0
+        tgt_len = input_ids.size(1)
+
+        hidden_states = self.embed_tokens(input_ids) + self.embed_positions(tgt_len, past_length)
+        hidden_states = F.dropout(hidden_states, p=self.dropout, training=self.training)
+        self_mask, is_causal = self._self_attention_mask(attention_mask, tgt_len, past_length, input_ids.device)
+        cross_mask = encoder_attention_mask.bool()[:, None, None, :] if encoder_attention_mask is not None else None
+
+        all_hidden_states = () if output_hidden_states else None
+        all_self_attentions = () if output_attentions else None
+        all_cross_attentions = () if output_attentions else None
+        for layer in self.layers:
+            if output_hidden_states:
+                all_hidden_states += (hidden_states,)
+            hidden_states, self_weights, cross_weights = layer(
+                hidden_states,
+                encoder_hidden_states,  # positional: reentrant gradient checkpointing needs it so
+                self_mask,
+                cross_mask,
+                cache=cache,
+                is_causal=is_causal,
+            )
+            if output_attentions:
+                all_self_attentions += (self_weights,)
+                all_cross_attentions += (cross_weights,)
+        if self.layer_norm is not None:
+            hidden_states = self.layer_norm(hidden_states)
+        if output_hidden_states:
+            all_hidden_states += (hidden_states,)
+
+        output = BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=hidden_states,
+            cache=cache if use_cache else None,
+            hidden_states=all_hidden_states,
+            attentions=all_self_attentions,
+            cross_attentions=all_cross_attentions,
+        )
+        return output if return_dict is not False else output.to_tuple()
+
+
+# --------------------------------------------------------------------------------------------
+# transformers models
+# --------------------------------------------------------------------------------------------
+
+
+class TransformerSeq2SeqModel(TransformerSeq2SeqPreTrainedModel):
+    """The encoder-decoder without an output layer: returns the decoder's last hidden states.
+
+    With `share_encoder_decoder_embeddings` (§3.4, a joint vocabulary) `shared`, `encoder.embed_tokens`
+    and `decoder.embed_tokens` are one module.
+    """
+
+    def __init__(self, config: TransformerSeq2SeqConfig):
+        super().__init__(config)
+        if config.share_encoder_decoder_embeddings:
+            self.shared = TransformerSeq2SeqScaledEmbedding(config)
+            encoder_embed_tokens = decoder_embed_tokens = self.shared
+        else:
+            encoder_embed_tokens = TransformerSeq2SeqScaledEmbedding(config)
+            decoder_embed_tokens = TransformerSeq2SeqScaledEmbedding(config)
+        self.encoder = TransformerSeq2SeqEncoder(config, encoder_embed_tokens)
+        self.decoder = TransformerSeq2SeqDecoder(config, decoder_embed_tokens)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.encoder.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.encoder.embed_tokens = value
+        if self.config.share_encoder_decoder_embeddings:
+            self.shared = self.decoder.embed_tokens = value
+
+    def get_encoder(self, modality: str | None = None) -> TransformerSeq2SeqEncoder:
+        return self.encoder
+
+    def get_decoder(self) -> TransformerSeq2SeqDecoder:
+        return self.decoder
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.Tensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        cache: Cache | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> Seq2SeqModelOutput | tuple:
+        """Encode `input_ids` (unless `encoder_outputs` are given) and decode `decoder_input_ids`.
+
+        Args:
+            input_ids: (batch, src_len) source ids, `</s>`-terminated.
+            attention_mask: (batch, src_len), 1 for tokens, 0 for padding.
+            decoder_input_ids: (batch, tgt_len) decoder inputs, starting with `<s>` (id 1).
+            decoder_attention_mask: (batch, past_length + tgt_len) decoder padding mask (optional).
+            encoder_outputs: a `BaseModelOutput` or tuple whose first item is the encoder's
+                last hidden state (batch, src_len, d_model); skips the encoder.
+            cache: `EncoderDecoderCache` from an earlier call (generation).
+            use_cache: return a cache; defaults to `config.use_cache` in eval mode, False in
+                training mode (a training forward has no later step to reuse it).
+            output_attentions / output_hidden_states / return_dict: as in transformers.
+
+        Returns:
+            `Seq2SeqModelOutput`: last_hidden_state (batch, tgt_len, d_model), cache,
+            encoder_last_hidden_state (batch, src_len, d_model), and, when asked, per-layer
+            decoder_attentions / cross_attentions / encoder_attentions (batch, num_heads, q_len,
+            k_len) and hidden states.
+        """
+        config = self.config
+        if use_cache is None:
+            use_cache = config.use_cache and not self.training
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(
+                input_ids,
+                attention_mask=attention_mask,
+                output_attentions=output_attentions,
+                output_hidden_states=output_hidden_states,
+            )
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(
+                last_hidden_state=encoder_outputs[0],
+                hidden_states=encoder_outputs[1] if len(encoder_outputs) > 1 else None,
+                attentions=encoder_outputs[2] if len(encoder_outputs) > 2 else None,
+            )
+        decoder_outputs = self.decoder(
+            decoder_input_ids,
+            encoder_outputs.last_hidden_state,
+            encoder_attention_mask=attention_mask,
+            attention_mask=decoder_attention_mask,
+            cache=cache,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        output = Seq2SeqModelOutput(
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            cache=decoder_outputs.cache,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+        return output if return_dict is not False else output.to_tuple()
+
+
+class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedModel, GenerationMixin):
+    """The Transformer translation model: `TransformerSeq2SeqModel` plus the output projection
+    `lm_head` (the "learned linear transformation" before the softmax, §3.4), tied by default to
+    the decoder's token embeddings.
+
+    Generation defaults (in `generation_config`): beam search with 5 beams, at most 128 new tokens,
+    starting from `<s>` (id 1) and stopping at `</s>` (id 2).
+    """
+
+    def __init__(self, config: TransformerSeq2SeqConfig):
+        super().__init__(config)
+        self.model = TransformerSeq2SeqModel(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        tied = {}
+        if config.share_encoder_decoder_embeddings:
+            tied["model.encoder.embed_tokens.weight"] = "model.shared.weight"
+            tied["model.decoder.embed_tokens.weight"] = "model.shared.weight"
+            tied["lm_head.weight"] = "model.shared.weight"
+        else:
+            tied["lm_head.weight"] = "model.decoder.embed_tokens.weight"
+        self._tied_weights_keys = tied
+        self.post_init()
+        self.generation_config.num_beams = 5
+        self.generation_config.max_new_tokens = 128
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.get_input_embeddings()
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.model.set_input_embeddings(value)
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, value: nn.Linear) -> None:
+        self.lm_head = value
+
+    def get_encoder(self, modality: str | None = None) -> TransformerSeq2SeqEncoder:
+        return self.model.encoder
+
+    def get_decoder(self) -> TransformerSeq2SeqDecoder:
+        return self.model.decoder
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    @staticmethod
+    def _reorder_cache(cache: Cache, beam_idx: torch.Tensor) -> Cache:
+        """Beam search: keep the self-attention keys/values of the surviving beams.
+
+        The cross-attention cache is left alone: `generate` repeats each source `num_beams` times
+        and a beam only ever continues a beam of its own source, so the cross-attention rows it
+        would gather are identical copies of the ones already in place. Skipping that gather
+        saves copying (batch·num_beams, num_heads, src_len, head_dim) × 2 per layer per step.
+        """
+        if isinstance(cache, EncoderDecoderCache):
+            cache.self_attention_cache.reorder_cache(beam_idx)
+        else:
+            cache.reorder_cache(beam_idx)
+        return cache
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.Tensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        cache: Cache | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> Seq2SeqLMOutput | tuple:
+        """Next-token logits for every decoder position, and the loss when `labels` are given.
+
+        Args:
+            labels: (batch, tgt_len) target ids, -100 on padding. Without `decoder_input_ids`,
+                those are `shift_tokens_right(labels)`: `<s>` followed by the labels but the last.
+            Others: see `TransformerSeq2SeqModel.forward`.
+
+        Returns:
+            `Seq2SeqLMOutput`: loss (the mean label-smoothed cross-entropy over positions whose
+            label is not -100, §5.4), logits (batch, tgt_len, vocab_size), and the
+            `Seq2SeqModelOutput` fields.
+        """
+        if labels is not None:
+            use_cache = False
+            if decoder_input_ids is None:
+                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        outputs = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            cache=cache,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        logits = self.lm_head(outputs.last_hidden_state)  # (batch, tgt_len, vocab_size)
+
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(
+                logits.flatten(0, 1).float(),  # a no-op in float32; half-precision logits are upcast
+                labels.flatten(),
+                ignore_index=-100,
+                label_smoothing=self.config.label_smoothing,
+            )
+        output = Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            cache=outputs.cache,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+        )
+        return output if return_dict is not False else output.to_tuple()
+
+
+__all__ = [
+    "TransformerSeq2SeqForConditionalGeneration",
+    "TransformerSeq2SeqModel",
+    "TransformerSeq2SeqPreTrainedModel",
+]

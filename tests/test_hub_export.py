@@ -1,0 +1,532 @@
+"""Tests of hub/export.py and the shipped pipeline: a Hub folder that works with transformers alone.
+
+The central test per model family runs a fresh Python process in which ``attention_seq2seq``
+cannot be imported, offline, with an empty modules cache, and checks that the Auto classes and
+``pipeline("translation", trust_remote_code=True)`` reproduce the in-process model exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors import safe_open
+
+import attention_seq2seq
+
+from attention_seq2seq.hub import export as export_module
+from attention_seq2seq.hub.export import (
+    ExportError,
+    check_shipped_imports,
+    collect_shipped_code,
+    export_model,
+    flatten_source,
+    strip_png_metadata,
+)
+from attention_seq2seq.modeling.pipeline_translation import Seq2SeqTranslationPipeline
+from conftest import read_multi30k_pairs
+
+FAMILIES = ("rnn_seq2seq", "transformer_seq2seq")
+SOURCES = [
+    "Ein Mann fährt Fahrrad.",
+    "Zwei Hunde spielen im Schnee, während ein Kind zusieht.",
+    "Eine Frau liest.",
+]
+GENERATE = {"num_beams": 2, "max_new_tokens": 6}
+
+
+# ---------------------------------------------------------------------------- fixtures
+
+
+def _build_tokenizer(pairs):
+    """The package tokenizer when the data layer provides it, else an equivalent one built here."""
+    try:
+        from attention_seq2seq.data.tokenization import train_tokenizer
+    except ImportError:
+        train_tokenizer = None
+    if train_tokenizer is not None:
+        return train_tokenizer(pairs, vocab_size=400)
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.Unigram())
+    backend.pre_tokenizer = pre_tokenizers.Metaspace()
+    backend.decoder = decoders.Metaspace()
+    trainer = trainers.UnigramTrainer(
+        vocab_size=400, special_tokens=["<pad>", "<s>", "</s>", "<unk>"], unk_token="<unk>"
+    )
+    backend.train_from_iterator([text for pair in pairs for text in pair], trainer)
+    backend.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 2)])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
+
+
+@pytest.fixture(scope="module")
+def tokenizer(shared_data):
+    return _build_tokenizer(read_multi30k_pairs(300))
+
+
+def _tiny_model(family: str, vocab_size: int):
+    import attention_seq2seq as pkg
+
+    if family == "rnn_seq2seq":
+        config = pkg.RNNSeq2SeqConfig(
+            vocab_size=vocab_size,
+            embedding_size=16,
+            hidden_size=16,
+            attention="luong",
+            score="general",
+            window="local-p",
+            window_size=3,
+            dropout=0.0,
+        )
+        return pkg.RNNSeq2SeqForConditionalGeneration(config)
+    config = pkg.TransformerSeq2SeqConfig(
+        vocab_size=vocab_size,
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=2,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        dropout=0.0,
+        max_position_embeddings=64,
+    )
+    return pkg.TransformerSeq2SeqForConditionalGeneration(config)
+
+
+def _fit_a_little(model, tokenizer, steps: int = 15):
+    """A few optimizer steps on a handful of pairs, so translations depend on the source sentence."""
+    pairs = read_multi30k_pairs(16)
+    batch = tokenizer([de for de, _ in pairs], text_target=[en for _, en in pairs], padding=True, return_tensors="pt")
+    batch["labels"][batch["labels"] == tokenizer.pad_token_id] = -100
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    model.train()
+    for _ in range(steps):
+        loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.eval()
+
+
+def _png(width: int = 4, height: int = 3, text: dict[str, str] | None = None) -> bytes:
+    """A small greyscale PNG, with tEXt chunks (e.g. a creation time) when ``text`` is given."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rows = b"".join(b"\x00" + bytes((x * 40 + y * 20) % 256 for x in range(width)) for y in range(height))
+    header = chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
+    texts = [chunk(b"tEXt", f"{k}\x00{v}".encode("latin-1")) for k, v in (text or {}).items()]
+    return b"\x89PNG\r\n\x1a\n" + header + b"".join(texts) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+
+
+def _metrics(family: str) -> dict:
+    return {
+        "model_family": family,
+        "corpus": {
+            "spec": "multi30k:/data/multi30k",
+            "name": "Multi30k task 1",
+            "source_lang": "de",
+            "target_lang": "en",
+            "license": "non-commercial research",
+            "attribution": "Elliott et al. 2016",
+        },
+        "train": {"steps": 15, "epochs": 1.0, "wall_time_s": 1.5, "target_tokens_per_s": 900.0, "final_train_loss": 4.2},
+        "validation": [{"step": 15, "loss": 4.5, "perplexity": 90.0, "bleu": 0.4, "chrf": 9.1}],
+        "test": {
+            "multi30k-test2016": {
+                "split": "test",
+                "num_sentences": 1000,
+                "num_beams": 2,
+                "bleu": 1.23,
+                "chrf": 12.5,
+                "bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.5.1",
+                "chrf_signature": "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.5.1",
+            }
+        },
+    }
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def trained(request, tmp_path_factory, tokenizer):
+    """A fake training output folder (docs/DESIGN.md) of a tiny model of each family."""
+    family = request.param
+    torch.manual_seed(0)
+    model = _tiny_model(family, len(tokenizer))
+    _fit_a_little(model, tokenizer)
+    model.generation_config.num_beams = 1
+    model.generation_config.max_new_tokens = 8
+    root = tmp_path_factory.mktemp(f"train_{family}")
+    model.save_pretrained(root / "model")
+    tokenizer.save_pretrained(root / "model")
+    (root / "metrics.json").write_text(json.dumps(_metrics(family), indent=2), encoding="utf-8")
+    (root / "recipe.yaml").write_text(
+        yaml.safe_dump({"model": {"family": family, "hidden_size": 16}, "optim": {"lr": 0.01, "steps": 15}}),
+        encoding="utf-8",
+    )
+    (root / "plots").mkdir()
+    (root / "plots" / "attention_test_0.png").write_bytes(_png(text={"Creation Time": "2026-11-30T08:00:00"}))
+    return family, root, model
+
+
+@pytest.fixture(scope="module")
+def exported(trained, tmp_path_factory):
+    family, root, model = trained
+    out = tmp_path_factory.mktemp(f"export_{family}") / "hub"
+    export_model(root, out, repo_id=f"someone/tiny-{family}")
+    return family, root, model, out
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+# ---------------------------------------------------------------------------- layout
+
+
+def test_export_writes_weights_config_code_card_and_image(exported):
+    family, root, model, out = exported
+    modeling = "modeling_rnn_seq2seq" if family == "rnn_seq2seq" else "modeling_transformer_seq2seq"
+    configuration = modeling.replace("modeling_", "configuration_")
+    files = set(_files(out))
+    expected = {
+        "config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+        f"{modeling}.py", f"{configuration}.py", "pipeline_translation.py", "README.md",
+        "attention_heatmap.png", "metrics.json", "recipe.yaml",
+    }  # fmt: skip
+    assert expected <= files
+    assert not any(name.endswith(".bin") or name.endswith(".pyc") for name in files)
+
+    config = json.loads((out / "config.json").read_text())
+    class_prefix = "RNNSeq2Seq" if family == "rnn_seq2seq" else "TransformerSeq2Seq"
+    assert config["auto_map"] == {
+        "AutoConfig": f"{configuration}.{class_prefix}Config",
+        "AutoModel": f"{modeling}.{class_prefix}Model",
+        "AutoModelForSeq2SeqLM": f"{modeling}.{class_prefix}ForConditionalGeneration",
+    }
+    for task in ("translation", "text2text-generation"):
+        assert config["custom_pipelines"][task]["impl"] == "pipeline_translation.Seq2SeqTranslationPipeline"
+        assert config["custom_pipelines"][task]["pt"] == ["AutoModelForSeq2SeqLM"]
+
+    shipped = (out / f"{modeling}.py").read_text()
+    assert f"from .{configuration} import" in shipped
+    assert "from .." not in shipped
+
+    # The weights are the trained model's, bit for bit.
+    state = model.state_dict()
+    with safe_open(out / "model.safetensors", framework="pt") as weights:
+        for name in weights.keys():
+            assert torch.equal(weights.get_tensor(name), state[name]), name
+
+    # The card image lost its timestamp chunk and nothing else.
+    image = (out / "attention_heatmap.png").read_bytes()
+    assert b"tEXt" not in image and b"Creation Time" not in image
+    assert image == strip_png_metadata((root / "plots" / "attention_test_0.png").read_bytes())
+
+
+def test_export_twice_gives_identical_bytes_and_reexport_roundtrips(exported, tmp_path):
+    family, root, _, out = exported
+    again = export_model(root, tmp_path / "again", repo_id=f"someone/tiny-{family}")
+    assert _files(again) == _files(out)
+    # An export is itself a valid source: its metrics, recipe and heat-map are picked up again.
+    reexport = export_model(out, tmp_path / "reexport", repo_id=f"someone/tiny-{family}")
+    assert _files(reexport) == _files(out)
+
+
+# ---------------------------------------------------------------------------- remote code
+
+_CHILD = r"""
+import json, sys
+sys.modules["attention_seq2seq"] = None  # the package must not be needed (nor found) here
+args = json.loads(sys.argv[1])
+import torch
+torch.set_num_threads(1)
+from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
+
+try:
+    import attention_seq2seq  # noqa: F401
+    raise SystemExit("attention_seq2seq is importable in the child process")
+except ImportError:
+    pass
+
+folder = args["folder"]
+config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
+tokenizer = AutoTokenizer.from_pretrained(folder)
+model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True).eval()
+base = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
+encoded = tokenizer(args["sources"], padding=True, return_tensors="pt")
+decoder_input_ids = torch.tensor(args["decoder_input_ids"])
+with torch.no_grad():
+    logits = model(**encoded, decoder_input_ids=decoder_input_ids).logits
+    hidden = base(**encoded, decoder_input_ids=decoder_input_ids).last_hidden_state
+    generated = model.generate(**encoded, **args["generate"])
+translator = pipeline("translation", model=folder, trust_remote_code=True)
+text2text = pipeline("text2text-generation", model=folder, trust_remote_code=True)
+result = {
+    "config_module": type(config).__module__,
+    "model_module": type(model).__module__,
+    "pipeline_module": type(translator).__module__,
+    "input_ids": encoded["input_ids"].tolist(),
+    "logits": logits.tolist(),
+    "hidden": hidden.tolist(),
+    "generated": generated.tolist(),
+    "decoded": tokenizer.batch_decode(generated, skip_special_tokens=True),
+    "pipe_batched": translator(args["sources"], batch_size=2, **args["generate"]),
+    "pipe_single": translator(args["sources"][0]),
+    "pipe_attention": translator(args["sources"], batch_size=2, return_attention=True, max_new_tokens=5),
+    "text2text": text2text(args["sources"][:2], max_new_tokens=5),
+}
+model.save_pretrained(args["resave"])
+tokenizer.save_pretrained(args["resave"])
+with open(args["result"], "w", encoding="utf-8") as f:
+    json.dump(result, f)
+"""
+
+
+def _run_child(export_dir: Path, tmp_path: Path, decoder_input_ids: list) -> dict:
+    args = {
+        "folder": str(export_dir),
+        "sources": SOURCES,
+        "decoder_input_ids": decoder_input_ids,
+        "generate": GENERATE,
+        "resave": str(tmp_path / "resaved"),
+        "result": str(tmp_path / "result.json"),
+    }
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_MODULES_CACHE": str(tmp_path / "modules_cache"),
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    env.pop("PYTHONPATH", None)
+    completed = subprocess.run(
+        [sys.executable, "-c", _CHILD, json.dumps(args)],
+        cwd=tmp_path,  # not the repository root, whose folders would be importable
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    return json.loads((tmp_path / "result.json").read_text(encoding="utf-8"))
+
+
+def test_export_loads_as_remote_code_without_the_package(exported, tokenizer, tmp_path):
+    family, root, model, out = exported
+    torch.manual_seed(0)
+    decoder_input_ids = torch.randint(4, len(tokenizer), (len(SOURCES), 5))
+    decoder_input_ids[:, 0] = model.config.decoder_start_token_id
+    child = _run_child(out, tmp_path, decoder_input_ids.tolist())
+
+    # The child ran the shipped code, not the package.
+    for key in ("config_module", "model_module", "pipeline_module"):
+        assert child[key].startswith("transformers_modules"), child[key]
+
+    encoded = tokenizer(SOURCES, padding=True, return_tensors="pt")
+    assert child["input_ids"] == encoded["input_ids"].tolist()
+    base_class = getattr(attention_seq2seq, type(model).__name__.replace("ForConditionalGeneration", "Model"))
+    base = base_class.from_pretrained(out).eval()
+    with torch.no_grad():
+        logits = model(**encoded, decoder_input_ids=decoder_input_ids).logits
+        hidden = base(**encoded, decoder_input_ids=decoder_input_ids).last_hidden_state
+        generated = model.generate(**encoded, **GENERATE)
+    assert torch.equal(torch.tensor(child["logits"]), logits)
+    assert torch.equal(torch.tensor(child["hidden"]), hidden)
+    assert child["generated"] == generated.tolist()
+    decoded = tokenizer.batch_decode(generated, skip_special_tokens=True)
+    assert child["decoded"] == decoded
+    assert len(set(decoded)) > 1  # the tiny model was fitted enough to tell sentences apart
+
+    # The shipped pipeline gives what the in-process pipeline gives, in v4's output format.
+    translator = Seq2SeqTranslationPipeline(model=model, tokenizer=tokenizer, task="translation")
+    assert child["pipe_batched"] == [{"translation_text": text} for text in decoded]
+    assert child["pipe_single"] == translator(SOURCES[0])
+    assert child["pipe_single"] == [{"translation_text": translator(SOURCES[0])[0]["translation_text"]}]
+    assert child["pipe_attention"] == translator(SOURCES, batch_size=2, return_attention=True, max_new_tokens=5)
+    assert [set(r) for r in child["text2text"]] == [{"generated_text"}, {"generated_text"}]
+
+    # Re-exporting what the remote-code model saved gives the original export back.
+    reexport = export_model(
+        tmp_path / "resaved",
+        tmp_path / "reexport",
+        metrics=out / "metrics.json",
+        recipe=out / "recipe.yaml",
+        heatmap=out / "attention_heatmap.png",
+        repo_id=f"someone/tiny-{family}",
+    )
+    assert _files(reexport) == _files(out)
+
+
+# ---------------------------------------------------------------------------- pipeline
+
+
+def test_pipeline_attention_is_the_models_cross_attention(trained, tokenizer):
+    family, _, model, _ = trained
+    translator = Seq2SeqTranslationPipeline(model=model, tokenizer=tokenizer, task="translation")
+    batched = translator(SOURCES, batch_size=3, return_attention=True, max_new_tokens=5)
+    for source, record in zip(SOURCES, batched):
+        alignment = record["attention"]
+        source_ids = tokenizer(source)["input_ids"]
+        assert alignment["source_tokens"] == tokenizer.convert_ids_to_tokens(source_ids)  # padding cut off
+        weights = torch.tensor(alignment["weights"])
+        assert weights.shape == (len(alignment["target_tokens"]), len(source_ids))
+        torch.testing.assert_close(weights.sum(-1), torch.ones(len(weights)))
+
+        # The same weights from a direct teacher-forced forward on the unpadded sentence.
+        target_ids = tokenizer.convert_tokens_to_ids(alignment["target_tokens"])
+        decoder_input_ids = torch.tensor([[model.config.decoder_start_token_id, *target_ids[:-1]]])
+        with torch.no_grad():
+            outputs = model(
+                input_ids=torch.tensor([source_ids]), decoder_input_ids=decoder_input_ids, output_attentions=True
+            )
+        expected = outputs.cross_attentions[-1][0].mean(0)
+        torch.testing.assert_close(weights, expected, atol=1e-5, rtol=1e-4)
+        assert record["translation_text"] == translator(source, max_new_tokens=5)[0]["translation_text"]
+
+
+def test_pipeline_options(trained, tokenizer):
+    _, _, model, _ = trained
+    translator = Seq2SeqTranslationPipeline(model=model, tokenizer=tokenizer, task="translation", max_new_tokens=3)
+    several = translator(SOURCES[:2], num_beams=3, num_return_sequences=2)
+    assert [len(records) for records in several] == [2, 2]
+    with_ids = translator(SOURCES[0], return_tensors=True, return_text=False)
+    assert set(with_ids[0]) == {"translation_token_ids"}
+    assert len(with_ids[0]["translation_token_ids"]) <= 1 + 3  # the construction-time max_new_tokens holds
+    assert translator([]) == []
+    with pytest.raises(TypeError, match="num_beam"):
+        translator(SOURCES[0], num_beam=2)
+    with pytest.raises(TypeError, match="string"):
+        translator([1, 2])
+
+
+# ---------------------------------------------------------------------------- refusals
+
+
+def test_export_refuses_to_overwrite_and_replaces_only_when_asked(trained, tmp_path):
+    _, root, _, _ = trained
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "keep.txt").write_text("mine")
+    with pytest.raises(ExportError, match="not empty.*overwrite"):
+        export_model(root, target)
+    assert (target / "keep.txt").read_text() == "mine"
+    assert [p.name for p in tmp_path.iterdir()] == ["target"]  # no partial folder left behind
+
+    with pytest.raises(ExportError, match="overlaps"):
+        export_model(root, root / "inside", overwrite=True)
+    with pytest.raises(ExportError, match="neither a training output folder"):
+        export_model(tmp_path / "missing", tmp_path / "out")
+
+    export_model(root, target, overwrite=True)
+    assert not (target / "keep.txt").exists() and (target / "config.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["target"]
+
+
+def test_export_rejects_a_foreign_model_type(tmp_path):
+    (tmp_path / "bart").mkdir()
+    (tmp_path / "bart" / "config.json").write_text(json.dumps({"model_type": "bart"}))
+    with pytest.raises(ExportError, match="model_type 'bart'.*'rnn_seq2seq' or 'transformer_seq2seq'"):
+        export_model(tmp_path / "bart", tmp_path / "out")
+
+
+# ---------------------------------------------------------------------------- flattening
+
+
+def test_flatten_source_rewrites_package_imports_only():
+    text = (
+        "from ..configuration.configuration_x import XConfig\n"
+        "from ..configuration.configuration_y import (\n    A,\n    B,\n)\n"
+        "from .rnn_attention import Luong\n"
+        "from transformers import PreTrainedModel\n"
+    )
+    flat = flatten_source(text)
+    assert flat == (
+        "from .configuration_x import XConfig\n"
+        "from .configuration_y import (\n    A,\n    B,\n)\n"
+        "from .rnn_attention import Luong\n"
+        "from transformers import PreTrainedModel\n"
+    )
+    assert check_shipped_imports(flat, "m.py") == ["configuration_x", "configuration_y", "rnn_attention"]
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("import numpy as np", "m.py:3: 'import numpy'"),
+        ("from attention_seq2seq.data import x", "'from attention_seq2seq.data import ...'"),
+        ("from . import helpers", "'from . import ...' cannot be flattened"),
+        ("from ..training.metrics import bleu", "'from ..training.metrics import ...' cannot be flattened"),
+        ("from .layers.attention import A", "'from .layers.attention import ...' cannot be flattened"),
+        ("def f():\n    import sacrebleu", "m.py:4: 'import sacrebleu'"),
+        ("import importlib\nimportlib.import_module('attention_seq2seq.data')", "dynamic import"),
+    ],
+)
+def test_shipped_code_with_a_disallowed_import_fails_loudly(line, message):
+    text = f"import os\nimport torch\n{line}\n"
+    with pytest.raises(ExportError, match=message.replace("(", r"\(").replace(".", r"\.")):
+        check_shipped_imports(text, "m.py")
+
+
+def test_collect_shipped_code_follows_siblings_and_checks_them(tmp_path, monkeypatch):
+    modeling, configuration = tmp_path / "modeling", tmp_path / "configuration"
+    modeling.mkdir(), configuration.mkdir()
+    family = export_module.FAMILIES["rnn_seq2seq"]
+    (configuration / f"{family.config_module}.py").write_text("import json\n")
+    (modeling / f"{family.modeling_module}.py").write_text(
+        f"from ..configuration.{family.config_module} import C\nfrom .helpers import h\n"
+    )
+    (modeling / "pipeline_translation.py").write_text("import torch\n")
+    (modeling / "helpers.py").write_text("from .more_helpers import g\n")
+    (modeling / "more_helpers.py").write_text("import transformers\n")
+    monkeypatch.setattr(export_module, "_code_dirs", lambda: [modeling, configuration])
+
+    shipped = collect_shipped_code(family)
+    assert list(shipped) == sorted(
+        [f"{family.config_module}.py", f"{family.modeling_module}.py", "pipeline_translation.py", "helpers.py",
+         "more_helpers.py"]
+    )  # fmt: skip
+    assert shipped[f"{family.modeling_module}.py"].startswith(f"from .{family.config_module} import C")
+
+    (modeling / "more_helpers.py").write_text("import scipy\n")
+    with pytest.raises(ExportError, match=r"more_helpers\.py:1: 'import scipy'"):
+        collect_shipped_code(family)
+    (modeling / "helpers.py").write_text("from .missing import g\n")
+    with pytest.raises(ExportError, match=r"missing\.py \(imported by helpers\.py\)"):
+        collect_shipped_code(family)
+
+
+def test_the_package_code_ships_clean():
+    for family in export_module.FAMILIES.values():
+        shipped = collect_shipped_code(family)
+        assert "pipeline_translation.py" in shipped
+        assert all("from .." not in text for text in shipped.values())
+
+
+# ---------------------------------------------------------------------------- PNG
+
+
+def test_strip_png_metadata_keeps_pixels_and_drops_text():
+    plain = _png()
+    stamped = _png(text={"Software": "matplotlib", "Creation Time": "today"})
+    assert stamped != plain
+    assert strip_png_metadata(stamped) == plain
+    assert strip_png_metadata(plain) == plain
+    with pytest.raises(ExportError, match="not a PNG"):
+        strip_png_metadata(b"GIF89a....", "plot.gif")
+    corrupt = bytearray(plain)
+    corrupt[40] ^= 0xFF
+    with pytest.raises(ExportError, match="corrupt PNG"):
+        strip_png_metadata(bytes(corrupt), "plot.png")

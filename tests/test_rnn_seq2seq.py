@@ -1,0 +1,515 @@
+"""The RNN encoder-decoder as a transformers model (modeling/modeling_rnn_seq2seq.py): masking,
+batching, incremental decoding, beam search and its cache, loss, save/load, config validation, and
+overfitting real Multi30k pairs with every decoder variant."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.nn import functional as F
+from transformers import AutoConfig, AutoModelForSeq2SeqLM
+
+from attention_seq2seq import RNNSeq2SeqConfig, RNNSeq2SeqForConditionalGeneration
+from attention_seq2seq.modeling.modeling_rnn_seq2seq import RNNDecoderCache, shift_tokens_right
+
+from conftest import read_multi30k_pairs
+
+PAD, BOS, EOS, UNK = 0, 1, 2, 3
+VOCAB = 23
+
+# A representative grid over cell × attention × score × window × input feeding × mode (+ layers,
+# bridge, coverage). Each id names the variant.
+VARIANTS = {
+    "none-gru-last": dict(attention="none", bridge="last"),
+    "none-lstm-projection-2layers": dict(attention="none", cell_type="lstm", encoder_layers=2, decoder_layers=2),
+    "bahdanau-gru": dict(attention="bahdanau"),
+    "bahdanau-lstm-coverage": dict(attention="bahdanau", cell_type="lstm", coverage=True),
+    "bahdanau-gru-hard-zero-bridge": dict(attention="bahdanau", attention_mode="hard", bridge="zero"),
+    "luong-general-feed-gru": dict(attention="luong", score="general"),
+    "luong-dot-nofeed-lstm": dict(attention="luong", score="dot", input_feeding=False, cell_type="lstm"),
+    "luong-concat-nofeed-coverage": dict(attention="luong", score="concat", input_feeding=False, coverage=True),
+    "luong-cosine-feed-2layers": dict(attention="luong", score="cosine", encoder_layers=2, decoder_layers=2),
+    "luong-scaled_dot-nofeed-local-m": dict(
+        attention="luong", score="scaled_dot", input_feeding=False, window="local-m", window_size=1
+    ),
+    "luong-general-feed-local-p-lstm": dict(
+        attention="luong", score="general", window="local-p", window_size=2, cell_type="lstm"
+    ),
+    "luong-general-nofeed-local-p-hard": dict(
+        attention="luong", input_feeding=False, window="local-p", window_size=2, attention_mode="hard"
+    ),
+    "luong-dot-feed-local-m-hard-unidirectional": dict(
+        attention="luong", score="dot", window="local-m", window_size=2, attention_mode="hard", bidirectional=False
+    ),
+}
+
+
+def make_model(variant: str, vocab_size: int = VOCAB, hidden_size: int = 8, embedding_size: int = 6, **overrides):
+    # A wide init range makes the tiny model's attention peaked and its states distinct, so the
+    # checks below compare sharply different numbers rather than near-uniform ones.
+    kwargs = dict(VARIANTS[variant], vocab_size=vocab_size, hidden_size=hidden_size, embedding_size=embedding_size, init_range=1.0)
+    kwargs.update(overrides)
+    torch.manual_seed(0)
+    return RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqConfig(**kwargs)).eval()
+
+
+def source_batch():
+    """Three right-padded sources of lengths 5, 2 and 4, each ending in </s>."""
+    rows = [[5, 6, 7, 8, EOS], [9, EOS], [10, 11, 12, EOS]]
+    return _pad(rows)
+
+
+def _pad(rows, value=PAD):
+    width = max(map(len, rows))
+    ids = torch.tensor([row + [value] * (width - len(row)) for row in rows])
+    mask = torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in rows])
+    return ids, mask
+
+
+def target_batch():
+    rows = [[BOS, 13, 14, 15, 16, 17], [BOS, 18, 19], [BOS, 20, 21, 22]]
+    return _pad(rows)
+
+
+ALL = list(VARIANTS)
+ATTENDING = [v for v in VARIANTS if VARIANTS[v]["attention"] != "none"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Masking and batching
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", ATTENDING)
+def test_cross_attention_is_zero_on_padding_and_sums_to_one(variant):
+    model = make_model(variant)
+    input_ids, attention_mask = source_batch()
+    decoder_input_ids, _ = target_batch()
+    out = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids, output_attentions=True)
+    (weights,) = out.cross_attentions
+    assert weights.shape == (3, 1, decoder_input_ids.size(1), input_ids.size(1))
+    padding = ~attention_mask.bool()[:, None, None, :].expand_as(weights)
+    assert (weights[padding] == 0).all()
+    totals = weights.sum(-1)
+    if model.config.window == "local-p":
+        # eq. 10 scales the softmax by a Gaussian ≤ 1: the mass is positive and at most one.
+        assert (totals > 0).all() and (totals <= 1 + 1e-6).all()
+    else:
+        torch.testing.assert_close(totals, torch.ones_like(totals))
+    if model.config.attention_mode == "hard":
+        assert ((weights == 0) | (weights == 1)).all()
+
+
+@pytest.mark.parametrize("variant", ALL)
+def test_batch_gives_the_same_logits_as_each_sentence_alone(variant):
+    model = make_model(variant)
+    input_ids, attention_mask = source_batch()
+    decoder_input_ids, decoder_mask = target_batch()
+    batched = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids, output_attentions=True)
+    for b in range(3):
+        src_len, tgt_len = int(attention_mask[b].sum()), int(decoder_mask[b].sum())
+        alone = model(
+            input_ids=input_ids[b : b + 1, :src_len],
+            decoder_input_ids=decoder_input_ids[b : b + 1, :tgt_len],
+            output_attentions=True,
+        )
+        torch.testing.assert_close(batched.logits[b, :tgt_len], alone.logits[0], atol=1e-5, rtol=1e-5)
+        if alone.cross_attentions is not None:
+            torch.testing.assert_close(
+                batched.cross_attentions[0][b, :, :tgt_len, :src_len], alone.cross_attentions[0][0], atol=1e-6, rtol=1e-5
+            )
+
+
+def test_padding_never_enters_the_encoder_state():
+    model = make_model("none-gru-last")
+    input_ids, attention_mask = source_batch()
+    encoder = model.get_encoder()
+    batched = encoder(input_ids, attention_mask)
+    alone = encoder(input_ids[1:2, :2])
+    torch.testing.assert_close(batched.final_hidden_state[1], alone.final_hidden_state[0])
+    assert (batched.last_hidden_state[1, 2:] == 0).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# Incremental decoding and generation
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", ALL)
+def test_incremental_decoding_with_cache_equals_teacher_forcing(variant):
+    model = make_model(variant)
+    input_ids, attention_mask = source_batch()
+    decoder_input_ids, _ = target_batch()
+    full = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+    encoder_outputs = model.get_encoder()(input_ids, attention_mask)
+
+    # One token at a time.
+    cache, steps = None, []
+    for t in range(decoder_input_ids.size(1)):
+        out = model(
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids[:, t : t + 1],
+            encoder_outputs=encoder_outputs,
+            cache=cache,
+            use_cache=True,
+        )
+        cache = out.cache
+        steps.append(out.logits)
+    assert isinstance(cache, RNNDecoderCache) and cache.get_seq_length() == decoder_input_ids.size(1)
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+
+    # Uneven chunks (3 tokens, then the rest) continue from the cache as well.
+    first = model(attention_mask=attention_mask, decoder_input_ids=decoder_input_ids[:, :3], encoder_outputs=encoder_outputs, use_cache=True)
+    rest = model(attention_mask=attention_mask, decoder_input_ids=decoder_input_ids[:, 3:], encoder_outputs=encoder_outputs, cache=first.cache)
+    torch.testing.assert_close(torch.cat([first.logits, rest.logits], 1), full, atol=1e-5, rtol=1e-5)
+
+
+def _greedy_by_hand(model, input_ids, attention_mask, max_new_tokens):
+    """Greedy decoding with full teacher-forced forwards (no cache), stopping rows at </s>."""
+    sequences = torch.full((input_ids.size(0), 1), BOS)
+    finished = torch.zeros(input_ids.size(0), dtype=torch.bool)
+    for _ in range(max_new_tokens):
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=sequences).logits[:, -1]
+        next_tokens = logits.argmax(-1).masked_fill(finished, PAD)
+        sequences = torch.cat([sequences, next_tokens[:, None]], 1)
+        finished |= next_tokens == EOS
+        if finished.all():
+            break
+    return sequences
+
+
+@pytest.mark.parametrize("variant", ALL)
+def test_generate_num_beams_1_equals_greedy_by_hand(variant):
+    model = make_model(variant)
+    input_ids, attention_mask = source_batch()
+    generated = model.generate(input_ids=input_ids, attention_mask=attention_mask, num_beams=1, do_sample=False, max_new_tokens=7)
+    expected = _greedy_by_hand(model, input_ids, attention_mask, 7)
+    assert torch.equal(generated, expected[:, : generated.size(1)])
+    assert generated.size(1) == expected.size(1)
+
+
+@pytest.mark.parametrize("variant", ALL)
+def test_beam_search_with_and_without_cache_agree(variant):
+    model = make_model(variant)
+    input_ids, attention_mask = source_batch()
+    kwargs = dict(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        num_beams=4,
+        num_return_sequences=2,
+        length_penalty=0.6,
+        max_new_tokens=8,
+        return_dict_in_generate=True,
+        output_scores=True,
+    )
+    cached = model.generate(**kwargs, use_cache=True)
+    uncached = model.generate(**kwargs, use_cache=False)
+    assert torch.equal(cached.sequences, uncached.sequences)
+    torch.testing.assert_close(cached.sequences_scores, uncached.sequences_scores, atol=1e-5, rtol=1e-5)
+    assert cached.sequences.size(0) == 6
+
+
+@pytest.mark.parametrize(
+    "variant", ["bahdanau-lstm-coverage", "luong-general-feed-local-p-lstm", "luong-concat-nofeed-coverage", "none-gru-last"]
+)
+def test_reorder_cache_selects_every_tensor_row(variant):
+    model = make_model(variant)
+    input_ids, attention_mask = source_batch()
+    decoder_input_ids, _ = target_batch()
+    cache = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids, use_cache=True).cache
+    config = model.config
+    expected_fields = {"hidden"}
+    expected_fields |= {"cell"} if config.cell_type == "lstm" else set()
+    expected_fields |= {"keys"} if config.attention != "none" else set()
+    expected_fields |= {"attentional_state"} if config.input_feeding else set()
+    expected_fields |= {"coverage"} if config.coverage else set()
+    before = {name: tensor.clone() for name, tensor in cache.tensors().items()}
+    assert set(before) == expected_fields
+    for name, tensor in before.items():  # rows differ, so a wrong index cannot go unnoticed
+        dim = RNNDecoderCache._BATCH_DIM[name]
+        rows = [tensor.select(dim, b) for b in range(3)]
+        assert not torch.equal(rows[0], rows[1]) and not torch.equal(rows[1], rows[2]), name
+
+    beam_idx = torch.tensor([2, 0, 0])
+    cache.reorder_cache(beam_idx)
+    for name, old in before.items():
+        new = getattr(cache, name)
+        dim = RNNDecoderCache._BATCH_DIM[name]
+        assert new.shape == old.shape
+        for new_row, old_row in enumerate(beam_idx.tolist()):
+            assert torch.equal(new.select(dim, new_row), old.select(dim, old_row)), (name, new_row)
+
+
+@pytest.mark.parametrize("variant", ["bahdanau-gru", "luong-general-feed-gru", "luong-dot-nofeed-lstm"])
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_generate_returns_cross_attentions_in_the_documented_layout(variant, num_beams):
+    model = make_model(variant)
+    input_ids, attention_mask = source_batch()
+    out = model.generate(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        num_beams=num_beams,
+        max_new_tokens=4,
+        min_new_tokens=4,
+        return_dict_in_generate=True,
+        output_attentions=True,
+    )
+    rows = 3 * num_beams
+    assert len(out.cross_attentions) == out.sequences.size(1) - 1  # one entry per generated token
+    for step in out.cross_attentions:
+        assert isinstance(step, tuple) and len(step) == 1
+        (weights,) = step
+        assert weights.shape == (rows, 1, 1, input_ids.size(1))
+        mask = attention_mask.repeat_interleave(num_beams, 0).bool()
+        assert (weights[:, 0, 0][~mask] == 0).all()
+        torch.testing.assert_close(weights.sum(-1), torch.ones(rows, 1, 1))
+    if num_beams == 1:
+        # The attention recorded during generation equals a teacher-forced pass over the output.
+        forced = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=out.sequences[:, :-1], output_attentions=True)
+        stacked = torch.cat([step[0] for step in out.cross_attentions], dim=2)
+        torch.testing.assert_close(stacked, forced.cross_attentions[0], atol=1e-6, rtol=1e-5)
+
+
+def test_generation_defaults_live_in_generation_config():
+    model = make_model("bahdanau-gru")
+    gen = model.generation_config
+    assert (gen.num_beams, gen.max_new_tokens) == (5, 128)
+    assert (gen.decoder_start_token_id, gen.eos_token_id, gen.pad_token_id) == (BOS, EOS, PAD)
+    input_ids, attention_mask = source_batch()
+    out = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=3)
+    assert (out[:, 0] == BOS).all()
+
+
+def test_sampling_is_reproducible_with_a_seed():
+    model = make_model("luong-general-feed-gru")
+    input_ids, attention_mask = source_batch()
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(123)
+        runs.append(model.generate(input_ids=input_ids, attention_mask=attention_mask, do_sample=True, num_beams=1, top_k=5, max_new_tokens=6))
+    assert torch.equal(runs[0], runs[1])
+
+
+# ---------------------------------------------------------------------------------------------
+# Loss
+# ---------------------------------------------------------------------------------------------
+
+
+def _labels():
+    ids, mask = target_batch()
+    labels = torch.cat([ids[:, 1:], torch.zeros(3, 1, dtype=torch.long)], 1)
+    lengths = mask.sum(1)
+    for b in range(3):
+        labels[b, lengths[b] - 1] = EOS
+        labels[b, lengths[b] :] = -100
+    return labels
+
+
+def test_labels_are_shifted_right_into_decoder_input_ids():
+    labels = torch.tensor([[7, 8, EOS], [9, EOS, -100]])
+    assert shift_tokens_right(labels, PAD, BOS).tolist() == [[BOS, 7, 8], [BOS, 9, EOS]]
+
+
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
+def test_loss_is_mean_smoothed_cross_entropy_over_non_ignored_labels(label_smoothing):
+    model = make_model("luong-general-feed-gru", label_smoothing=label_smoothing)
+    input_ids, attention_mask = source_batch()
+    labels = _labels()
+    out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    explicit = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=shift_tokens_right(labels, PAD, BOS))
+    torch.testing.assert_close(out.logits, explicit.logits)
+    # Hand: mean over the real tokens of -(1-ε) log p(y) - ε/V Σ_v log p(v).
+    log_probs = out.logits.log_softmax(-1)
+    terms = []
+    for b in range(3):
+        for t in range(labels.size(1)):
+            if labels[b, t] != -100:
+                nll = -log_probs[b, t, labels[b, t]]
+                terms.append((1 - label_smoothing) * nll - label_smoothing / VOCAB * log_probs[b, t].sum())
+    torch.testing.assert_close(out.loss, torch.stack(terms).mean())
+
+
+@pytest.mark.parametrize("variant", ["bahdanau-lstm-coverage", "luong-concat-nofeed-coverage"])
+def test_coverage_loss_adds_lambda_times_mean_overlap_with_past_attention(variant):
+    model = make_model(variant, coverage_loss_weight=0.7)
+    input_ids, attention_mask = source_batch()
+    labels = _labels()
+    out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, output_attentions=True)
+    weights = out.cross_attentions[0][:, 0]  # (batch, tgt_len, src_len)
+    penalties = []
+    for b in range(3):
+        coverage = torch.zeros(weights.size(-1))
+        for t in range(labels.size(1)):
+            # See et al. (2017), eq. 12: Σ_i min(a_i^t, c_i^t), c^t = Σ_{t'<t} a^{t'}
+            if labels[b, t] != -100:
+                penalties.append(torch.minimum(weights[b, t], coverage).sum())
+            coverage = coverage + weights[b, t]
+    cross_entropy = F.cross_entropy(out.logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+    torch.testing.assert_close(out.loss, cross_entropy + 0.7 * torch.stack(penalties).mean())
+    # The coverage term is not zero here, so the check above is not vacuous.
+    assert torch.stack(penalties).mean() > 1e-3
+
+
+def test_coverage_enters_the_score():
+    model = make_model("bahdanau-lstm-coverage")
+    input_ids, attention_mask = source_batch()
+    decoder_input_ids, _ = target_batch()
+    with_coverage = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids, output_attentions=True)
+    with torch.no_grad():
+        model.model.decoder.attention.coverage_proj.weight.zero_()
+    without = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids, output_attentions=True)
+    # Step 0 has zero coverage either way; later steps must differ.
+    torch.testing.assert_close(with_coverage.cross_attentions[0][:, :, 0], without.cross_attentions[0][:, :, 0])
+    assert not torch.allclose(with_coverage.cross_attentions[0][:, :, 1:], without.cross_attentions[0][:, :, 1:])
+
+
+# ---------------------------------------------------------------------------------------------
+# Save / load, tying, Auto classes
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("variant", "tie", "share"),
+    [("luong-general-feed-gru", True, True), ("bahdanau-lstm-coverage", True, False), ("luong-dot-nofeed-lstm", False, False)],
+)
+def test_save_and_load_give_identical_logits_and_keep_tying(tmp_path, variant, tie, share):
+    # Tying needs the output vector to be embedding_size wide (Luong: hidden_size).
+    model = make_model(variant, embedding_size=8, tie_word_embeddings=tie, share_embeddings=share)
+    encoder_embed = model.model.encoder.embed_tokens.weight
+    decoder_embed = model.model.decoder.embed_tokens.weight
+    assert (model.lm_head.weight is decoder_embed) == tie
+    assert (decoder_embed is encoder_embed) == share
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
+    assert type(loaded) is RNNSeq2SeqForConditionalGeneration
+    assert (loaded.lm_head.weight is loaded.model.decoder.embed_tokens.weight) == tie
+    assert (loaded.model.decoder.embed_tokens.weight is loaded.model.encoder.embed_tokens.weight) == share
+    input_ids, attention_mask = source_batch()
+    decoder_input_ids, _ = target_batch()
+    kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
+    assert torch.equal(model(**kwargs).logits, loaded(**kwargs).logits)
+    for (name, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items()):
+        assert torch.equal(a, b), name
+    assert loaded.generation_config.num_beams == 5
+    if tie:  # tied weights stay tied while training
+        loaded.lm_head.weight.data[4] += 1.0
+        assert torch.equal(loaded.model.decoder.embed_tokens.weight[4], loaded.lm_head.weight[4])
+
+
+def test_auto_classes_are_registered():
+    config = AutoConfig.for_model("rnn_seq2seq", vocab_size=VOCAB, hidden_size=8, embedding_size=6)
+    assert isinstance(config, RNNSeq2SeqConfig)
+    model = AutoModelForSeq2SeqLM.from_config(config)
+    assert isinstance(model, RNNSeq2SeqForConditionalGeneration)
+
+
+def test_padding_embedding_starts_at_zero_and_init_is_uniform():
+    model = make_model("bahdanau-gru", init_range=0.05)
+    assert (model.model.encoder.embed_tokens.weight[PAD] == 0).all()
+    for name, param in model.named_parameters():
+        assert param.abs().max() <= 0.05, name
+
+
+# ---------------------------------------------------------------------------------------------
+# Configuration validation
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(cell_type="rnn"), "cell_type must be one of 'gru', 'lstm'"),
+        (dict(attention="vaswani"), "attention must be one of 'none', 'bahdanau', 'luong'"),
+        (dict(score="dott"), "score must be one of 'dot', 'general', 'concat', 'cosine', 'scaled_dot'"),
+        (dict(window="local"), "window must be one of 'global', 'local-m', 'local-p'"),
+        (dict(attention_mode="sparse"), "attention_mode must be one of 'soft', 'hard'"),
+        (dict(bridge="mean"), "bridge must be one of 'zero', 'last', 'projection'"),
+        (dict(attention="none", window="local-m"), "window has no meaning with attention='none'"),
+        (dict(attention="none", score="dot"), "score has no meaning with attention='none'"),
+        (dict(attention="none", coverage=True), "coverage has no meaning with attention='none'"),
+        (dict(attention="none", bridge="zero"), "never sees the source"),
+        (dict(attention="bahdanau", input_feeding=True), "input_feeding is Luong's"),
+        (dict(attention="bahdanau", score="general"), "always uses its additive score"),
+        (dict(attention="bahdanau", window="local-p"), "needs attention='luong'"),
+        (dict(window="global", window_size=5), "window_size (D) applies to window='local-m' or 'local-p' only"),
+        (dict(window="local-p", window_size=0), "window_size (D) must be a positive integer"),
+        (dict(score="dot", coverage=True), "coverage enters an additive score"),
+        (dict(coverage_loss_weight=0.5), "coverage_loss_weight needs coverage=True"),
+        (dict(bridge="last", encoder_layers=2), "needs encoder_layers == decoder_layers"),
+        (dict(bridge="last", bidirectional=True, encoder_hidden_size=8), "make them equal or use bridge='projection'"),
+        (dict(score="dot", encoder_hidden_size=8), "use 'general' or 'concat'"),
+        (dict(tie_word_embeddings=True, embedding_size=6), "tie_word_embeddings needs"),
+        (dict(hidden_size=7), "hidden_size must be even"),
+        (dict(dropout=1.0), "dropout must lie in [0, 1)"),
+        (dict(atention="luong"), "did you mean 'attention'"),
+    ],
+)
+def test_invalid_configs_raise_and_name_the_valid_values(kwargs, message):
+    base = dict(vocab_size=VOCAB, hidden_size=8, embedding_size=8)
+    base.update(kwargs)
+    with pytest.raises(ValueError) as error:
+        RNNSeq2SeqConfig(**base)
+    assert message in str(error.value)
+
+
+def test_config_round_trips_resolved_defaults(tmp_path):
+    config = RNNSeq2SeqConfig(vocab_size=VOCAB, hidden_size=8, embedding_size=8, window="local-p")
+    assert (config.score, config.window_size, config.input_feeding, config.attention_mode) == ("general", 10, True, "soft")
+    config.save_pretrained(tmp_path)
+    assert RNNSeq2SeqConfig.from_pretrained(tmp_path).to_dict() == config.to_dict()
+
+
+# ---------------------------------------------------------------------------------------------
+# Every decoder variant overfits 20 real sentence pairs
+# ---------------------------------------------------------------------------------------------
+
+OVERFIT_VARIANTS = {
+    "none": dict(attention="none", bridge="projection"),
+    "bahdanau": dict(attention="bahdanau"),
+    "bahdanau-coverage": dict(attention="bahdanau", coverage=True, coverage_loss_weight=0.1),
+    "luong-general-feed": dict(attention="luong", score="general"),
+    "luong-dot-nofeed": dict(attention="luong", score="dot", input_feeding=False),
+    "luong-concat-nofeed": dict(attention="luong", score="concat", input_feeding=False),
+    "luong-cosine-nofeed": dict(attention="luong", score="cosine", input_feeding=False),
+    "luong-scaled_dot-nofeed": dict(attention="luong", score="scaled_dot", input_feeding=False),
+    "luong-local-m": dict(attention="luong", window="local-m", window_size=3, input_feeding=False),
+    "luong-local-p": dict(attention="luong", window="local-p", window_size=3, input_feeding=False),
+    "luong-hard": dict(attention="luong", attention_mode="hard", input_feeding=False),
+    "luong-lstm-feed": dict(attention="luong", cell_type="lstm"),
+}
+
+
+def _word_level_batch(pairs):
+    """Word vocabulary built from the pairs themselves: ids 0-3 are <pad>, <s>, </s>, <unk>."""
+    vocab = {"<pad>": PAD, "<s>": BOS, "</s>": EOS, "<unk>": UNK}
+    for source, target in pairs:
+        for word in source.split() + target.split():
+            vocab.setdefault(word, len(vocab))
+    sources = [[vocab[w] for w in s.split()] + [EOS] for s, _ in pairs]
+    targets = [[vocab[w] for w in t.split()] + [EOS] for _, t in pairs]
+    input_ids, attention_mask = _pad(sources)
+    labels, _ = _pad(targets, value=-100)
+    return len(vocab), input_ids, attention_mask, labels
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", list(OVERFIT_VARIANTS))
+def test_every_decoder_variant_overfits_20_multi30k_pairs(shared_data, variant):
+    vocab_size, input_ids, attention_mask, labels = _word_level_batch(read_multi30k_pairs(20))
+    config = RNNSeq2SeqConfig(
+        vocab_size=vocab_size, embedding_size=32, hidden_size=64, dropout=0.0, **OVERFIT_VARIANTS[variant]
+    )
+    torch.manual_seed(0)
+    model = RNNSeq2SeqForConditionalGeneration(config).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    first = None
+    for step in range(400):
+        loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+        first = loss.item() if first is None else first
+        if loss.item() < 0.1:
+            break
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+    assert loss.item() < 0.1, f"{variant}: loss {first:.2f} -> {loss.item():.3f} after {step + 1} steps"

@@ -1,0 +1,184 @@
+"""Unit tests of the training helpers: schedules, metrics, checkpoint averaging, heat-maps."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import sacrebleu
+import torch
+from safetensors.torch import save_file
+
+from attention_seq2seq.training.averaging import average_checkpoints, average_state_dicts, load_averaged_weights
+from attention_seq2seq.training.metrics import corpus_scores
+from attention_seq2seq.training.plotting import plot_cross_attentions
+from attention_seq2seq.training.schedules import PlateauDecay, build_scheduler
+
+
+# ----------------------------------------------------------------------------------- schedules
+def _lrs(name, steps, peak=1.0, **kwargs):
+    """Learning rate in effect for each of ``steps`` optimizer updates."""
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=peak)
+    sched = build_scheduler(opt, name, **kwargs)
+    lrs = []
+    for _ in range(steps):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    return lrs
+
+
+def test_inverse_sqrt_matches_vaswani_formula():
+    # The paper's lrate = d_model^-0.5 * min(n^-0.5, n * warmup^-1.5), n = 1-based update number,
+    # equals our curve with peak lr = d_model^-0.5 * warmup^-0.5.
+    d_model, warmup = 512, 40
+    peak = d_model**-0.5 * warmup**-0.5
+    got = _lrs("inverse_sqrt", 200, peak=peak, warmup_steps=warmup)
+    for n, lr in enumerate(got, start=1):
+        expected = d_model**-0.5 * min(n**-0.5, n * warmup**-1.5)
+        assert lr == pytest.approx(expected, rel=1e-12), n
+    assert max(got) == pytest.approx(peak) and got.index(max(got)) == warmup - 1
+
+
+def test_linear_schedule_hand_computed():
+    got = _lrs("linear", 12, peak=2.0, warmup_steps=2, total_steps=10)
+    # warm-up 1/2, 2/2 of the peak; then (10 - step) / 8 of the peak; zero from step 10 on.
+    assert got == pytest.approx([1.0, 2.0, 2.0, 1.75, 1.5, 1.25, 1.0, 0.75, 0.5, 0.25, 0.0, 0.0])
+
+
+def test_constant_schedule_and_no_warmup():
+    assert _lrs("constant", 4, peak=3.0, warmup_steps=3) == pytest.approx([1.0, 2.0, 3.0, 3.0])
+    assert _lrs("constant", 2, peak=3.0, warmup_steps=0) == pytest.approx([3.0, 3.0])
+
+
+def test_plateau_decays_after_patience_and_checkpoints_its_state():
+    decay = PlateauDecay(factor=0.5, patience=2, higher_is_better=True)
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = build_scheduler(opt, "plateau", warmup_steps=0, plateau=decay)
+    history = []
+    for bleu in [10.0, 12.0, 11.0, 11.5, 13.0, 12.0, 12.0]:  # decays after the 4th and 7th value
+        history.append(decay.observe(bleu))
+        opt.step()
+        sched.step()
+        history.append(opt.param_groups[0]["lr"])
+    assert history[1::2] == [1.0, 1.0, 1.0, 0.5, 0.5, 0.5, 0.25]
+    assert history[0::2] == [False, False, False, True, False, False, True]
+    restored = PlateauDecay(factor=0.5, patience=2)
+    restored.load_state_dict(decay.state_dict())
+    assert restored.multiplier == 0.25 and restored.best == 13.0
+
+
+def test_plateau_lower_is_better_for_loss():
+    decay = PlateauDecay(factor=0.1, patience=1, higher_is_better=False)
+    assert [decay.observe(v) for v in [3.0, 2.0, 2.5]] == [False, False, True]
+    assert decay.multiplier == pytest.approx(0.1)
+
+
+def test_unknown_schedule_names_the_valid_ones():
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    with pytest.raises(ValueError, match="inverse_sqrt.*linear.*got 'cosine'"):
+        build_scheduler(opt, "cosine", warmup_steps=0)
+    with pytest.raises(ValueError, match="max_steps"):
+        build_scheduler(opt, "linear", warmup_steps=0, total_steps=None)
+
+
+# ------------------------------------------------------------------------------------- metrics
+HYPS = ["The cat sat on the mat .", "A dog runs in the park", "Two men are playing football."]
+REFS = ["The cat sat on the mat.", "A dog is running in a park.", "Two men play soccer."]
+
+
+def test_scores_equal_sacrebleu_called_directly():
+    scores = corpus_scores(HYPS, REFS, target_lang="en")
+    assert scores["bleu"] == pytest.approx(sacrebleu.corpus_bleu(HYPS, [REFS]).score, abs=1e-9)
+    assert scores["chrf"] == pytest.approx(sacrebleu.corpus_chrf(HYPS, [REFS]).score, abs=1e-9)
+    assert 0.0 < scores["bleu"] < 100.0
+    assert "tok:13a" in scores["bleu_signature"] and f"version:{sacrebleu.__version__}" in scores["bleu_signature"]
+    assert "nc:6" in scores["chrf_signature"]
+
+
+def test_identical_output_scores_100_and_chinese_uses_zh_tokenizer():
+    assert corpus_scores(REFS, REFS)["bleu"] == pytest.approx(100.0)
+    zh_h, zh_r = ["我喜欢猫。"], ["我喜欢狗。"]
+    scores = corpus_scores(zh_h, zh_r, target_lang="zh")
+    assert "tok:zh" in scores["bleu_signature"]
+    assert scores["bleu"] == pytest.approx(sacrebleu.corpus_bleu(zh_h, [zh_r], tokenize="zh").score)
+
+
+def test_scores_reject_mismatched_lengths():
+    with pytest.raises(ValueError, match="2 hypotheses for 3 references"):
+        corpus_scores(HYPS[:2], REFS)
+
+
+# ----------------------------------------------------------------------------------- averaging
+def _write(folder, state):
+    folder.mkdir(parents=True)
+    save_file(state, str(folder / "model.safetensors"))
+    return folder
+
+
+def test_average_of_identical_checkpoints_is_the_same_weights(tmp_path):
+    state = {"w": torch.randn(4, 3), "b": torch.randn(3), "count": torch.tensor([7])}
+    a = _write(tmp_path / "a", state)
+    b = _write(tmp_path / "b", state)
+    avg = average_checkpoints([a, b])
+    for k in state:
+        assert torch.equal(avg[k], state[k]), k
+
+
+def test_average_of_two_checkpoints_is_their_mean(tmp_path):
+    s1 = {"w": torch.randn(4, 3), "h": torch.randn(5, dtype=torch.float64)}
+    s2 = {"w": torch.randn(4, 3), "h": torch.randn(5, dtype=torch.float64)}
+    avg = average_checkpoints([_write(tmp_path / "1", s1), _write(tmp_path / "2", s2)])
+    torch.testing.assert_close(avg["w"], (s1["w"] + s2["w"]) / 2)
+    torch.testing.assert_close(avg["h"], (s1["h"] + s2["h"]) / 2, rtol=0, atol=1e-15)
+    assert avg["h"].dtype == torch.float64
+
+
+def test_average_rejects_different_parameters():
+    with pytest.raises(ValueError, match="different parameters"):
+        average_state_dicts([{"a": torch.zeros(1)}, {"b": torch.zeros(1)}])
+    with pytest.raises(ValueError, match="different shapes"):
+        average_state_dicts([{"a": torch.zeros(1)}, {"a": torch.zeros(2)}])
+
+
+class _Tied(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(5, 3)
+        self.head = torch.nn.Linear(3, 5, bias=False)
+        self.tie_weights()
+
+    def tie_weights(self):
+        self.head.weight = self.embed.weight
+
+
+def test_loading_averaged_weights_keeps_tying_and_rejects_missing():
+    model = _Tied()
+    new = torch.randn(5, 3)
+    load_averaged_weights(model, {"embed.weight": new})  # head.weight tied, so not stored
+    assert torch.equal(model.head.weight, new) and model.head.weight is model.embed.weight
+    untied = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
+    with pytest.raises(RuntimeError, match="lack parameters"):
+        load_averaged_weights(untied, {"0.weight": torch.zeros(2, 2), "0.bias": torch.zeros(2)})
+
+
+# ------------------------------------------------------------------------------------ plotting
+def test_rnn_alignment_writes_one_figure(tmp_path):
+    weights = np.random.default_rng(0).dirichlet(np.ones(4), size=3)[None]  # (1 head, 3 tgt, 4 src)
+    files = plot_cross_attentions([weights], ["a", "b", "c", "</s>"], ["x", "y", "</s>"], tmp_path, "attention_val_0")
+    assert files == [tmp_path / "attention_val_0.png"]
+    assert files[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_transformer_attention_writes_average_and_per_head_figures(tmp_path):
+    rng = np.random.default_rng(0)
+    layers = [rng.dirichlet(np.ones(5), size=(4, 2)) for _ in range(3)]  # 3 layers of (4 heads, 2, 5)
+    files = plot_cross_attentions(layers, list("abcde"), ["p", "q"], tmp_path, "attn")
+    assert [f.name for f in files] == ["attn.png", "attn_layer1_heads.png", "attn_layer2_heads.png", "attn_layer3_heads.png"]
+    assert all(f.stat().st_size > 1000 for f in files)
+
+
+def test_plot_rejects_weights_that_do_not_match_tokens(tmp_path):
+    with pytest.raises(ValueError, match="3 target x 2 source"):
+        plot_cross_attentions([np.ones((1, 3, 4))], ["a", "b"], ["x", "y", "z"], tmp_path, "bad")

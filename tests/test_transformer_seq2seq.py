@@ -1,0 +1,566 @@
+"""Behaviour of the Transformer encoder-decoder (modeling/modeling_transformer_seq2seq.py).
+
+Tiny seeded configs, parametrized over both norm orders and both position types where the
+behaviour could depend on them. Numbers are compared with float64 hand computations, incremental
+decoding with teacher forcing, batches with single sentences, and so on.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attention_seq2seq import (
+    TransformerSeq2SeqConfig,
+    TransformerSeq2SeqForConditionalGeneration,
+    TransformerSeq2SeqModel,
+)
+from attention_seq2seq.modeling.modeling_transformer_seq2seq import (
+    TransformerSeq2SeqAttention,
+    scaled_dot_product_attention,
+    shift_tokens_right,
+    sinusoidal_position_encoding,
+)
+from conftest import read_multi30k_pairs
+
+PAD, BOS, EOS, UNK = 0, 1, 2, 3
+VARIANTS = [
+    pytest.param(norm, pos, id=f"{norm}-norm-{pos}")
+    for norm in ("post", "pre")
+    for pos in ("sinusoidal", "learned")
+]
+
+
+def tiny_config(**overrides) -> TransformerSeq2SeqConfig:
+    values = dict(
+        vocab_size=37,
+        d_model=16,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        dropout=0.0,
+        max_position_embeddings=64,
+    )
+    values.update(overrides)
+    return TransformerSeq2SeqConfig(**values)
+
+
+def tiny_model(attn_implementation: str = "sdpa", **overrides) -> TransformerSeq2SeqForConditionalGeneration:
+    config = tiny_config(**overrides)
+    config._attn_implementation = attn_implementation
+    return TransformerSeq2SeqForConditionalGeneration(config).eval()
+
+
+def padded_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Two sources (lengths 7 and 4, right-padded) and decoder inputs of length 6."""
+    input_ids = torch.randint(4, 37, (2, 7))
+    input_ids[0, -1] = EOS
+    input_ids[1, 3] = EOS
+    input_ids[1, 4:] = PAD
+    attention_mask = (input_ids != PAD).long()
+    decoder_input_ids = torch.randint(4, 37, (2, 6))
+    decoder_input_ids[:, 0] = BOS
+    return input_ids, attention_mask, decoder_input_ids
+
+
+# --------------------------------------------------------------------------------------------
+# Configuration
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(d_model=18, encoder_attention_heads=4), "divisible by encoder_attention_heads"),
+        (dict(decoder_attention_heads=5), "divisible by decoder_attention_heads"),
+        (dict(position_embedding_type="rotary"), "'sinusoidal', 'learned'; got 'rotary'"),
+        (dict(norm_order="sandwich"), "'post', 'pre'; got 'sandwich'"),
+        (dict(activation_function="swish"), "'relu', 'gelu'; got 'swish'"),
+        (dict(label_smoothing=1.0), "label_smoothing"),
+    ],
+)
+def test_invalid_config_raises_naming_valid_values(overrides, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        tiny_config(**overrides)
+
+
+def test_config_defaults_follow_the_paper_and_the_token_contract():
+    config = TransformerSeq2SeqConfig()
+    assert (config.d_model, config.encoder_layers, config.decoder_attention_heads, config.encoder_ffn_dim) == (
+        512,
+        6,
+        8,
+        2048,
+    )
+    assert (config.pad_token_id, config.bos_token_id, config.eos_token_id, config.decoder_start_token_id) == (
+        PAD,
+        BOS,
+        EOS,
+        BOS,
+    )
+    assert (config.position_embedding_type, config.norm_order, config.scale_embedding) == ("sinusoidal", "post", True)
+
+
+# --------------------------------------------------------------------------------------------
+# Equations against float64 hand computations
+# --------------------------------------------------------------------------------------------
+
+
+def _softmax64(scores: torch.Tensor) -> torch.Tensor:
+    exp = torch.exp(scores - scores.max(dim=-1, keepdim=True).values)
+    return exp / exp.sum(dim=-1, keepdim=True)
+
+
+def test_scaled_dot_product_attention_equals_float64_hand_computation():
+    query, key, value = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 6, 4), torch.randn(2, 3, 6, 4)
+    mask = torch.ones(2, 1, 1, 6, dtype=torch.bool)
+    mask[1, ..., 4:] = False  # the second sequence has 4 real keys
+    output, weights = scaled_dot_product_attention(query, key, value, mask)
+
+    q, k, v = query.double(), key.double(), value.double()
+    expected = torch.empty(2, 3, 5, 4, dtype=torch.float64)
+    for b in range(2):
+        keys = 6 if b == 0 else 4
+        for h in range(3):
+            probs = _softmax64(q[b, h] @ k[b, h, :keys].T / math.sqrt(4))
+            expected[b, h] = probs @ v[b, h, :keys]
+    torch.testing.assert_close(output.double(), expected, atol=1e-6, rtol=1e-5)
+    assert weights[1, :, :, 4:].abs().max() == 0  # padding gets exactly zero weight
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 3, 5))
+
+
+def test_causal_scaled_dot_product_attention_sees_only_the_past():
+    query, key, value = torch.randn(1, 2, 4, 3), torch.randn(1, 2, 4, 3), torch.randn(1, 2, 4, 3)
+    output, weights = scaled_dot_product_attention(query, key, value, is_causal=True)
+    for t in range(4):
+        probs = _softmax64(query[0, :, t : t + 1].double() @ key[0, :, : t + 1].double().transpose(-1, -2) / math.sqrt(3))
+        torch.testing.assert_close(output[0, :, t].double(), (probs @ value[0, :, : t + 1].double())[:, 0])
+    assert torch.triu(weights[0, 0], diagonal=1).abs().max() == 0
+
+
+def test_parameter_free_self_attention_softmax_xxt_x():
+    """The second seed's parameter-free self-attention: y = softmax(X Xᵀ) X."""
+    x = torch.randn(1, 1, 5, 8)
+    output, _ = scaled_dot_product_attention(x, x, x, scaling=1.0)
+    x64 = x[0, 0].double()
+    torch.testing.assert_close(output[0, 0].double(), _softmax64(x64 @ x64.T) @ x64)
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_multi_head_attention_with_identity_projections_is_per_head_softmax_xxt_x(attn_implementation):
+    """W^Q = W^K = W^V = W^O = I: head i is softmax(X_i X_iᵀ / √d_k) X_i on its slice of features."""
+    config = tiny_config(d_model=8, encoder_attention_heads=2)
+    config._attn_implementation = attn_implementation
+    attention = TransformerSeq2SeqAttention(config, num_heads=2).eval()
+    with torch.no_grad():
+        attention.qkv_proj.weight.copy_(torch.eye(8).repeat(3, 1))
+        attention.qkv_proj.bias.zero_()
+        attention.out_proj.weight.copy_(torch.eye(8))
+        attention.out_proj.bias.zero_()
+    x = torch.randn(1, 5, 8)
+    output, _ = attention(x)
+    x64 = x[0].double()
+    heads = [_softmax64(xi @ xi.T / math.sqrt(4)) @ xi for xi in x64.split(4, dim=-1)]
+    torch.testing.assert_close(output[0].double(), torch.cat(heads, dim=-1))
+
+
+def test_multi_head_cross_attention_layer_equals_float64_hand_computation():
+    config = tiny_config(d_model=12, decoder_attention_heads=3)
+    config._attn_implementation = "eager"
+    attention = TransformerSeq2SeqAttention(config, num_heads=3, is_cross_attention=True).eval()
+    with torch.no_grad():
+        for p in attention.parameters():
+            p.normal_(0, 0.3)
+    queries, memory = torch.randn(2, 4, 12), torch.randn(2, 6, 12)
+    mask = torch.tensor([[1] * 6, [1] * 3 + [0] * 3], dtype=torch.bool)[:, None, None, :]
+    output, weights = attention(queries, key_value_states=memory, attention_mask=mask)
+
+    w = attention.qkv_proj.weight.double()
+    b = attention.qkv_proj.bias.double()
+    w_q, w_k, w_v = w.split(12)
+    b_q, b_k, b_v = b.split(12)
+    expected = torch.empty(2, 4, 12, dtype=torch.float64)
+    for n in range(2):
+        src = 6 if n == 0 else 3
+        q = queries[n].double() @ w_q.T + b_q
+        k = memory[n, :src].double() @ w_k.T + b_k
+        v = memory[n, :src].double() @ w_v.T + b_v
+        heads = []
+        for h in range(3):
+            cols = slice(4 * h, 4 * h + 4)
+            heads.append(_softmax64(q[:, cols] @ k[:, cols].T / 2.0) @ v[:, cols])
+        expected[n] = torch.cat(heads, -1) @ attention.out_proj.weight.double().T + attention.out_proj.bias.double()
+    torch.testing.assert_close(output.double(), expected, atol=1e-6, rtol=1e-5)
+    assert weights.shape == (2, 3, 4, 6) and weights[1, ..., 3:].abs().max() == 0
+
+
+def test_sinusoidal_position_encoding_follows_section_3_5():
+    table = sinusoidal_position_encoding(50, 6)
+    for pos in (0, 1, 17, 49):
+        for i in range(3):
+            angle = pos / 10000 ** (2 * i / 6)
+            assert table[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
+            assert table[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
+
+
+def test_embeddings_are_scaled_by_sqrt_d_model_and_positions_added():
+    model = tiny_model(scale_embedding=True)
+    ids = torch.tensor([[5, 6, 7]])
+    encoder = model.get_encoder()
+    expected = encoder.embed_tokens.weight[ids] * 4.0 + sinusoidal_position_encoding(64, 16)[:3]
+    first_layer_input = model.model.encoder(ids, output_hidden_states=True).hidden_states[0]
+    torch.testing.assert_close(first_layer_input, expected)
+
+
+# --------------------------------------------------------------------------------------------
+# Whole-model behaviour
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("norm_order, position_embedding_type", VARIANTS)
+def test_decoder_is_causal(norm_order, position_embedding_type):
+    model = tiny_model(norm_order=norm_order, position_embedding_type=position_embedding_type)
+    input_ids, attention_mask, decoder_input_ids = padded_batch()
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+    t = 3
+    changed = decoder_input_ids.clone()
+    changed[:, t] = (changed[:, t] + 1 - 4) % 33 + 4
+    new_logits = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=changed).logits
+    torch.testing.assert_close(new_logits[:, :t], logits[:, :t], rtol=0, atol=0)
+    assert (new_logits[:, t:] - logits[:, t:]).abs().amax(dim=-1).min() > 1e-4
+
+
+@pytest.mark.parametrize("norm_order, position_embedding_type", VARIANTS)
+def test_padded_source_tokens_change_nothing(norm_order, position_embedding_type):
+    model = tiny_model(norm_order=norm_order, position_embedding_type=position_embedding_type)
+    input_ids, attention_mask, decoder_input_ids = padded_batch()
+    out = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
+    garbage = input_ids.clone()
+    garbage[1, 4:] = torch.tensor([9, 10, 11])  # only padded positions of sentence 1 change
+    out2 = model(input_ids=garbage, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
+    torch.testing.assert_close(out2.logits, out.logits, rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        out2.encoder_last_hidden_state[1, :4], out.encoder_last_hidden_state[1, :4], rtol=0, atol=1e-6
+    )
+    # The same change without the mask does change the output: the test can fail.
+    unmasked = model(input_ids=garbage, decoder_input_ids=decoder_input_ids).logits
+    assert (unmasked[1] - out.logits[1]).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("norm_order, position_embedding_type", VARIANTS)
+def test_eager_and_sdpa_agree(norm_order, position_embedding_type):
+    model = tiny_model(norm_order=norm_order, position_embedding_type=position_embedding_type)
+    input_ids, attention_mask, decoder_input_ids = padded_batch()
+    labels = decoder_input_ids.roll(-1, dims=1)
+    sdpa = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids, labels=labels)
+    sdpa.loss.backward()
+    sdpa_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model.set_attn_implementation("eager")
+    eager = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids, labels=labels)
+    eager.loss.backward()
+    torch.testing.assert_close(eager.logits, sdpa.logits, rtol=0, atol=1e-5)
+    for grad, sdpa_grad in zip((p.grad for p in model.parameters()), sdpa_grads):
+        torch.testing.assert_close(grad, sdpa_grad, rtol=1e-4, atol=1e-5)
+
+
+def test_attention_weights_under_sdpa_raise_with_the_fix():
+    model = tiny_model("sdpa")
+    input_ids, attention_mask, decoder_input_ids = padded_batch()
+    with pytest.raises(ValueError, match='attn_implementation="eager"'):
+        model(input_ids=input_ids, decoder_input_ids=decoder_input_ids, output_attentions=True)
+
+
+@pytest.mark.parametrize("norm_order, position_embedding_type", VARIANTS)
+def test_incremental_decoding_with_cache_equals_teacher_forcing(norm_order, position_embedding_type):
+    model = tiny_model(norm_order=norm_order, position_embedding_type=position_embedding_type)
+    input_ids, attention_mask, decoder_input_ids = padded_batch()
+    full = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+
+    # Two positions at once first (a multi-token step into an empty cache), then one at a time.
+    out = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids[:, :2])
+    cache, encoder_outputs, steps = out.cache, (out.encoder_last_hidden_state,), [out.logits]
+    cross_keys = cache.cross_attention_cache.layers[0].keys
+    for t in range(2, decoder_input_ids.size(1)):
+        out = model(
+            attention_mask=attention_mask,
+            encoder_outputs=encoder_outputs,
+            decoder_input_ids=decoder_input_ids[:, t : t + 1],
+            cache=cache,
+        )
+        steps.append(out.logits)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=0, atol=1e-5)
+    assert cache.get_seq_length() == decoder_input_ids.size(1)
+    # Cross-attention keys were projected once per source, then reused: the same tensor object.
+    assert cache.cross_attention_cache.layers[0].keys is cross_keys
+
+
+def test_multi_token_step_after_cached_positions_is_causal():
+    """A chunk of several new positions after cached ones (e.g. assisted decoding) needs the
+    bottom-right aligned causal mask."""
+    model = tiny_model()
+    input_ids, attention_mask, decoder_input_ids = padded_batch()
+    full = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+    first = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids[:, :2])
+    rest = model(
+        attention_mask=attention_mask,
+        encoder_outputs=(first.encoder_last_hidden_state,),
+        decoder_input_ids=decoder_input_ids[:, 2:],
+        cache=first.cache,
+    )
+    torch.testing.assert_close(torch.cat([first.logits, rest.logits], 1), full, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("norm_order, position_embedding_type", VARIANTS)
+def test_batch_equals_each_sentence_alone(norm_order, position_embedding_type):
+    model = tiny_model(norm_order=norm_order, position_embedding_type=position_embedding_type)
+    input_ids, attention_mask, decoder_input_ids = padded_batch()
+    labels = decoder_input_ids.roll(-1, 1)
+    labels[1, 3:] = -100  # the second target is shorter: padded as the collator does
+    decoder_input_ids = shift_tokens_right(labels, PAD, BOS)
+    batch = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).logits
+    for n, (src_len, tgt_len) in enumerate([(7, 6), (4, 3)]):
+        alone = model(input_ids=input_ids[n : n + 1, :src_len], decoder_input_ids=decoder_input_ids[n : n + 1, :tgt_len])
+        torch.testing.assert_close(batch[n : n + 1, :tgt_len], alone.logits, rtol=0, atol=1e-5)
+
+    generated = model.generate(input_ids=input_ids, attention_mask=attention_mask, num_beams=1, max_new_tokens=6)
+    for n, src_len in enumerate([7, 4]):
+        alone = model.generate(input_ids=input_ids[n : n + 1, :src_len], num_beams=1, max_new_tokens=6)
+        assert generated[n, : alone.size(1)].tolist() == alone[0].tolist()
+
+
+def _greedy_by_hand(model, input_ids, attention_mask, steps):
+    """Argmax decoding by repeated full forward passes: no cache, no generate()."""
+    decoded = torch.full((input_ids.size(0), 1), BOS)
+    finished = torch.zeros(input_ids.size(0), dtype=torch.bool)
+    for _ in range(steps):
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoded).logits
+        next_ids = logits[:, -1].argmax(-1).masked_fill(finished, PAD)
+        decoded = torch.cat([decoded, next_ids[:, None]], dim=1)
+        finished |= next_ids == EOS
+        if finished.all():
+            break
+    return decoded
+
+
+def test_generate_greedy_and_one_beam_equal_argmax_decoding_by_hand():
+    model = tiny_model(eos_token_id=EOS)
+    with torch.no_grad():  # make </s> likely after a few steps so that stopping is exercised too
+        model.lm_head.weight[EOS] *= 3.0
+    input_ids, attention_mask, _ = padded_batch()
+    by_hand = _greedy_by_hand(model, input_ids, attention_mask, steps=8)
+    greedy = model.generate(input_ids=input_ids, attention_mask=attention_mask, num_beams=1, max_new_tokens=8)
+    one_beam = model.generate(
+        input_ids=input_ids, attention_mask=attention_mask, num_beams=1, do_sample=False, max_new_tokens=8
+    )
+    no_cache = model.generate(
+        input_ids=input_ids, attention_mask=attention_mask, num_beams=1, max_new_tokens=8, use_cache=False
+    )
+    assert greedy.tolist() == by_hand.tolist() == one_beam.tolist() == no_cache.tolist()
+    top1_sampling = model.generate(
+        input_ids=input_ids, attention_mask=attention_mask, do_sample=True, top_k=1, num_beams=1, max_new_tokens=8
+    )
+    assert top1_sampling.tolist() == greedy.tolist()
+
+
+@pytest.mark.parametrize("norm_order", ["post", "pre"])
+def test_beam_search_with_and_without_cache_agree(norm_order):
+    model = tiny_model(norm_order=norm_order)
+    input_ids, attention_mask, _ = padded_batch()
+    kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, num_beams=4, max_new_tokens=8)
+    with_cache = model.generate(**kwargs, use_cache=True, output_scores=True, return_dict_in_generate=True)
+    without = model.generate(**kwargs, use_cache=False, output_scores=True, return_dict_in_generate=True)
+    assert with_cache.sequences.tolist() == without.sequences.tolist()
+    torch.testing.assert_close(with_cache.sequences_scores, without.sequences_scores, rtol=1e-5, atol=1e-5)
+
+
+def test_generation_defaults_live_in_generation_config():
+    model = tiny_model()
+    generation_config = model.generation_config
+    assert (generation_config.num_beams, generation_config.max_new_tokens) == (5, 128)
+    assert (generation_config.decoder_start_token_id, generation_config.eos_token_id) == (BOS, EOS)
+    assert generation_config.pad_token_id == PAD
+    input_ids, attention_mask, _ = padded_batch()
+    out = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=3)
+    assert out[:, 0].tolist() == [BOS, BOS]
+
+
+def test_sampling_is_reproducible_under_a_seed():
+    model = tiny_model()
+    input_ids, attention_mask, _ = padded_batch()
+    kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, do_sample=True, num_beams=1, max_new_tokens=10)
+    torch.manual_seed(3)
+    first = model.generate(**kwargs)
+    torch.manual_seed(3)
+    assert model.generate(**kwargs).tolist() == first.tolist()
+
+
+@pytest.mark.parametrize(
+    "share, tie", [(True, True), (True, False), (False, True), (False, False)], ids=lambda v: str(v)
+)
+def test_save_and_load_give_identical_logits_and_keep_tying(tmp_path, share, tie):
+    model = tiny_model(share_encoder_decoder_embeddings=share, tie_word_embeddings=tie, position_embedding_type="learned")
+    input_ids, attention_mask, decoder_input_ids = padded_batch()
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+    model.save_pretrained(tmp_path)
+
+    from transformers import AutoModelForSeq2SeqLM
+
+    loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
+    assert type(loaded) is TransformerSeq2SeqForConditionalGeneration
+    new_logits = loaded(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+    torch.testing.assert_close(new_logits, logits, rtol=0, atol=0)
+    encoder_embed, decoder_embed = loaded.model.encoder.embed_tokens, loaded.model.decoder.embed_tokens
+    assert (encoder_embed is decoder_embed) == share
+    assert (loaded.lm_head.weight is decoder_embed.weight) == tie
+    assert loaded.generation_config.num_beams == 5
+
+
+def test_sinusoidal_table_is_not_saved_and_is_rebuilt_on_load(tmp_path):
+    model = tiny_model(position_embedding_type="sinusoidal")
+    assert not any("embed_positions" in name for name in model.state_dict())
+    model.save_pretrained(tmp_path)
+    loaded = TransformerSeq2SeqForConditionalGeneration.from_pretrained(tmp_path)
+    torch.testing.assert_close(loaded.model.decoder.embed_positions.weight, sinusoidal_position_encoding(64, 16))
+
+
+def test_base_model_returns_decoder_states():
+    config = tiny_config()
+    model = TransformerSeq2SeqModel(config).eval()
+    input_ids, attention_mask, decoder_input_ids = padded_batch()
+    out = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
+    assert out.last_hidden_state.shape == (2, 6, 16)
+    assert torch.isfinite(out.last_hidden_state).all()
+
+
+def test_labels_alone_build_shifted_decoder_inputs_and_loss_is_label_smoothed_mean():
+    model = tiny_model(label_smoothing=0.1)
+    input_ids, attention_mask, _ = padded_batch()
+    labels = torch.randint(4, 37, (2, 5))
+    labels[1, 3:] = -100
+    out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    decoder_input_ids = torch.cat([torch.full((2, 1), BOS), labels[:, :-1].clamp(min=0)], dim=1)
+    explicit = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
+    torch.testing.assert_close(out.logits, explicit.logits, rtol=0, atol=0)
+
+    log_probs = explicit.logits.double().log_softmax(-1)
+    keep = labels != -100
+    nll = -log_probs[keep].gather(-1, labels[keep][:, None]).squeeze(-1)
+    uniform = -log_probs[keep].mean(-1)
+    expected = (0.9 * nll + 0.1 * uniform).mean()
+    assert out.loss.item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+def test_exceeding_max_position_embeddings_raises_clearly():
+    model = tiny_model(max_position_embeddings=8)
+    with pytest.raises(ValueError, match="longer than max_position_embeddings=8"):
+        model(input_ids=torch.randint(4, 37, (1, 9)), decoder_input_ids=torch.tensor([[BOS]]))
+    with pytest.raises(ValueError, match="max_position_embeddings=8"):
+        model.generate(input_ids=torch.randint(4, 37, (1, 5)), num_beams=1, max_new_tokens=20, eos_token_id=None)
+
+
+@pytest.mark.parametrize("norm_order", ["post", "pre"])
+def test_gradient_checkpointing_gives_the_same_gradients(norm_order):
+    model = tiny_model(norm_order=norm_order).train()
+    input_ids, attention_mask, decoder_input_ids = padded_batch()
+    labels = decoder_input_ids.roll(-1, 1)
+
+    def gradients():
+        model.zero_grad()
+        model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss.backward()
+        return {name: p.grad.clone() for name, p in model.named_parameters()}
+
+    plain = gradients()
+    model.activation_checkpointing_enable()
+    assert all(layer.gradient_checkpointing for layer in model.model.decoder.layers)
+    checkpointed = gradients()
+    for name, grad in plain.items():
+        torch.testing.assert_close(checkpointed[name], grad, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_output_attentions_and_hidden_states_layouts():
+    model = tiny_model("eager", encoder_layers=3, decoder_layers=2)
+    input_ids, attention_mask, decoder_input_ids = padded_batch()
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        decoder_input_ids=decoder_input_ids,
+        output_attentions=True,
+        output_hidden_states=True,
+    )
+    assert [a.shape for a in out.encoder_attentions] == [(2, 4, 7, 7)] * 3
+    assert [a.shape for a in out.decoder_attentions] == [(2, 4, 6, 6)] * 2
+    assert [a.shape for a in out.cross_attentions] == [(2, 4, 6, 7)] * 2
+    assert len(out.encoder_hidden_states) == 4 and len(out.decoder_hidden_states) == 3
+    torch.testing.assert_close(out.encoder_hidden_states[-1], out.encoder_last_hidden_state)
+    for weights in out.encoder_attentions + out.cross_attentions:
+        torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
+        assert weights[1, ..., 4:].abs().max() == 0  # no weight on the second source's padding
+    for weights in out.decoder_attentions:
+        assert torch.triu(weights, diagonal=1).abs().max() == 0  # no weight on future positions
+
+    # During generation the cross-attention of each step covers the whole source.
+    gen = model.generate(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        num_beams=1,
+        max_new_tokens=3,
+        output_attentions=True,
+        return_dict_in_generate=True,
+    )
+    assert [layer.shape for layer in gen.cross_attentions[1]] == [(2, 4, 1, 7)] * 2
+
+
+def test_auto_classes_are_registered():
+    from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+
+    values = tiny_config().to_dict()
+    config = AutoConfig.for_model(values.pop("model_type"), **values)
+    assert type(AutoModel.from_config(config)) is TransformerSeq2SeqModel
+    assert type(AutoModelForSeq2SeqLM.from_config(config)) is TransformerSeq2SeqForConditionalGeneration
+
+
+def _word_vocab(pairs):
+    words = sorted({w for src, tgt in pairs for w in (src + " " + tgt).split()})
+    return {w: i + 4 for i, w in enumerate(words)}  # 0-3: <pad>, <s>, </s>, <unk>
+
+
+def _encode(sentences, vocab, pad_value):
+    ids = [[vocab.get(w, UNK) for w in s.split()] + [EOS] for s in sentences]
+    width = max(map(len, ids))
+    return torch.tensor([row + [pad_value] * (width - len(row)) for row in ids])
+
+
+@pytest.mark.parametrize("norm_order", ["post", "pre"])
+def test_overfits_twenty_multi30k_pairs(shared_data, norm_order):
+    pairs = read_multi30k_pairs(20)
+    vocab = _word_vocab(pairs)
+    input_ids = _encode([de for de, _ in pairs], vocab, PAD)
+    labels = _encode([en for _, en in pairs], vocab, -100)
+    model = tiny_model(
+        vocab_size=len(vocab) + 4, d_model=64, encoder_attention_heads=4, decoder_attention_heads=4,
+        encoder_ffn_dim=128, decoder_ffn_dim=128, norm_order=norm_order,
+    ).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(150):
+        loss = model(input_ids=input_ids, attention_mask=(input_ids != PAD).long(), labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if loss.item() < 0.05:
+            break
+    assert loss.item() < 0.1
+    # and it has learned the translations: greedy decoding reproduces the training targets
+    model.eval()
+    generated = model.generate(
+        input_ids=input_ids[:4], attention_mask=(input_ids[:4] != PAD).long(), num_beams=1, max_new_tokens=40
+    )
+    for n in range(4):
+        target = labels[n][labels[n] != -100].tolist()
+        assert generated[n, 1 : 1 + len(target)].tolist() == target

@@ -1,0 +1,515 @@
+"""Fine-tune a trained or exported model with transformers' ``Seq2SeqTrainer``.
+
+This is the path a Hugging Face user already knows: ``Seq2SeqTrainer`` + ``DataCollatorForSeq2Seq``
+with ``predict_with_generate`` and BLEU/chrF from sacrebleu. It starts from any model this package
+wrote (a training output folder, an export folder, a plain model folder or a Hub id) and writes a
+folder with the same layout as ``training/train.py``, so ``attention-seq2seq export`` turns it into a
+Hub repo whose card names the base model.
+
+The file needs only torch, transformers, datasets and sacrebleu at import time. Run next to an
+export with ``--trust-remote-code`` it works where this package is not installed at all: the data
+then comes from JSONL files (``{"source": ..., "target": ...}`` per line). With the package
+installed, ``--corpus`` takes any corpus spec of ``attention_seq2seq.data.load_corpus``.
+
+Examples::
+
+    # the recipe: a Bible es->en model fine-tuned on 2,000 Multi30k de->en pairs
+    attention-seq2seq finetune --recipe training/recipes/finetune-bible-multi30k.yaml
+    python -m attention_seq2seq.training.finetune_trainer --recipe training/recipes/finetune-bible-multi30k.yaml
+
+    # from an export, with transformers alone
+    python finetune_trainer.py --base-model ./export --trust-remote-code \\
+        --train-file train.jsonl --validation-file dev.jsonl --output-dir runs/ft --max-steps 500
+
+    # several GPUs: the Trainer runs on Accelerate, any launcher works
+    torchrun --nproc_per_node 4 -m attention_seq2seq.training.finetune_trainer --recipe ...
+    accelerate launch -m attention_seq2seq.training.finetune_trainer --recipe ...
+
+``per_device_train_batch_size`` is per process; the global batch is that times the number of
+processes times ``gradient_accumulation_steps``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+
+@dataclass
+class FinetuneConfig:
+    """Hyperparameters of a fine-tuning run (every field is a command-line option and a recipe key)."""
+
+    # --- where to start and where to write --------------------------------------------------
+    base_model: str = ""  # training output folder, export folder, model folder or Hub id
+    output_dir: str = ""  # gets model/, metrics.json, recipe.yaml, checkpoints/, logs/
+    base_model_id: str = ""  # the base's Hub id for the card's `base_model` (when base_model is a path)
+    trust_remote_code: bool = False  # run the code shipped in an export (needed without this package)
+
+    # --- data: a corpus spec (needs this package) or JSONL files with "source"/"target" -----
+    corpus: str = ""  # e.g. "multi30k:../shared/data/multi30k" (see attention_seq2seq.data)
+    train_file: str = ""
+    validation_file: str = ""
+    test_file: str = ""
+    max_train_samples: int = 0  # 0 = all; a small slice is the point of fine-tuning
+    max_eval_samples: int = 500  # validation sentences decoded at each evaluation (0 = all)
+    max_test_samples: int = 0  # test sentences scored at the end (0 = all)
+    max_source_length: int = 128  # longer inputs are truncated (tokens)
+    max_target_length: int = 128
+
+    # --- optimisation (Seq2SeqTrainingArguments) --------------------------------------------
+    max_steps: int = 1000
+    per_device_train_batch_size: int = 32
+    per_device_eval_batch_size: int = 64
+    gradient_accumulation_steps: int = 1
+    learning_rate: float = 1e-4  # smaller than from scratch: keep what the base model knows
+    lr_scheduler_type: str = "linear"  # any transformers SchedulerType: linear, cosine, constant, ...
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    label_smoothing: float = 0.1
+    gradient_checkpointing: bool = False  # trade compute for memory (recompute activations)
+    bf16: bool = False
+    fp16: bool = False
+    seed: int = 42
+
+    # --- evaluation and checkpoints ---------------------------------------------------------
+    eval_steps: int = 200  # validation BLEU/chrF every N steps (0 = only at the end)
+    logging_steps: int = 50
+    save_steps: int = 0  # 0 = save at each evaluation
+    save_total_limit: int = 2
+    # Generation during evaluation is always set explicitly (the library default stops at 20 tokens).
+    generation_num_beams: int = 4
+    generation_max_new_tokens: int = 128
+    report_to: str = "none"  # "tensorboard" writes to <output_dir>/logs
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the field for settings that cannot work."""
+        if not self.base_model:
+            raise ValueError("base_model is required (a training folder, an export folder or a Hub id)")
+        if not self.output_dir:
+            raise ValueError("output_dir is required")
+        if not self.corpus and not self.train_file:
+            raise ValueError("give either corpus (a corpus spec) or train_file (JSONL with source/target)")
+        if self.corpus and self.train_file:
+            raise ValueError("give corpus or train_file, not both")
+        for name in ("max_steps", "per_device_train_batch_size", "per_device_eval_batch_size",
+                     "gradient_accumulation_steps", "generation_num_beams", "generation_max_new_tokens",
+                     "max_source_length", "max_target_length", "logging_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1; got {getattr(self, name)}")
+        for name in ("max_train_samples", "max_eval_samples", "max_test_samples", "eval_steps",
+                     "save_steps", "warmup_steps", "save_total_limit"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0; got {getattr(self, name)}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1); got {self.label_smoothing}")
+        if self.bf16 and self.fp16:
+            raise ValueError("bf16 and fp16 are exclusive; choose one")
+        if self.report_to not in ("none", "tensorboard"):
+            raise ValueError(f"report_to must be one of 'none', 'tensorboard'; got {self.report_to!r}")
+
+
+# --------------------------------------------------------------------------------------------
+# Metrics
+
+
+def build_compute_metrics(tokenizer, *, bleu_tokenize: str | None = None) -> Callable[[Any], dict]:
+    """A ``compute_metrics`` for ``Seq2SeqTrainer(predict_with_generate=True)``: BLEU and chrF.
+
+    Predictions and labels arrive as padded integer arrays. The Trainer pads predictions of
+    different batches to one width with -100, and labels carry -100 wherever the loss ignores a
+    position; -100 is not a token id, so both are replaced by the pad id before decoding, and
+    decoding drops special tokens, giving the plain detokenized text sacrebleu expects.
+    ``bleu_tokenize`` is sacrebleu's tokenizer ("13a" by default; "zh" for Chinese targets).
+    """
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    special_ids = np.array(sorted(set(tokenizer.all_special_ids) | {-100}))
+
+    def compute_metrics(eval_pred) -> dict:
+        predictions, labels = eval_pred.predictions, eval_pred.label_ids
+        if isinstance(predictions, tuple):  # (generated ids, ...) from some models
+            predictions = predictions[0]
+        hypotheses = decode_ids(tokenizer, predictions, pad_id)
+        references = decode_ids(tokenizer, labels, pad_id)
+        scores = score_corpus(hypotheses, references, bleu_tokenize=bleu_tokenize)
+        lengths = (~np.isin(np.asarray(predictions), special_ids)).sum(axis=-1)  # output tokens only
+        return {
+            "bleu": scores["bleu"],
+            "chrf": scores["chrf"],
+            "gen_len": float(np.mean(lengths)) if len(lengths) else 0.0,
+        }
+
+    return compute_metrics
+
+
+def score_corpus(hypotheses: list[str], references: list[str], *, bleu_tokenize: str | None = None) -> dict:
+    """Corpus BLEU and chrF with their sacreBLEU signatures (one reference per sentence).
+
+    Plain sacrebleu rather than the package's ``training.metrics`` so this file runs where only
+    transformers and sacrebleu are installed.
+    """
+    import sacrebleu
+
+    bleu = sacrebleu.BLEU(**({"tokenize": bleu_tokenize} if bleu_tokenize else {}))
+    chrf = sacrebleu.CHRF()
+    bleu_score = bleu.corpus_score(hypotheses, [references])
+    chrf_score = chrf.corpus_score(hypotheses, [references])
+    return {
+        "bleu": bleu_score.score,
+        "chrf": chrf_score.score,
+        "bleu_signature": str(bleu.get_signature()),
+        "chrf_signature": str(chrf.get_signature()),
+    }
+
+
+def decode_ids(tokenizer, ids, pad_id: int) -> list[str]:
+    """Decode a padded id array, reading every negative id (-100 padding) as ``pad_id``."""
+    ids = np.asarray(ids)
+    ids = np.where(ids < 0, pad_id, ids)
+    return [text.strip() for text in tokenizer.batch_decode(ids.tolist(), skip_special_tokens=True)]
+
+
+# --------------------------------------------------------------------------------------------
+# Model and data
+
+
+def resolve_model_path(base_model: str) -> tuple[str, Path | None]:
+    """The folder (or Hub id) ``from_pretrained`` takes, and the training run folder if it is one."""
+    path = Path(base_model).expanduser()
+    if (path / "model" / "config.json").is_file():
+        return str(path / "model"), path
+    if path.is_dir() and not (path / "config.json").is_file():
+        raise FileNotFoundError(f"{path} holds no model (no config.json, no model/config.json)")
+    return base_model, None
+
+
+def load_model_and_tokenizer(config: FinetuneConfig):
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    try:  # registers both families with the Auto classes; absent where only the export is used
+        import attention_seq2seq  # noqa: F401
+    except ImportError:
+        pass
+    model_path, _ = resolve_model_path(config.base_model)
+    tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=config.trust_remote_code)
+    model = AutoModelForSeq2SeqLM.from_pretrained(model_path, trust_remote_code=config.trust_remote_code)
+    return model, tokenizer
+
+
+def load_pairs(config: FinetuneConfig):
+    """A ``DatasetDict`` with ``train`` and, where given, ``validation`` / ``test`` (source, target)."""
+    from datasets import DatasetDict, load_dataset
+
+    if config.corpus:
+        from attention_seq2seq.data import load_corpus  # the package's corpus specs
+
+        splits = load_corpus(config.corpus)
+    else:
+        files = {"train": config.train_file, "validation": config.validation_file, "test": config.test_file}
+        files = {split: path for split, path in files.items() if path}
+        for split, path in files.items():
+            if not Path(path).is_file():
+                raise FileNotFoundError(f"{split}_file not found: {path}")
+        splits = load_dataset("json", data_files=files)
+        for split, dataset in splits.items():
+            missing = {"source", "target"} - set(dataset.column_names)
+            if missing:
+                raise ValueError(f"{files[split]}: each line needs the keys 'source' and 'target'; missing {sorted(missing)}")
+    limits = {"train": config.max_train_samples, "validation": config.max_eval_samples, "test": config.max_test_samples}
+    out = {}
+    for split, dataset in splits.items():
+        if split in limits and limits[split] and len(dataset) > limits[split]:
+            dataset = dataset.select(range(limits[split]))
+        out[split] = dataset
+    return DatasetDict(out)
+
+
+def tokenize_pairs(dataset, tokenizer, config: FinetuneConfig):
+    """``input_ids``/``attention_mask`` from the source, ``labels`` from the target (both end in </s>)."""
+
+    def encode(batch):
+        encoded = tokenizer(batch["source"], max_length=config.max_source_length, truncation=True)
+        targets = tokenizer(text_target=batch["target"], max_length=config.max_target_length, truncation=True)
+        encoded["labels"] = targets["input_ids"]
+        return encoded
+
+    return dataset.map(encode, batched=True, remove_columns=dataset.column_names, desc="tokenize")
+
+
+def evaluation_generation_config(model, config: FinetuneConfig):
+    """The model's generation settings with the evaluation's beam size and length made explicit."""
+    generation_config = model.generation_config.__class__.from_dict(model.generation_config.to_dict())
+    generation_config.num_beams = config.generation_num_beams
+    generation_config.max_new_tokens = config.generation_max_new_tokens
+    generation_config.max_length = None  # max_new_tokens decides; the 20-token default never applies
+    generation_config.do_sample = False
+    return generation_config
+
+
+# --------------------------------------------------------------------------------------------
+# The run
+
+
+def build_trainer(config: FinetuneConfig, model, tokenizer, datasets):
+    from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments
+
+    output_dir = Path(config.output_dir)
+    has_validation = "validation" in datasets
+    eval_steps = config.eval_steps if config.eval_steps else config.max_steps
+    if config.report_to == "tensorboard":
+        # transformers 5 reads the TensorBoard folder from this variable (logging_dir is gone).
+        os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(output_dir / "logs"))
+    args = Seq2SeqTrainingArguments(
+        output_dir=str(output_dir / "checkpoints"),
+        max_steps=config.max_steps,
+        per_device_train_batch_size=config.per_device_train_batch_size,
+        per_device_eval_batch_size=config.per_device_eval_batch_size,
+        gradient_accumulation_steps=config.gradient_accumulation_steps,
+        learning_rate=config.learning_rate,
+        lr_scheduler_type=config.lr_scheduler_type,
+        warmup_steps=config.warmup_steps,
+        weight_decay=config.weight_decay,
+        max_grad_norm=config.max_grad_norm,
+        # Label smoothing is the model's own (config.label_smoothing, set in finetune()): Trainer's
+        # label smoother would pop the labels and need the collator to build decoder_input_ids.
+        label_smoothing_factor=0.0,
+        activation_checkpointing=config.gradient_checkpointing,  # 5.24's name for gradient checkpointing
+        bf16=config.bf16,
+        fp16=config.fp16,
+        seed=config.seed,
+        eval_strategy="steps" if has_validation else "no",
+        eval_steps=eval_steps,
+        logging_steps=config.logging_steps,
+        save_strategy="steps",
+        save_steps=config.save_steps or eval_steps,
+        save_total_limit=config.save_total_limit or None,
+        predict_with_generate=True,
+        generation_config=evaluation_generation_config(model, config),
+        report_to=config.report_to,
+        remove_unused_columns=False,  # the tokenized columns are exactly the model's inputs
+        dataloader_num_workers=0,
+    )
+    collator = DataCollatorForSeq2Seq(
+        tokenizer,
+        model=model,
+        label_pad_token_id=-100,
+        pad_to_multiple_of=8 if (config.bf16 or config.fp16) else None,  # tensor-core friendly shapes
+    )
+    bleu_tokenize = "zh" if _target_is_chinese(datasets["train"]) else None
+    return Seq2SeqTrainer(
+        model=model,
+        args=args,
+        data_collator=collator,
+        train_dataset=datasets["train"],
+        eval_dataset=datasets["validation"] if has_validation else None,
+        processing_class=tokenizer,
+        compute_metrics=build_compute_metrics(tokenizer, bleu_tokenize=bleu_tokenize),
+    )
+
+
+def _target_is_chinese(dataset) -> bool:
+    """True when most target sentences contain CJK characters (sacrebleu's BLEU then needs tok=zh)."""
+    sample = dataset["target"][:50] if "target" in dataset.column_names else []
+    cjk = sum(any("\u4e00" <= ch <= "\u9fff" for ch in text) for text in sample)
+    return bool(sample) and cjk > len(sample) // 2
+
+
+def finetune(config: FinetuneConfig) -> Path:
+    """Fine-tune ``config.base_model`` and write the output folder; returns ``output_dir``."""
+    import transformers
+
+    config.validate()
+    transformers.set_seed(config.seed)
+    output_dir = Path(config.output_dir)
+    model, tokenizer = load_model_and_tokenizer(config)
+    if config.gradient_checkpointing and not getattr(model, "supports_gradient_checkpointing", False):
+        raise ValueError(
+            f"gradient_checkpointing: {model.config.model_type} models do not support it; set it to false"
+        )
+    model.config.label_smoothing = config.label_smoothing  # both families smooth in forward(labels=)
+    deploy_generation_config = model.generation_config  # restored before saving (see below)
+    raw = load_pairs(config)
+    tokenized = {split: tokenize_pairs(dataset, tokenizer, config) for split, dataset in raw.items()}
+
+    trainer = build_trainer(config, model, tokenizer, tokenized)
+    start = time.perf_counter()
+    train_result = trainer.train()
+    wall_time = time.perf_counter() - start
+
+    test_scores = {}
+    if "test" in tokenized:
+        prediction = trainer.predict(tokenized["test"], metric_key_prefix="test")
+        hypotheses = decode_ids(tokenizer, prediction.predictions, tokenizer.pad_token_id or 0)
+        bleu_tokenize = "zh" if _target_is_chinese(raw["train"]) else None
+        test_scores = score_corpus(hypotheses, list(raw["test"]["target"]), bleu_tokenize=bleu_tokenize)
+
+    # The saved model keeps the base model's generation settings, not the evaluation's.
+    trainer.model.generation_config = deploy_generation_config
+    if trainer.is_world_process_zero():
+        trainer.save_model(str(output_dir / "model"))
+        tokenizer.save_pretrained(str(output_dir / "model"))
+        write_run_files(config, trainer, train_result, wall_time, test_scores, raw)
+    return output_dir
+
+
+def _loss_history(trainer) -> list[dict]:
+    return [entry for entry in trainer.state.log_history if "loss" in entry and "eval_loss" not in entry]
+
+
+def write_run_files(config, trainer, train_result, wall_time, test_scores, raw) -> None:
+    """metrics.json and recipe.yaml in the layout of docs/DESIGN.md (what the exporter reads)."""
+    output_dir = Path(config.output_dir)
+    _, base_run = resolve_model_path(config.base_model)
+    base_info = {}
+    if base_run is not None and (base_run / "metrics.json").is_file():
+        base_info = json.loads((base_run / "metrics.json").read_text(encoding="utf-8"))
+
+    losses = _loss_history(trainer)
+    validation = [
+        {
+            "step": entry["step"],
+            "loss": entry["eval_loss"],
+            "perplexity": math.exp(min(entry["eval_loss"], 50.0)),
+            "bleu": entry.get("eval_bleu"),
+            "chrf": entry.get("eval_chrf"),
+        }
+        for entry in trainer.state.log_history
+        if "eval_loss" in entry
+    ]
+    metrics: dict[str, Any] = {
+        "model_family": trainer.model.config.model_type,
+        # The card's `base_model`: a Hub id when known (given, or recorded by the base's own export).
+        "base_model": config.base_model_id or base_info.get("hub_id") or config.base_model,
+        "base_model_path": config.base_model,
+        "finetuned_with": "transformers.Seq2SeqTrainer",
+        "corpus": _corpus_entry(config, raw),
+        "train": {
+            "steps": trainer.state.global_step,
+            "epochs": trainer.state.epoch,
+            "wall_time_s": wall_time,
+            "train_samples": len(raw["train"]),
+            "final_train_loss": losses[-1]["loss"] if losses else train_result.training_loss,
+            "loss_history": [{"step": e["step"], "loss": e["loss"]} for e in losses],
+        },
+        "validation": validation,
+        "test": {},
+    }
+    if test_scores:
+        name = Path(config.test_file).stem if config.test_file else f"{metrics['corpus']['name']}-test"
+        metrics["test"][name] = {
+            "split": "test",
+            "num_sentences": len(raw["test"]),
+            "num_beams": config.generation_num_beams,
+            "max_new_tokens": config.generation_max_new_tokens,
+            **test_scores,
+        }
+    (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+    _write_recipe(config, output_dir / "recipe.yaml")
+
+
+def _corpus_entry(config: FinetuneConfig, raw) -> dict:
+    if config.corpus:
+        info = getattr(raw["train"], "info", None)
+        entry = {"spec": config.corpus}
+        description = getattr(info, "description", "") or ""
+        try:
+            entry.update(json.loads(description))  # the data layer may describe the corpus as JSON
+        except (json.JSONDecodeError, TypeError):
+            pass
+        entry.setdefault("name", config.corpus.split(":")[0])
+        return entry
+    return {"spec": f"jsonl:{config.train_file}", "name": Path(config.train_file).stem}
+
+
+def _write_recipe(config: FinetuneConfig, path: Path) -> None:
+    values = dataclasses.asdict(config)
+    try:
+        import yaml
+
+        text = "# Resolved fine-tuning recipe (re-run: attention-seq2seq finetune --recipe this-file)\n"
+        text += yaml.safe_dump(values, sort_keys=False)
+    except ImportError:  # pyyaml is a package dependency, but this file also runs without the package
+        text = json.dumps(values, indent=2) + "\n"
+    path.write_text(text, encoding="utf-8")
+
+
+# --------------------------------------------------------------------------------------------
+# Command line (shared with `attention-seq2seq finetune`)
+
+
+def load_recipe(path: str | Path) -> dict:
+    """A recipe file (YAML or JSON) as a dict; unknown keys raise ``ValueError`` naming them."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"recipe not found: {path}")
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        values = json.loads(text)
+    else:
+        import yaml
+
+        values = yaml.safe_load(text) or {}
+    if not isinstance(values, dict):
+        raise ValueError(f"{path}: a recipe is a mapping of field: value")
+    known = {f.name for f in fields(FinetuneConfig)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"{path}: unknown field(s) {', '.join(unknown)}; valid fields: {', '.join(sorted(known))}")
+    return values
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """One ``--field-name`` option per ``FinetuneConfig`` field (defaults come from the recipe)."""
+    parser.add_argument("--recipe", help="YAML or JSON file of fields; options given here override it")
+    for f in fields(FinetuneConfig):
+        flag = "--" + f.name.replace("_", "-")
+        if f.type in ("bool", bool):
+            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None,
+                                help=f"(default: {f.default})")
+        else:
+            kind = {"int": int, "float": float}.get(str(f.type), str)
+            parser.add_argument(flag, dest=f.name, type=kind, default=None, metavar=f.name.upper(),
+                                help=f"(default: {f.default!r})")
+
+
+def config_from_args(args: argparse.Namespace) -> FinetuneConfig:
+    values = load_recipe(args.recipe) if args.recipe else {}
+    for f in fields(FinetuneConfig):
+        given = getattr(args, f.name, None)
+        if given is not None:
+            values[f.name] = given
+    config = FinetuneConfig(**values)
+    config.validate()
+    return config
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="finetune_trainer",
+        description="Fine-tune an attention-seq2seq model with transformers' Seq2SeqTrainer.",
+        epilog=__doc__.split("Examples::", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_config_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        config = config_from_args(args)
+    except (ValueError, FileNotFoundError, TypeError) as err:
+        parser.error(str(err))
+    output_dir = finetune(config)
+    print(f"fine-tuned model written to {output_dir / 'model'}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""Learning-rate schedules, counted in optimizer updates (not micro-batches, not ranks).
+
+Each schedule is a multiplier of the peak learning rate ``lr`` given to the optimizer:
+
+- ``inverse_sqrt`` (Vaswani et al. 2017, section 5.3): linear warm-up to ``lr`` over
+  ``warmup_steps`` updates, then decay proportional to the inverse square root of the step,
+  ``lr * sqrt(warmup_steps / step)``. The paper writes the same curve as
+  ``d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)``; here the peak is named directly
+  (``lr = d_model^-0.5 * warmup^-0.5`` gives the paper's numbers), as fairseq does.
+- ``linear``: linear warm-up, then linear decay to 0 at ``total_steps``.
+- ``constant``: linear warm-up, then ``lr``.
+- ``plateau``: linear warm-up, then ``lr`` times ``factor`` each time the validation metric
+  has not improved for ``patience`` validations in a row (the RNN recipe of Luong et al. 2015
+  and JoeyNMT's default). The decay state lives in :class:`PlateauDecay`, which the training
+  script registers for checkpointing so that a resumed run continues with the same rate.
+
+The schedules are plain ``torch.optim.lr_scheduler.LambdaLR`` objects, stepped once per
+optimizer update by the training script (deliberately not through ``accelerator.prepare``:
+Accelerate's scheduler wrapper steps once per process, which would make the curve depend on
+the number of GPUs).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+SCHEDULES = ("inverse_sqrt", "linear", "constant", "plateau")
+
+
+def warmup_factor(step: int, warmup_steps: int) -> float:
+    """Linear warm-up multiplier: ``step / warmup_steps`` below ``warmup_steps``, else 1.
+
+    ``step`` counts finished updates, so the first update (step 0) uses ``1 / warmup_steps``
+    rather than a learning rate of exactly zero.
+    """
+    if warmup_steps <= 0:
+        return 1.0
+    return min(1.0, (step + 1) / warmup_steps)
+
+
+def inverse_sqrt_factor(step: int, warmup_steps: int) -> float:
+    """``min((step+1)/warmup, sqrt(warmup/(step+1)))``; 1 at the end of warm-up."""
+    n = step + 1
+    if warmup_steps <= 0:
+        return 1.0 / math.sqrt(n)
+    return min(n / warmup_steps, math.sqrt(warmup_steps / n))
+
+
+def linear_factor(step: int, warmup_steps: int, total_steps: int) -> float:
+    """Warm-up, then ``(total - step) / (total - warmup)``, floored at 0."""
+    if step < warmup_steps:
+        return warmup_factor(step, warmup_steps)
+    remaining = max(1, total_steps - warmup_steps)
+    return max(0.0, (total_steps - step) / remaining)
+
+
+class PlateauDecay:
+    """Multiplies the learning rate by ``factor`` after ``patience`` validations without improvement.
+
+    Args:
+        factor: multiplier applied at each decay, in (0, 1).
+        patience: number of consecutive validations without improvement that trigger a decay.
+        higher_is_better: True for BLEU/chrF, False for loss.
+        min_multiplier: the multiplier never falls below this.
+
+    ``state_dict``/``load_state_dict`` make it checkpointable with
+    ``accelerator.register_for_checkpointing``.
+    """
+
+    def __init__(self, factor: float = 0.5, patience: int = 2, higher_is_better: bool = True, min_multiplier: float = 1e-3):
+        if not 0.0 < factor < 1.0:
+            raise ValueError(f"plateau_factor must be in (0, 1); got {factor}")
+        if patience < 1:
+            raise ValueError(f"plateau_patience must be >= 1; got {patience}")
+        self.factor = factor
+        self.patience = patience
+        self.higher_is_better = higher_is_better
+        self.min_multiplier = min_multiplier
+        self.multiplier = 1.0
+        self.best: float | None = None
+        self.bad_validations = 0
+
+    def observe(self, value: float) -> bool:
+        """Record one validation result; returns True if the learning rate was just decayed."""
+        improved = self.best is None or (value > self.best if self.higher_is_better else value < self.best)
+        if improved:
+            self.best = value
+            self.bad_validations = 0
+            return False
+        self.bad_validations += 1
+        if self.bad_validations >= self.patience:
+            self.multiplier = max(self.min_multiplier, self.multiplier * self.factor)
+            self.bad_validations = 0
+            return True
+        return False
+
+    def state_dict(self) -> dict:
+        return {"multiplier": self.multiplier, "best": self.best, "bad_validations": self.bad_validations}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.multiplier = state["multiplier"]
+        self.best = state["best"]
+        self.bad_validations = state["bad_validations"]
+
+
+def build_scheduler(
+    optimizer: torch.optim.Optimizer,
+    name: str,
+    warmup_steps: int,
+    total_steps: int | None = None,
+    plateau: PlateauDecay | None = None,
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """A ``LambdaLR`` implementing schedule ``name`` (one of :data:`SCHEDULES`).
+
+    Args:
+        optimizer: the optimizer whose ``lr`` is the peak learning rate.
+        name: ``"inverse_sqrt"``, ``"linear"``, ``"constant"`` or ``"plateau"``.
+        warmup_steps: updates of linear warm-up (0 disables warm-up).
+        total_steps: number of updates of the run; required by ``"linear"``.
+        plateau: the decay state; required by ``"plateau"``.
+
+    Raises:
+        ValueError: unknown ``name``, or a missing ``total_steps`` / ``plateau``.
+    """
+    if name == "inverse_sqrt":
+        fn = lambda step: inverse_sqrt_factor(step, warmup_steps)  # noqa: E731
+    elif name == "linear":
+        if not total_steps:
+            raise ValueError("schedule 'linear' needs a known number of updates: set max_steps (or max_epochs)")
+        fn = lambda step: linear_factor(step, warmup_steps, total_steps)  # noqa: E731
+    elif name == "constant":
+        fn = lambda step: warmup_factor(step, warmup_steps)  # noqa: E731
+    elif name == "plateau":
+        if plateau is None:
+            raise ValueError("schedule 'plateau' needs a PlateauDecay object")
+        fn = lambda step: warmup_factor(step, warmup_steps) * plateau.multiplier  # noqa: E731
+    else:
+        raise ValueError(f"schedule must be one of {', '.join(repr(s) for s in SCHEDULES)}; got {name!r}")
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, fn)

@@ -1,0 +1,783 @@
+"""Train an attention seq2seq model with Accelerate: one command from one CPU to many GPUs.
+
+    python -m attention_seq2seq.training.train --recipe training/recipes/multi30k-transformer-small.yaml
+    accelerate launch --multi_gpu --num_processes 8 -m attention_seq2seq.training.train \\
+        --recipe training/recipes/multi30k-transformer-small.yaml --mixed_precision bf16
+    accelerate launch --multi_gpu --num_processes 2 -m attention_seq2seq.training.train ...  # 2 CPU ranks (gloo)
+
+Every hyperparameter is a field of :class:`TrainConfig` below; a recipe (YAML or JSON) sets any of
+them and ``--field value`` on the command line overrides the recipe (see ``training/config.py``).
+
+How a step works (fairseq's recipe, written with Accelerate's primitives): each rank draws
+``gradient_accumulation_steps`` token-budget micro-batches; the number of target tokens of the
+whole update is summed over micro-batches and all-reduced over ranks; each micro-batch's
+*summed* token loss is divided by that global count and back-propagated (DDP communicates only on
+the last one, ``accelerator.no_sync``). The update therefore minimises the mean loss per target
+token of the global batch, whatever the split into ranks and micro-batches: 2 × B accumulated is
+one batch of 2B, and 2 ranks are one process with twice the batch.
+
+Output folder layout and ``metrics.json``: docs/DESIGN.md, "Training output folder".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import math
+import os
+import re
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from accelerate import Accelerator
+from accelerate.utils import gather_object, set_seed
+from tqdm.auto import tqdm
+
+from .averaging import average_checkpoints, load_averaged_weights
+from .config import RecipeError, dump_recipe, parse_command_line
+from .metrics import corpus_scores
+from .plotting import plot_cross_attentions
+from .schedules import SCHEDULES, PlateauDecay, build_scheduler
+
+logger = logging.getLogger("attention_seq2seq.training")
+
+
+@dataclass
+class TrainConfig:
+    # ---- model ---------------------------------------------------------------------------------
+    model_family: str = "transformer"  # "rnn" or "transformer"
+    model_config: dict = field(default_factory=dict)  # passed to RNNSeq2SeqConfig / TransformerSeq2SeqConfig (vocab size and special ids come from the tokenizer)
+    # ---- data ----------------------------------------------------------------------------------
+    corpus: str = "multi30k:../shared/data/multi30k:de-en"  # load_corpus spec (data/corpora.py); relative paths from the working directory
+    corpus_filters: dict = field(default_factory=dict)  # CorpusFilters fields (dedup, max_length, max_ratio, ...), train split only
+    max_train_examples: int | None = None  # use only the first N training pairs (quick runs, tests)
+    tokenizer_type: str = "unigram"  # "unigram" (SentencePiece-style) or "bpe"; one joint vocabulary
+    vocab_size: int = 8000  # subword vocabulary size, special tokens and byte pieces included
+    max_source_length: int = 128  # tokens incl. </s>; longer training pairs are dropped, evaluation sources truncated
+    max_target_length: int = 128  # tokens incl. </s>; also the generation limit (max_new_tokens)
+    # ---- batching ------------------------------------------------------------------------------
+    max_tokens: int = 4096  # token budget of one micro-batch on one rank, padding included (see data/batching.py)
+    gradient_accumulation_steps: int = 1  # micro-batches per optimizer update on each rank
+    num_workers: int = 0  # DataLoader worker processes for collation (0: in the training process)
+    # ---- optimisation --------------------------------------------------------------------------
+    learning_rate: float = 5e-4  # peak learning rate (AdamW)
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.98  # 0.98 as in Vaswani et al. 2017, section 5.3
+    adam_epsilon: float = 1e-8
+    weight_decay: float = 0.0  # AdamW's decoupled weight decay
+    max_grad_norm: float = 1.0  # clip the global gradient norm to this; 0 disables clipping
+    label_smoothing: float = 0.1  # epsilon of the label-smoothed cross-entropy (Szegedy et al. 2016)
+    schedule: str = "inverse_sqrt"  # "inverse_sqrt", "linear", "constant" or "plateau" (training/schedules.py)
+    warmup_steps: int = 4000  # optimizer updates of linear warm-up
+    plateau_factor: float = 0.5  # "plateau": multiply the lr by this ...
+    plateau_patience: int = 2  # ... after this many validations without improvement
+    # ---- length of the run (the first limit reached ends it) -----------------------------------
+    max_steps: int | None = None  # optimizer updates
+    max_epochs: float | None = None  # passes over the training set
+    max_time_minutes: float | None = None  # wall-clock budget of the training loop, checked every log_every updates
+    # ---- validation ----------------------------------------------------------------------------
+    eval_every: int = 1000  # validate every N updates (and at the end)
+    eval_max_examples: int | None = 500  # validate on the first N validation pairs (None: all)
+    eval_num_beams: int = 4  # beam size of the validation translations
+    eval_batch_size: int = 64  # sentences per generation batch
+    early_stopping_metric: str = "bleu"  # "bleu", "chrf" or "loss"; also used by keep_best_k and "plateau"
+    early_stopping_patience: int | None = None  # stop after N validations without improvement (None: never)
+    keep_best_k: int = 1  # keep the weights of the k best validations in best/
+    average_best_k: int = 0  # final model = mean of the best k kept weights (needs keep_best_k >= k)
+    average_last_k: int = 0  # final model = mean of the last k checkpoints (needs keep_last_checkpoints >= k)
+    num_plot_sentences: int = 2  # attention heat-maps of the first N validation sentences at each validation
+    # ---- test ----------------------------------------------------------------------------------
+    test_num_beams: int = 5  # beam size of the final test-set evaluation (also saved in generation_config)
+    test_max_examples: int | None = None  # evaluate on the first N test pairs (None: all)
+    # ---- checkpoints and output ----------------------------------------------------------------
+    output_dir: str = "runs/train"  # the run folder (docs/DESIGN.md, "Training output folder")
+    save_every: int = 1000  # accelerator.save_state every N updates (and at the end)
+    keep_last_checkpoints: int = 2  # checkpoints/step_N folders kept (older ones are deleted)
+    resume: bool = False  # continue from the newest checkpoint in output_dir/checkpoints
+    # ---- system --------------------------------------------------------------------------------
+    seed: int = 1234  # model init, dropout and data order
+    mixed_precision: str = "no"  # "no", "fp16" or "bf16" (GPU)
+    log_every: int = 50  # updates between progress/TensorBoard logs (each costs one host sync)
+    log_with: str = "tensorboard"  # "tensorboard" or "none"
+    # ---- debugging (used by the tests) ---------------------------------------------------------
+    debug_dump_batches: bool = False  # each rank writes its micro-batches' example ids to debug/batches_rank<R>.jsonl
+    debug_crash_at_step: int | None = None  # raise right after update N (after its checkpoint) to test --resume
+
+
+CHOICES = {
+    "model_family": ("rnn", "transformer"),
+    "tokenizer_type": ("unigram", "bpe"),
+    "schedule": SCHEDULES,
+    "early_stopping_metric": ("bleu", "chrf", "loss"),
+    "mixed_precision": ("no", "fp16", "bf16"),
+    "log_with": ("tensorboard", "none"),
+}
+
+
+def validate_config(config: TrainConfig) -> None:
+    """Reject values that cannot work, naming the field and the valid values.
+
+    Raises:
+        RecipeError: a choice field outside its valid values, or inconsistent limits.
+    """
+    for name, valid in CHOICES.items():
+        value = getattr(config, name)
+        if value not in valid:
+            raise RecipeError(f"{name} must be one of {', '.join(repr(v) for v in valid)}; got {value!r}")
+    if config.max_steps is None and config.max_epochs is None and config.max_time_minutes is None:
+        raise RecipeError("set at least one of max_steps, max_epochs, max_time_minutes")
+    for name in ("max_tokens", "gradient_accumulation_steps", "eval_every", "save_every", "log_every", "keep_last_checkpoints"):
+        if getattr(config, name) < 1:
+            raise RecipeError(f"{name} must be >= 1; got {getattr(config, name)}")
+    if config.average_best_k > config.keep_best_k:
+        raise RecipeError(f"average_best_k ({config.average_best_k}) needs keep_best_k >= it; got keep_best_k={config.keep_best_k}")
+    if config.average_last_k > config.keep_last_checkpoints:
+        raise RecipeError(
+            f"average_last_k ({config.average_last_k}) needs keep_last_checkpoints >= it; got {config.keep_last_checkpoints}"
+        )
+    if config.average_best_k and config.average_last_k:
+        raise RecipeError("set average_best_k or average_last_k, not both")
+
+
+# ---------------------------------------------------------------------------------------------
+# Training state that is not in the model/optimizer/scheduler: saved with every checkpoint
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class TrainerState:
+    step: int = 0  # optimizer updates done
+    epoch: int = 0  # epoch of the batch stream
+    batch_in_epoch: int = 0  # micro-batches of that epoch this rank has consumed
+    batches_per_epoch: int = 0  # micro-batches per epoch on one rank
+    wall_time_s: float = 0.0  # time in the training loop, validation and checkpoints included (all sessions)
+    train_time_s: float = 0.0  # time in optimizer updates only: the denominator of tokens/s
+    target_tokens: int = 0  # non-padding target tokens trained on, all ranks together
+    validation: list = field(default_factory=list)  # one dict per validation
+    best: list = field(default_factory=list)  # [[score, step], ...] of the weights kept in best/, best first
+    bad_validations: int = 0  # validations since the last improvement (early stopping)
+
+    def state_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def load_state_dict(self, state: dict) -> None:
+        for key, value in state.items():
+            setattr(self, key, value)
+
+    @property
+    def epochs(self) -> float:
+        return self.epoch + self.batch_in_epoch / max(1, self.batches_per_epoch)
+
+
+# ---------------------------------------------------------------------------------------------
+# Data: pre-tokenized pairs, token-budget batches, resumable epoch stream
+# ---------------------------------------------------------------------------------------------
+class PairDataset(torch.utils.data.Dataset):
+    """Tokenized pairs held as Python lists (no Arrow row access per example in the hot loop)."""
+
+    def __init__(self, input_ids: list[list[int]], labels: list[list[int]]):
+        self.input_ids, self.labels = input_ids, labels
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    def __getitem__(self, i: int) -> dict:
+        return {"input_ids": self.input_ids[i], "labels": self.labels[i], "id": i}
+
+
+class Collate:
+    """The data layer's padding plus what the loop needs: ``decoder_input_ids`` (labels shifted
+    right behind ``decoder_start_token_id``, so the model does not compute its own loss) and
+    ``id`` (batch,), the dataset indices of the examples.
+
+    Returns ``input_ids``/``attention_mask`` (batch, src_len), ``labels``/``decoder_input_ids``
+    (batch, tgt_len), labels -100 on padding.
+    """
+
+    def __init__(self, pad_token_id: int, decoder_start_token_id: int):
+        from ..data.batching import Seq2SeqCollator
+
+        self.pad, self.start = pad_token_id, decoder_start_token_id
+        self.collator = Seq2SeqCollator(pad_token_id=pad_token_id)
+
+    def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
+        batch = self.collator(features)
+        labels = batch["labels"]
+        decoder_input_ids = labels.new_full(labels.shape, self.pad)
+        decoder_input_ids[:, 0] = self.start
+        decoder_input_ids[:, 1:] = labels[:, :-1].masked_fill(labels[:, :-1] == -100, self.pad)
+        batch["decoder_input_ids"] = decoder_input_ids
+        batch["id"] = torch.tensor([f["id"] for f in features])
+        return batch
+
+
+def micro_batches(loader, sampler, state: TrainerState, device):
+    """Endless stream of this rank's micro-batches, epoch after epoch, on ``device``.
+
+    ``state.epoch`` / ``state.batch_in_epoch`` count what was consumed (not what a loader worker
+    prefetched), so a checkpoint records the exact position to resume from; the sampler skips
+    the consumed batches as index lists, never collating them.
+    """
+    while True:
+        sampler.set_epoch(state.epoch, start_batch=state.batch_in_epoch)
+        for batch in loader:
+            state.batch_in_epoch += 1
+            yield {k: v if k == "id" else v.to(device, non_blocking=True) for k, v in batch.items()}
+        state.epoch += 1
+        state.batch_in_epoch = 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Loss
+# ---------------------------------------------------------------------------------------------
+def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float) -> torch.Tensor:
+    """Label-smoothed cross-entropy *summed* over the target tokens (labels != -100).
+
+    Args:
+        logits: (batch, tgt_len, vocab_size).
+        labels: (batch, tgt_len), -100 on padding.
+        label_smoothing: epsilon; the smoothing mass is spread over the whole vocabulary.
+
+    Returns:
+        A scalar tensor (float32). Divide by the token count of the *whole* update yourself.
+    """
+    return F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)).float(),
+        labels.reshape(-1),
+        ignore_index=-100,
+        reduction="sum",
+        label_smoothing=label_smoothing,
+    )
+
+
+def optimizer_update(accelerator, model, optimizer, scheduler, micro: list[dict], label_smoothing: float, max_grad_norm: float):
+    """One optimizer update over this rank's micro-batches, normalised by the global token count.
+
+    Args:
+        micro: this rank's micro-batches (dicts with ``input_ids``, ``attention_mask``,
+            ``decoder_input_ids``, ``labels``), all already on the device.
+        label_smoothing: epsilon of the training loss.
+        max_grad_norm: clip the global gradient norm to this (0: no clipping).
+
+    Returns:
+        ``(loss_sum, num_tokens)``: this rank's summed smoothed loss (a detached scalar tensor) and
+        the target tokens of the whole update over all ranks (a scalar tensor). Nothing is
+        synchronised to the host.
+    """
+    world = accelerator.num_processes
+    num_tokens = sum((mb["labels"] != -100).sum() for mb in micro)
+    if world > 1:
+        num_tokens = accelerator.reduce(num_tokens, reduction="sum")
+    update_loss = torch.zeros((), device=accelerator.device)
+    for i, mb in enumerate(micro):
+        sync = i == len(micro) - 1  # DDP all-reduces the gradients on the last micro-batch only
+        with contextlib.nullcontext() if sync else accelerator.no_sync(model):
+            logits = model(input_ids=mb["input_ids"], attention_mask=mb["attention_mask"], decoder_input_ids=mb["decoder_input_ids"]).logits
+            loss_sum = token_loss_sum(logits, mb["labels"], label_smoothing)
+            # DDP averages gradients over ranks; scaling by the world size turns that average into
+            # a sum, so the update is d(summed loss)/d(weights) / (global target tokens).
+            accelerator.backward(loss_sum * (world / num_tokens))
+        update_loss += loss_sum.detach()
+    if max_grad_norm > 0:
+        accelerator.clip_grad_norm_(model.parameters(), max_grad_norm)
+    optimizer.step()
+    if not accelerator.optimizer_step_was_skipped:  # an fp16 overflow skips the step: keep the schedule
+        scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return update_loss, num_tokens
+
+
+# ---------------------------------------------------------------------------------------------
+# Building blocks: accelerator, data, model
+# ---------------------------------------------------------------------------------------------
+def build_accelerator(config: TrainConfig, output_dir: Path) -> Accelerator:
+    # Without CUDA, Accelerate puts a multi-process launch on CPU only when told so; otherwise
+    # every rank would silently train its own copy (docs: /work/shared/guides/hf-v5.md).
+    multi_process = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    cpu = multi_process and not torch.cuda.is_available()
+    return Accelerator(
+        cpu=cpu,
+        mixed_precision=config.mixed_precision,
+        log_with=None if config.log_with == "none" else config.log_with,
+        project_dir=str(output_dir),
+    )
+
+
+def load_data(config: TrainConfig, accelerator: Accelerator, output_dir: Path):
+    """Corpus, tokenizer (trained once on the main process, then read by every rank) and the
+    tokenized corpus; returns ``(tokenized DatasetDict, CorpusInfo, tokenizer)``.
+
+    Training pairs longer than ``max_source_length`` / ``max_target_length`` are dropped;
+    validation and test sources are truncated (every sentence is still scored).
+    """
+    from transformers import PreTrainedTokenizerFast
+
+    from ..data.batching import tokenize_dataset
+    from ..data.corpora import load_corpus
+    from ..data.tokenization import train_tokenizer
+
+    with accelerator.main_process_first():  # the Bible corpus prepares a cached copy once
+        raw, info = load_corpus(config.corpus, filters=config.corpus_filters or None, return_info=True)
+    if config.max_train_examples is not None:
+        raw["train"] = raw["train"].select(range(min(config.max_train_examples, len(raw["train"]))))
+    tokenizer_dir = output_dir / "model"
+    if accelerator.is_main_process and not (tokenizer_dir / "tokenizer.json").exists():
+        tokenizer = train_tokenizer(raw["train"], config.vocab_size, model_type=config.tokenizer_type)
+        tokenizer.save_pretrained(tokenizer_dir)
+    accelerator.wait_for_everyone()
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(tokenizer_dir)
+    tokenized = tokenize_dataset(raw, tokenizer, config.max_source_length, config.max_target_length, overlong="filter")
+    return tokenized, info, tokenizer
+
+
+def build_model(config: TrainConfig, tokenizer):
+    from .. import (
+        RNNSeq2SeqConfig,
+        RNNSeq2SeqForConditionalGeneration,
+        TransformerSeq2SeqConfig,
+        TransformerSeq2SeqForConditionalGeneration,
+    )
+
+    config_cls, model_cls = {
+        "rnn": (RNNSeq2SeqConfig, RNNSeq2SeqForConditionalGeneration),
+        "transformer": (TransformerSeq2SeqConfig, TransformerSeq2SeqForConditionalGeneration),
+    }[config.model_family]
+    reserved = {"vocab_size", "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "label_smoothing"}
+    clash = sorted(reserved & set(config.model_config))
+    if clash:
+        raise RecipeError(f"model_config may not set {clash}: they come from the tokenizer / label_smoothing")
+    model_config = config_cls(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.bos_token_id,
+        label_smoothing=config.label_smoothing,
+        **config.model_config,
+    )
+    model = model_cls(model_config)
+    gen = model.generation_config
+    gen.num_beams = config.test_num_beams
+    gen.max_new_tokens = config.max_target_length
+    gen.decoder_start_token_id = model_config.decoder_start_token_id
+    gen.eos_token_id = model_config.eos_token_id
+    gen.pad_token_id = model_config.pad_token_id
+    return model
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation, test and attention plots
+# ---------------------------------------------------------------------------------------------
+def _eval_batches(dataset, tokenizer, config: TrainConfig, max_examples: int | None, accelerator):
+    """This rank's share of length-sorted evaluation batches: (example indices, batch on device)."""
+    n = len(dataset) if max_examples is None else min(max_examples, len(dataset))
+    src, tgt = dataset["input_ids"][:n], dataset["labels"][:n]
+    order = sorted(range(n), key=lambda i: len(src[i]))
+    chunks = [order[i : i + config.eval_batch_size] for i in range(0, n, config.eval_batch_size)]
+    collate = Collate(tokenizer.pad_token_id, tokenizer.bos_token_id)
+    for chunk in chunks[accelerator.process_index :: accelerator.num_processes]:
+        batch = collate([{"input_ids": src[i], "labels": tgt[i], "id": i} for i in chunk])
+        yield chunk, {k: v.to(accelerator.device) for k, v in batch.items()}
+
+
+@torch.no_grad()
+def evaluate(model, dataset, tokenizer, config: TrainConfig, accelerator, num_beams: int, max_examples, target_lang) -> dict:
+    """Teacher-forced loss / perplexity and beam-search BLEU / chrF on (a prefix of) ``dataset``.
+
+    The work is split over ranks by batch; every rank returns the same numbers. ``loss`` is the
+    mean negative log-likelihood per target token (no label smoothing), ``perplexity`` its exp.
+    """
+    was_training = model.training
+    model.eval()
+    nll, tokens, translations = torch.zeros((), device=accelerator.device), torch.zeros((), device=accelerator.device), []
+    for ids, batch in _eval_batches(dataset, tokenizer, config, max_examples, accelerator):
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], decoder_input_ids=batch["decoder_input_ids"]).logits
+        nll += token_loss_sum(logits, batch["labels"], 0.0)
+        tokens += (batch["labels"] != -100).sum()
+        out = model.generate(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], num_beams=num_beams, max_new_tokens=config.max_target_length
+        )
+        translations.extend(zip(ids, tokenizer.batch_decode(out, skip_special_tokens=True)))
+    totals = accelerator.reduce(torch.stack([nll, tokens]), reduction="sum").tolist()
+    translations = sorted(gather_object(translations)) if accelerator.num_processes > 1 else sorted(translations)
+    hyps = [t for _, t in translations]
+    references = dataset["target"][:]  # the raw strings, not our tokenizer's round trip
+    refs = [references[i] for i, _ in translations]
+    model.train(was_training)
+    loss = totals[0] / max(1.0, totals[1])
+    return {"loss": loss, "perplexity": math.exp(min(loss, 100.0)), **corpus_scores(hyps, refs, target_lang), "hypotheses": hyps}
+
+
+@torch.no_grad()
+def plot_attention(model, tokenizer, sources: list[str], out_dir: Path, prefix: str, config: TrainConfig, device) -> None:
+    """Translate each source greedily, re-read the output teacher-forced with
+    ``output_attentions=True`` and write its cross-attention heat-maps as ``<prefix>_<i>.png``."""
+    was_training = model.training
+    model.eval()
+    implementation = getattr(model.config, "_attn_implementation", None)
+    if implementation not in (None, "eager"):  # SDPA never materialises the probabilities
+        model.set_attn_implementation("eager")
+    try:
+        for i, text in enumerate(sources):
+            enc = tokenizer([text], return_tensors="pt", truncation=True, max_length=config.max_source_length).to(device)
+            hyp = model.generate(**enc, num_beams=1, max_new_tokens=config.max_target_length)[0]
+            out = model(**enc, decoder_input_ids=hyp[None, :-1], output_attentions=True)
+            layers = [a[0].float().cpu().numpy() for a in out.cross_attentions]  # (num_heads, tgt_len, src_len)
+            src_tokens = tokenizer.convert_ids_to_tokens(enc["input_ids"][0].tolist())
+            tgt_tokens = tokenizer.convert_ids_to_tokens(hyp[1:].tolist())
+            plot_cross_attentions(layers, src_tokens, tgt_tokens, out_dir, f"{prefix}_{i}")
+    finally:
+        if implementation not in (None, "eager"):
+            model.set_attn_implementation(implementation)
+        model.train(was_training)
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints
+# ---------------------------------------------------------------------------------------------
+def _step_dirs(root: Path) -> list[Path]:
+    """``root/step_<N>`` folders, oldest first (temporary ``.tmp_*`` folders are ignored)."""
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := re.fullmatch(r"step_(\d+)", p.name)) and p.is_dir()]
+    return [p for _, p in sorted(found)]
+
+
+def _atomic_write(accelerator: Accelerator, final: Path, write) -> None:
+    """Run ``write(tmp_dir)`` on every rank, then rename the folder to ``final`` on the main one.
+
+    A crash while writing leaves only a ``.tmp_*`` folder; the previous checkpoints stay intact.
+    """
+    tmp = final.parent / f".tmp_{final.name}"
+    if accelerator.is_main_process:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+    accelerator.wait_for_everyone()
+    write(tmp)
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        if final.exists():  # the same step written again: drop the old copy only now
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    accelerator.wait_for_everyone()
+
+
+def save_checkpoint(accelerator: Accelerator, root: Path, step: int, keep: int) -> None:
+    _atomic_write(accelerator, root / f"step_{step}", lambda tmp: accelerator.save_state(str(tmp)))
+    if accelerator.is_main_process:
+        for old in _step_dirs(root)[:-keep]:
+            shutil.rmtree(old)
+
+
+def update_best(accelerator, model, state: TrainerState, best_root: Path, score: float, higher_is_better: bool, k: int) -> None:
+    """Keep the weights of this validation in ``best/step_<N>`` if it is among the best ``k``."""
+    if k < 1:
+        return
+    # Best score first; among equal scores the later (longer trained) weights win.
+    ranked = sorted(state.best + [[score, state.step]], key=lambda e: (-e[0] if higher_is_better else e[0], -e[1]))
+    kept, dropped = ranked[:k], ranked[k:]
+    if [score, state.step] in kept:
+        _atomic_write(accelerator, best_root / f"step_{state.step}", lambda tmp: accelerator.save_model(model, str(tmp)))
+    if accelerator.is_main_process:
+        for _, step in dropped:
+            shutil.rmtree(best_root / f"step_{step}", ignore_errors=True)
+    state.best = kept
+
+
+# ---------------------------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------------------------
+class _QuietCheckpointNotices(logging.Filter):
+    """safetensors stores a tied matrix once; Accelerate warns about it on every save."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Removed shared tensor" not in record.getMessage()
+
+
+def _setup_logging(is_main: bool) -> None:
+    logger.setLevel(logging.INFO if is_main else logging.WARNING)
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        logger.addHandler(handler)
+    logging.getLogger("accelerate").setLevel(logging.WARNING)
+    for name in ("accelerate.utils.other", "accelerate.checkpointing", "accelerate.accelerator"):
+        target = logging.getLogger(name)
+        if not any(isinstance(f, _QuietCheckpointNotices) for f in target.filters):
+            target.addFilter(_QuietCheckpointNotices())
+
+
+def train(config: TrainConfig) -> Path:
+    """Run a whole training (or resume one) and return the output folder.
+
+    Writes ``model/``, ``metrics.json``, ``recipe.yaml``, ``plots/``, ``checkpoints/``, ``best/``
+    and ``logs/`` under ``config.output_dir`` (docs/DESIGN.md). Safe to call in-process.
+
+    Raises:
+        RecipeError: invalid hyperparameters (the message names the field).
+        FileExistsError: ``output_dir`` holds checkpoints and ``resume`` is off.
+        FloatingPointError: the training loss became NaN or infinite (names the first bad update;
+            the checkpoints written before it are kept).
+    """
+    validate_config(config)
+    output_dir = Path(config.output_dir).resolve()
+    ckpt_root, best_root, plots_dir = output_dir / "checkpoints", output_dir / "best", output_dir / "plots"
+    accelerator = build_accelerator(config, output_dir)
+    is_main = accelerator.is_main_process
+    _setup_logging(is_main)
+    world = accelerator.num_processes
+    logger.info("world size %d, device %s, mixed precision %s", world, accelerator.device, config.mixed_precision)
+    if _step_dirs(ckpt_root) and not config.resume:
+        raise FileExistsError(f"{ckpt_root} already holds checkpoints: pass --resume to continue the run or choose another output_dir")
+    if is_main:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        dump_recipe(config, output_dir / "recipe.yaml")
+    set_seed(config.seed)
+
+    # ---- data and model -----------------------------------------------------------------------
+    from ..data.batching import TokenBudgetBatchSampler, batch_lengths
+
+    data, info, tokenizer = load_data(config, accelerator, output_dir)
+    train_set = PairDataset(data["train"]["input_ids"][:], data["train"]["labels"][:])  # [:]: Column -> list
+    sampler = TokenBudgetBatchSampler(
+        batch_lengths(data["train"]),
+        max_tokens=config.max_tokens,
+        shuffle=True,
+        seed=config.seed,
+        num_replicas=world,
+        rank=accelerator.process_index,
+    )
+    loader = torch.utils.data.DataLoader(
+        train_set,
+        batch_sampler=sampler,  # shards by rank itself: not handed to accelerator.prepare
+        collate_fn=Collate(tokenizer.pad_token_id, tokenizer.bos_token_id),
+        num_workers=config.num_workers,
+        pin_memory=accelerator.device.type == "cuda",
+    )
+    state = TrainerState(batches_per_epoch=len(sampler))
+    updates_per_epoch = max(1, state.batches_per_epoch // config.gradient_accumulation_steps)
+    limits = [config.max_steps] if config.max_steps is not None else []
+    if config.max_epochs is not None:
+        limits.append(math.ceil(config.max_epochs * updates_per_epoch))
+    total_steps = min(limits) if limits else None
+
+    set_seed(config.seed)  # the same initial weights whatever the data loading consumed
+    model = build_model(config, tokenizer)
+    optimizer = torch.optim.AdamW(
+        model.parameters(),
+        lr=config.learning_rate,
+        betas=(config.adam_beta1, config.adam_beta2),
+        eps=config.adam_epsilon,
+        weight_decay=config.weight_decay,
+        fused=accelerator.device.type == "cuda",
+    )
+    higher_is_better = config.early_stopping_metric != "loss"
+    plateau = PlateauDecay(config.plateau_factor, config.plateau_patience, higher_is_better)
+    scheduler = build_scheduler(optimizer, config.schedule, config.warmup_steps, total_steps, plateau)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    # The scheduler is stepped once per update by us, not by Accelerate (whose wrapper steps it
+    # once per process); it is checkpointed like the other states.
+    accelerator.register_for_checkpointing(scheduler, plateau, state)
+    unwrapped = accelerator.unwrap_model(model)
+
+    if config.resume and _step_dirs(ckpt_root):
+        last = _step_dirs(ckpt_root)[-1]
+        accelerator.load_state(str(last))
+        logger.info("resumed from %s (update %d, epoch %.2f)", last, state.step, state.epochs)
+        if is_main:  # best/ folders written after that checkpoint belong to the lost future
+            kept = {f"step_{s}" for _, s in state.best}
+            for d in _step_dirs(best_root):
+                if d.name not in kept:
+                    shutil.rmtree(d)
+
+    if config.log_with != "none":
+        flat = {k: (json.dumps(v) if isinstance(v, dict) else v) for k, v in dataclasses.asdict(config).items()}
+        accelerator.init_trackers("logs", config=flat)
+    num_params = sum(p.numel() for p in unwrapped.parameters())
+    logger.info("%s: %.2fM parameters, %d training pairs, %d micro-batches per epoch per rank",
+                type(unwrapped).__name__, num_params / 1e6, len(train_set), state.batches_per_epoch)
+    target_lang = info.target_lang
+    plot_sources = data["validation"]["source"][: config.num_plot_sentences]  # fixed sentences
+    dump = None
+    if config.debug_dump_batches:
+        (output_dir / "debug").mkdir(parents=True, exist_ok=True)
+        dump = open(output_dir / "debug" / f"batches_rank{accelerator.process_index}.jsonl", "a")
+
+    def validate_and_keep() -> bool:
+        """Validate, log, keep the best weights; returns True when early stopping says stop."""
+        result = evaluate(unwrapped, data["validation"], tokenizer, config, accelerator, config.eval_num_beams, config.eval_max_examples, target_lang)
+        record = {"step": state.step, **{k: result[k] for k in ("loss", "perplexity", "bleu", "chrf")}}
+        state.validation.append(record)
+        score = record[config.early_stopping_metric]
+        previous = [v[config.early_stopping_metric] for v in state.validation[:-1]]
+        improved = not previous or (score > max(previous) if higher_is_better else score < min(previous))
+        state.bad_validations = 0 if improved else state.bad_validations + 1
+        if config.schedule == "plateau":
+            plateau.observe(score)
+        update_best(accelerator, model, state, best_root, score, higher_is_better, config.keep_best_k)
+        if is_main:
+            accelerator.log({f"valid/{k}": v for k, v in record.items() if k != "step"}, step=state.step)
+            tqdm.write(f"validation @ {state.step}: " + ", ".join(f"{k} {v:.4g}" for k, v in record.items() if k != "step"))
+            if config.num_plot_sentences:
+                plot_attention(unwrapped, tokenizer, plot_sources, plots_dir, f"attention_val_step{state.step}", config, accelerator.device)
+        accelerator.wait_for_everyone()
+        patience = config.early_stopping_patience
+        return patience is not None and state.bad_validations >= patience
+
+    # ---- training loop --------------------------------------------------------------------------
+    model.train()
+    stream = micro_batches(loader, sampler, state, accelerator.device)
+    device = accelerator.device
+    loss_acc = torch.zeros((), device=device)  # summed smoothed loss since the last log (this rank)
+    tokens_acc = torch.zeros((), device=device)  # target tokens since the last log (all ranks)
+    first_bad = torch.full((), -1, dtype=torch.long, device=device)  # first update with a non-finite loss
+    last_log_time, last_loss, session_start = time.perf_counter(), float("nan"), time.perf_counter()
+    earlier_sessions_s = state.wall_time_s
+    progress = tqdm(total=total_steps, initial=state.step, disable=not is_main, desc="train", unit="upd", dynamic_ncols=True)
+    stop_reason = None
+    while stop_reason is None and (total_steps is None or state.step < total_steps):
+        # One optimizer update: draw the micro-batches first, to know the global token count.
+        micro = [next(stream) for _ in range(config.gradient_accumulation_steps)]
+        for i, mb in enumerate(micro):
+            ids = mb.pop("id")
+            if dump is not None:
+                dump.write(json.dumps({"step": state.step, "micro": i, "ids": ids.tolist()}) + "\n")
+        update_loss, num_tokens = optimizer_update(accelerator, model, optimizer, scheduler, micro, config.label_smoothing, config.max_grad_norm)
+        first_bad = torch.where((first_bad < 0) & ~torch.isfinite(update_loss), state.step + 1, first_bad)
+        state.step += 1
+        loss_acc += update_loss
+        tokens_acc += num_tokens
+        progress.update(1)
+
+        # ---- logging (the only per-interval host sync), NaN check and time budget -------------
+        evaluating = state.step % config.eval_every == 0 or state.step == total_steps
+        saving = state.step % config.save_every == 0 or state.step == total_steps
+        if state.step % config.log_every == 0 or evaluating or saving:
+            stats = torch.stack([loss_acc, tokens_acc / world, first_bad.float()])
+            stats = accelerator.gather(stats[None]) if world > 1 else stats[None]
+            loss_sum_all, tokens_all = stats[:, 0].sum().item(), stats[:, 1].sum().item()
+            bad = [int(b) for b in stats[:, 2].tolist() if b >= 0]
+            if bad:
+                raise FloatingPointError(
+                    f"training loss is not finite at update {min(bad)}; the last good checkpoint is kept in {ckpt_root}"
+                )
+            now = time.perf_counter()
+            state.target_tokens += int(tokens_all)
+            state.train_time_s += now - last_log_time
+            state.wall_time_s = earlier_sessions_s + now - session_start
+            last_loss = loss_sum_all / max(1.0, tokens_all)
+            logs = {"train/loss": last_loss, "train/lr": scheduler.get_last_lr()[0],
+                    "train/target_tokens_per_s": tokens_all / max(1e-9, now - last_log_time), "train/epoch": state.epochs}
+            if is_main:
+                progress.set_postfix(loss=f"{last_loss:.3f}", lr=f"{logs['train/lr']:.2e}", tok_s=f"{logs['train/target_tokens_per_s']:.0f}")
+                accelerator.log(logs, step=state.step)
+            loss_acc.zero_()
+            tokens_acc.zero_()
+            last_log_time = now
+            if config.max_time_minutes is not None:
+                # Every rank must take the same decision: the main process's clock decides.
+                over = torch.tensor(float(state.wall_time_s > 60 * config.max_time_minutes), device=device)
+                over = accelerator.reduce(over, reduction="sum") if world > 1 else over
+                if over.item() > 0:  # any rank over budget: all stop at this same update
+                    stop_reason = "max_time_minutes"
+                    evaluating = saving = True
+        if evaluating and validate_and_keep():
+            stop_reason = "early_stopping"
+            saving = True
+        if saving:
+            save_checkpoint(accelerator, ckpt_root, state.step, config.keep_last_checkpoints)
+        if evaluating or saving:
+            last_log_time = time.perf_counter()  # tokens/s counts update time only
+            state.wall_time_s = earlier_sessions_s + last_log_time - session_start
+        if config.debug_crash_at_step is not None and state.step == config.debug_crash_at_step:
+            raise RuntimeError(f"debug_crash_at_step: simulated crash after update {state.step}")
+    progress.close()
+    if dump is not None:
+        dump.close()
+        # Each rank's own weights after the last update: the tests check that DDP kept them equal.
+        from safetensors.torch import save_file
+
+        weights = {k: v.detach().cpu().clone().contiguous() for k, v in unwrapped.state_dict().items()}
+        save_file(weights, str(output_dir / "debug" / f"weights_rank{accelerator.process_index}.safetensors"))
+    stop_reason = stop_reason or "max_steps/max_epochs"
+    logger.info("training stopped (%s) after %d updates, %.2f epochs", stop_reason, state.step, state.epochs)
+
+    # ---- final model: average / best / last weights ---------------------------------------------
+    if [p.name for p in _step_dirs(ckpt_root)[-1:]] != [f"step_{state.step}"]:
+        save_checkpoint(accelerator, ckpt_root, state.step, config.keep_last_checkpoints)
+    if config.average_best_k:
+        sources = [best_root / f"step_{s}" for _, s in state.best[: config.average_best_k]]
+        final_desc = f"average of the best {len(sources)} validations (updates {[s for _, s in state.best[: config.average_best_k]]})"
+    elif config.average_last_k:
+        sources = _step_dirs(ckpt_root)[-config.average_last_k :]
+        final_desc = f"average of the last {len(sources)} checkpoints ({[p.name for p in sources]})"
+    elif state.best:
+        sources = [best_root / f"step_{state.best[0][1]}"]
+        final_desc = f"best validation {config.early_stopping_metric} (update {state.best[0][1]})"
+    else:
+        sources = [_step_dirs(ckpt_root)[-1]]
+        final_desc = f"last update ({state.step})"
+    load_averaged_weights(unwrapped, average_checkpoints(sources))
+    logger.info("final model: %s", final_desc)
+    if is_main:
+        unwrapped.save_pretrained(output_dir / "model")
+        tokenizer.save_pretrained(output_dir / "model")
+    accelerator.wait_for_everyone()
+
+    # ---- test set and the card's heat-map -------------------------------------------------------
+    test = evaluate(unwrapped, data["test"], tokenizer, config, accelerator, config.test_num_beams, config.test_max_examples, target_lang)
+    if is_main:
+        plot_attention(unwrapped, tokenizer, data["test"]["source"][:1], plots_dir, "attention_test", config, accelerator.device)
+        n_test = len(data["test"]) if config.test_max_examples is None else min(config.test_max_examples, len(data["test"]))
+        metrics = {
+            "model_family": unwrapped.config.model_type,
+            "corpus": {k: v for k, v in info.to_dict().items() if k not in ("counts", "extra")},
+            "train": {
+                "steps": state.step,
+                "epochs": round(state.epochs, 4),
+                "wall_time_s": round(state.wall_time_s, 2),
+                "train_time_s": round(state.train_time_s, 2),
+                "target_tokens": state.target_tokens,
+                "target_tokens_per_s": round(state.target_tokens / max(1e-9, state.train_time_s), 2),
+                "final_train_loss": last_loss,
+                "world_size": world,
+                "stopped_by": stop_reason,
+                "final_model": final_desc,
+                "num_parameters": num_params,
+            },
+            "validation": state.validation,
+            "test": {
+                f"{config.corpus.split(':')[0]}-test": {
+                    "split": "test",
+                    "num_sentences": n_test,
+                    "num_beams": config.test_num_beams,
+                    **{k: test[k] for k in ("bleu", "chrf", "bleu_signature", "chrf_signature")},
+                    "loss": test["loss"],
+                }
+            },
+        }
+        (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, ensure_ascii=False), encoding="utf-8")
+        logger.info("test: BLEU %.2f, chrF %.2f (%s)", test["bleu"], test["chrf"], test["bleu_signature"])
+    accelerator.wait_for_everyone()
+    accelerator.end_training()
+    return output_dir
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command-line entry: ``--recipe FILE`` plus ``--field value`` overrides (``--help`` lists them)."""
+    try:
+        config = parse_command_line(TrainConfig, argv, prog="python -m attention_seq2seq.training.train")
+        validate_config(config)
+    except RecipeError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    train(config)
+
+
+if __name__ == "__main__":
+    main()

@@ -39,7 +39,7 @@ commands:
   push                  upload an export folder to the Hugging Face Hub
 
 examples:
-  attention-seq2seq train --recipe training/recipes/transformer-small-multi30k.yaml
+  attention-seq2seq train --recipe training/recipes/multi30k-transformer-small.yaml
   echo "Ein Hund läuft im Schnee." | attention-seq2seq translate runs/multi30k
   attention-seq2seq evaluate runs/multi30k --corpus multi30k:../shared/data/multi30k --split test
   attention-seq2seq <command> --help
@@ -111,9 +111,10 @@ Accelerate's launcher with the same options:
   accelerate launch -m attention_seq2seq.training.train --recipe ...
 
 examples:
-  attention-seq2seq train --recipe training/recipes/transformer-small-multi30k.yaml
-  attention-seq2seq train --recipe training/recipes/rnn-bahdanau-bible.yaml --output-dir runs/rnn
-  attention-seq2seq train --help-train      # every option of the training script
+  attention-seq2seq train --recipe training/recipes/multi30k-transformer-small.yaml
+  attention-seq2seq train --recipe training/recipes/bible-rnn-bahdanau.yaml --output_dir runs/rnn \\
+      --max_time_minutes 30 --model_config.dropout 0.2
+  attention-seq2seq train --help-train      # every field of the training script
 """
 
 _EXPORT_EPILOG = """\
@@ -225,8 +226,19 @@ def _generation_kwargs(parser: argparse.ArgumentParser, args: argparse.Namespace
     )
 
 
+def _quiet_library_progress() -> None:
+    """Keep stderr for our own progress bar: no per-file bars from transformers and datasets."""
+    import datasets
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+
+
 def _load(args: argparse.Namespace, **kwargs):
     from .inference import load_for_inference
+
+    _quiet_library_progress()
 
     return load_for_inference(
         args.model, device=args.device, trust_remote_code=args.trust_remote_code, revision=args.revision, **kwargs
@@ -294,13 +306,12 @@ def _test_set(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tupl
     if args.corpus:
         from .data import load_corpus
 
-        splits = load_corpus(args.corpus)
-        if args.split not in splits:
-            parser.error(f"--split: corpus {args.corpus!r} has no split {args.split!r}; valid: {', '.join(splits)}")
+        _quiet_library_progress()
+        splits, info = load_corpus(args.corpus, return_info=True)
         dataset = splits[args.split]
         sources, references = list(dataset["source"]), list(dataset["target"])
-        name = args.name or f"{args.corpus.split(':', 1)[0]}-{args.split}"
-        target_lang = args.target_lang or _corpus_target_lang(dataset)
+        name = args.name or f"{info.name}-{args.split}".replace(" ", "-")
+        target_lang = args.target_lang or info.target_lang
     else:
         if not (args.src and args.ref):
             parser.error("the test set needs --corpus SPEC (with --split) or both --src FILE and --ref FILE")
@@ -314,15 +325,6 @@ def _test_set(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tupl
     if not sources:
         raise UserError("the test set is empty")
     return name, sources, references, target_lang
-
-
-def _corpus_target_lang(dataset) -> str | None:
-    """The target language the data layer recorded, if any (dataset info or a column feature)."""
-    description = getattr(getattr(dataset, "info", None), "description", "") or ""
-    try:
-        return json.loads(description).get("target_lang")
-    except (json.JSONDecodeError, AttributeError, TypeError):
-        return None
 
 
 def format_score_table(results: dict[str, dict]) -> str:
@@ -479,6 +481,7 @@ def cmd_average_checkpoints(parser: argparse.ArgumentParser, args: argparse.Name
     from .inference import locate_model
     from .training.averaging import average_checkpoints, load_averaged_weights
 
+    _quiet_library_progress()
     location = locate_model(config_from)
     if location.kind == "hub":
         raise UserError(f"--config-from: folder not found: {config_from}")
@@ -527,16 +530,10 @@ def cmd_finetune(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
 
 
 def cmd_train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from .training import train as train_module
+    from .training.train import main as train_main
 
-    argv = list(args.train_args)
-    if args.help_train:
-        argv = ["--help"]
-    main = getattr(train_module, "main", None)
-    if main is None:
-        raise UserError("this installation's training/train.py has no main(); run it with python -m")
-    result = main(argv)
-    return int(result or 0) if not isinstance(result, (str, Path)) else 0
+    train_main(["--help"] if args.help_train else args.train_args)
+    return 0
 
 
 def cmd_export(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -615,7 +612,7 @@ def build_parser() -> argparse.ArgumentParser:
     # train: everything after the command goes to training/train.py.
     p = add("train", "train a model with Accelerate (training/train.py)", _TRAIN_EPILOG, cmd_train)
     p.add_argument("--help-train", action="store_true", help="show the training script's own options")
-    p.add_argument("train_args", nargs=argparse.REMAINDER, help="options of the training script (--recipe ...)")
+    # The training script's own options (--recipe FILE, --FIELD VALUE) are passed on unparsed.
 
     p = add("finetune", "fine-tune a model with transformers' Seq2SeqTrainer", _FINETUNE_EPILOG, cmd_finetune)
     from .training.finetune_trainer import add_config_arguments
@@ -685,7 +682,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if args.command == "train":
+        args.train_args = unknown
+        unknown = []
+    elif args.command == "translate":
+        # argparse gives a "*" positional only the words before the first option; the sentences
+        # after an option come back here, in order.
+        args.text += [word for word in unknown if not word.startswith("-")]
+        unknown = [word for word in unknown if word.startswith("-")]
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import difflib
 
-from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
 CELL_TYPES = ("gru", "lstm")
@@ -20,9 +19,6 @@ LUONG_SCORES = ("dot", "general", "concat", "cosine", "scaled_dot")
 WINDOWS = ("global", "local-m", "local-p")
 ATTENTION_MODES = ("soft", "hard")
 
-# Bahdanau et al. (2015), A.2.2: the deep output layer is a maxout layer with pools of two units.
-BAHDANAU_MAXOUT_POOL = 2
-
 
 def _one_of(name: str, value, valid: tuple[str, ...]) -> None:
     if value not in valid:
@@ -30,7 +26,6 @@ def _one_of(name: str, value, valid: tuple[str, ...]) -> None:
         raise ValueError(f"{name} must be one of {choices}; got {value!r}")
 
 
-@strict
 class RNNSeq2SeqConfig(PreTrainedConfig):
     r"""Configuration of [`RNNSeq2SeqForConditionalGeneration`].
 
@@ -160,8 +155,12 @@ class RNNSeq2SeqConfig(PreTrainedConfig):
         _one_of("bridge", self.bridge, BRIDGES)
         _one_of("attention", self.attention, ATTENTIONS)
         for name in ("vocab_size", "embedding_size", "hidden_size", "encoder_layers", "decoder_layers"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a positive integer; got {getattr(self, name)!r}")
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer; got {value!r}")
+        for name in ("bidirectional", "coverage", "tie_word_embeddings", "share_embeddings"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False; got {getattr(self, name)!r}")
         for name in ("dropout", "label_smoothing"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must lie in [0, 1); got {getattr(self, name)!r}")
@@ -174,6 +173,8 @@ class RNNSeq2SeqConfig(PreTrainedConfig):
                     f"even (or set encoder_hidden_size); got hidden_size={self.hidden_size}"
                 )
             self.encoder_hidden_size = self.hidden_size // self.num_directions
+        if isinstance(self.encoder_hidden_size, bool) or not isinstance(self.encoder_hidden_size, int) or self.encoder_hidden_size < 1:
+            raise ValueError(f"encoder_hidden_size must be a positive integer or None; got {self.encoder_hidden_size!r}")
         if self.bridge != "zero" and self.encoder_layers != self.decoder_layers:
             raise ValueError(
                 f"bridge={self.bridge!r} maps encoder layer l to decoder layer l, so it needs encoder_layers == "
@@ -225,7 +226,7 @@ class RNNSeq2SeqConfig(PreTrainedConfig):
                     raise ValueError("window_size (D) applies to window='local-m' or 'local-p' only; got window='global'")
             else:
                 self.window_size = 10 if self.window_size is None else self.window_size
-                if self.window_size < 1:
+                if isinstance(self.window_size, bool) or not isinstance(self.window_size, int) or self.window_size < 1:
                     raise ValueError(f"window_size (D) must be a positive integer; got {self.window_size!r}")
             self.attention_mode = "soft" if self.attention_mode is None else self.attention_mode
             _one_of("attention_mode", self.attention_mode, ATTENTION_MODES)

@@ -301,7 +301,12 @@ class CorpusInfo:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        """Everything, as plain JSON-able types."""
         return asdict(self)
+
+    def summary(self) -> dict[str, Any]:
+        """The ``corpus`` block of ``metrics.json``: spec, name, languages, license, attribution."""
+        return {k: getattr(self, k) for k in ("spec", "name", "source_lang", "target_lang", "license", "attribution")}
 
 
 # --------------------------------------------------------------------------------------------

@@ -32,10 +32,12 @@ from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import ModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
 
-from ..configuration.configuration_rnn_seq2seq import BAHDANAU_MAXOUT_POOL, RNNSeq2SeqConfig
+from ..configuration.configuration_rnn_seq2seq import RNNSeq2SeqConfig
 from .rnn_attention import BahdanauAttention, LuongAttention, luong_attentional_state, maxout
 
 _RNN_CLASSES = {"gru": nn.GRU, "lstm": nn.LSTM}
+# Bahdanau et al. (2015), A.2.2: the deep output is a maxout layer with pools of two units.
+BAHDANAU_MAXOUT_POOL = 2
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -363,14 +365,16 @@ class RNNSeq2SeqDecoder(nn.Module):
     def _forward_bahdanau(self, embeds, encoder_hidden_states, attention_mask, positions, cache):
         """Bahdanau et al. (2015): e_ij from s_{i-1} (A.1.2) → c_i (eq. 5) → s_i = f(s_{i-1}, y_{i-1}, c_i)."""
         states, contexts, weights, penalties = [], [], [], []
-        for t in range(embeds.size(1)):
+        # split() once: slicing embeds[:, t] in the loop would make backward build a full-size
+        # zero gradient per step (quadratic in tgt_len).
+        for t, embed_t in enumerate(embeds.split(1, dim=1)):
             query = cache.hidden[-1].unsqueeze(1)  # s_{i-1} of the top layer, (batch, 1, hidden_size)
             context, weights_t = self.attention(
                 query, cache.keys, encoder_hidden_states, attention_mask, positions[t : t + 1], cache.coverage
             )
             if self.use_coverage:
                 self._coverage_step(cache, weights_t, penalties)
-            rnn_input = torch.cat([embeds[:, t : t + 1], context], dim=-1)
+            rnn_input = torch.cat([embed_t, context], dim=-1)
             state_t, cache.rnn_state = self.rnn(rnn_input, cache.rnn_state)  # (batch, 1, hidden_size)
             states.append(state_t)
             contexts.append(context)
@@ -384,8 +388,7 @@ class RNNSeq2SeqDecoder(nn.Module):
     def _forward_luong_stepwise(self, embeds, encoder_hidden_states, attention_mask, positions, cache):
         """Luong et al. (2015) with input feeding (§3.3) and/or coverage: h_t → a_t → c_t → h̃_t."""
         states, attentional, weights, penalties = [], [], [], []
-        for t in range(embeds.size(1)):
-            rnn_input = embeds[:, t : t + 1]
+        for t, rnn_input in enumerate(embeds.split(1, dim=1)):  # split once, see _forward_bahdanau
             if self.input_feeding:
                 rnn_input = torch.cat([rnn_input, cache.attentional_state.unsqueeze(1)], dim=-1)
             state_t, cache.rnn_state = self.rnn(rnn_input, cache.rnn_state)  # h_t, (batch, 1, hidden_size)

@@ -147,6 +147,16 @@ def eager_attention_forward(
 # --------------------------------------------------------------------------------------------
 
 
+class TransformerSeq2SeqFusedProjection(nn.Linear):
+    """`num_blocks` stacked d_model → d_model projections computed as one Linear: weight
+    (num_blocks·d_model, d_model), rows [block_0; block_1; ...]. Initialised block by block (each
+    block gets the Xavier bound of a d_model × d_model matrix)."""
+
+    def __init__(self, d_model: int, num_blocks: int):
+        super().__init__(d_model, num_blocks * d_model)
+        self.num_blocks = num_blocks
+
+
 class TransformerSeq2SeqAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
     (Vaswani et al. 2017, §3.2.2).
@@ -186,7 +196,7 @@ class TransformerSeq2SeqAttention(nn.Module):
         self.is_causal = is_causal
         self.is_cross_attention = is_cross_attention
         self.layer_idx = layer_idx
-        self.qkv_proj = nn.Linear(config.d_model, 3 * config.d_model)
+        self.qkv_proj = TransformerSeq2SeqFusedProjection(config.d_model, num_blocks=3)
         self.out_proj = nn.Linear(config.d_model, config.d_model)
 
     def _split_heads(self, states: torch.Tensor, parts: int) -> tuple[torch.Tensor, ...]:
@@ -236,8 +246,9 @@ class TransformerSeq2SeqAttention(nn.Module):
             attention_mask: boolean, broadcastable to (batch, num_heads, tgt_len, src_len), True
                 where attending is allowed; None attends everywhere (or causally, see below).
             cache: `EncoderDecoderCache` (or a `DynamicCache` for self-attention only).
-            is_causal: add the causal mask; defaults to the module's `is_causal`. Only honoured
-                without an explicit `attention_mask` (the decoder folds causality into it then).
+            is_causal: add the causal mask; defaults to the module's `is_causal`. The decoder
+                passes False whenever it folds causality into an explicit `attention_mask` (SDPA
+                takes one or the other).
 
         Returns:
             (output, weights): output (batch, tgt_len, d_model); weights
@@ -510,10 +521,10 @@ class TransformerSeq2SeqPreTrainedModel(PreTrainedModel):
     def _init_weights(self, module: nn.Module) -> None:
         d_model = self.config.d_model
         std = self.config.init_std if self.config.init_std is not None else d_model**-0.5
-        if isinstance(module, TransformerSeq2SeqAttention):
-            # Xavier bound for one d_model × d_model block, applied to the fused (3·d_model, d_model).
-            bound = math.sqrt(6.0 / (2 * d_model))
-            init.uniform_(module.qkv_proj.weight, -bound, bound)
+        if isinstance(module, TransformerSeq2SeqFusedProjection):
+            # The Xavier bound of one block, not of the whole (num_blocks·d_model, d_model) matrix.
+            bound = math.sqrt(6.0 / (module.in_features + module.out_features // module.num_blocks))
+            init.uniform_(module.weight, -bound, bound)
         elif isinstance(module, nn.Linear):
             init.xavier_uniform_(module.weight)
         elif isinstance(module, nn.Embedding):
@@ -789,11 +800,20 @@ class TransformerSeq2SeqModel(TransformerSeq2SeqPreTrainedModel):
             encoder_last_hidden_state (batch, src_len, d_model), and, when asked, per-layer
             decoder_attentions / cross_attentions / encoder_attentions (batch, num_heads, q_len,
             k_len) and hidden states.
+
+        Raises:
+            ValueError: no `decoder_input_ids`, neither `input_ids` nor `encoder_outputs`, a
+                sequence longer than `max_position_embeddings`, or `output_attentions` without
+                attn_implementation="eager".
         """
         config = self.config
+        if decoder_input_ids is None:
+            raise ValueError("decoder_input_ids are required (or pass labels to the ForConditionalGeneration model)")
         if use_cache is None:
             use_cache = config.use_cache and not self.training
         if encoder_outputs is None:
+            if input_ids is None:
+                raise ValueError("pass either input_ids or encoder_outputs")
             encoder_outputs = self.encoder(
                 input_ids,
                 attention_mask=attention_mask,
@@ -871,6 +891,17 @@ class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedMod
 
     def get_decoder(self) -> TransformerSeq2SeqDecoder:
         return self.model.decoder
+
+    def _resize_token_embeddings(self, new_num_tokens, pad_to_multiple_of=None, mean_resizing=True):
+        # One `vocab_size` covers both sides: unshared decoder embeddings are resized as well
+        # (transformers resizes only the input embeddings and `lm_head`).
+        embeddings = super()._resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        if not self.config.share_encoder_decoder_embeddings:
+            decoder = self.model.decoder
+            decoder.embed_tokens = self._get_resized_embeddings(
+                decoder.embed_tokens, embeddings.weight.shape[0], mean_resizing=mean_resizing
+            )
+        return embeddings
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)

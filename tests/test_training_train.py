@@ -198,3 +198,183 @@ def test_collate_shifts_labels_behind_the_start_token():
     assert batch["labels"].tolist() == [[7, 8, 9, 2], [7, 2, -100, -100]]
     assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
     assert batch["id"].tolist() == [4, 9]
+
+
+# ------------------------------------------------------------------------------- end-to-end runs
+def _checkpoint_steps(run: Path) -> list[str]:
+    return sorted(p.name for p in (run / "checkpoints").iterdir() if p.name.startswith("step_"))
+
+
+def test_output_folder_follows_the_design_contract(shared_data, tmp_path):
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    run = train(tiny_config(shared_data, tmp_path / "run", keep_best_k=2))
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["model_family"] == "transformer_seq2seq"
+    assert metrics["corpus"]["source_lang"] == "de" and metrics["corpus"]["target_lang"] == "en"
+    assert metrics["train"]["steps"] == 6 and metrics["train"]["world_size"] == 1
+    assert metrics["train"]["target_tokens_per_s"] > 0
+    assert [v["step"] for v in metrics["validation"]] == [3, 6]
+    (test,) = metrics["test"].values()
+    assert test["num_sentences"] == 8 and test["num_beams"] == 2 and "tok:13a" in test["bleu_signature"]
+    assert (run / "plots" / "attention_test_0.png").stat().st_size > 1000
+    assert (run / "plots" / "attention_val_step3_0.png").exists()
+    assert _checkpoint_steps(run) == ["step_4", "step_6"]  # keep_last_checkpoints=2
+    assert sorted(p.name for p in (run / "best").iterdir()) == ["step_3", "step_6"]
+    assert not list((run / "checkpoints").glob(".tmp*"))
+    # The final model is the best validation's weights, and it loads with the Auto classes.
+    best_step = max(metrics["validation"], key=lambda v: (v["bleu"], v["step"]))["step"]
+    assert metrics["train"]["final_model"] == f"best validation bleu (update {best_step})"
+    model = AutoModelForSeq2SeqLM.from_pretrained(run / "model")
+    assert_same_weights({k: v for k, v in model.state_dict().items() if k in weights_of(run / "best" / f"step_{best_step}")},
+                        weights_of(run / "best" / f"step_{best_step}"), atol=0)
+    tokenizer = AutoTokenizer.from_pretrained(run / "model")
+    assert model.generation_config.num_beams == 2 and tokenizer.pad_token_id == 0
+    # recipe.yaml re-creates the same hyperparameters.
+    assert config_from_dict(TrainConfig, load_recipe(run / "recipe.yaml")) == tiny_config(shared_data, run, keep_best_k=2)
+
+
+def test_average_last_k_builds_the_mean_of_the_kept_checkpoints(shared_data, tmp_path):
+    run = train(tiny_config(shared_data, tmp_path / "run", average_last_k=2, num_plot_sentences=0, eval_every=6))
+    a, b = weights_of(run / "checkpoints" / "step_4"), weights_of(run / "checkpoints" / "step_6")
+    final = weights_of(run / "model")
+    for key in a:
+        torch.testing.assert_close(final[key], (a[key] + b[key]) / 2)
+    assert "average of the last 2 checkpoints" in json.loads((run / "metrics.json").read_text())["train"]["final_model"]
+
+
+def test_resume_after_a_crash_ends_with_the_weights_of_an_uninterrupted_run(shared_data, tmp_path):
+    # 120 pairs and 2 accumulated micro-batches per update: the 6 updates cross epoch
+    # boundaries, the crash falls mid-epoch, and dropout makes the RNG state matter.
+    common = dict(max_train_examples=120, gradient_accumulation_steps=2, num_plot_sentences=0)
+    full = train(tiny_config(shared_data, tmp_path / "full", **common))
+    # Same tokenizer: subword training itself is not bitwise reproducible between two runs.
+    common["tokenizer_path"] = str(full / "model")
+    crashing = tiny_config(shared_data, tmp_path / "crashed", debug_crash_at_step=4, **common)
+    with pytest.raises(RuntimeError, match="simulated crash after update 4"):
+        train(crashing)
+    assert _checkpoint_steps(tmp_path / "crashed") == ["step_2", "step_4"]
+    with pytest.raises(FileExistsError, match="--resume"):
+        train(dataclasses.replace(crashing, debug_crash_at_step=None))
+    resumed = train(dataclasses.replace(crashing, debug_crash_at_step=None, resume=True))
+    assert_same_weights(weights_of(full / "checkpoints" / "step_6"), weights_of(resumed / "checkpoints" / "step_6"), atol=0)
+    m_full, m_resumed = (json.loads((r / "metrics.json").read_text()) for r in (full, resumed))
+    assert m_full["validation"] == m_resumed["validation"]
+    assert m_full["train"]["epochs"] == m_resumed["train"]["epochs"] > 1.0
+
+
+def test_an_interrupted_checkpoint_save_keeps_the_previous_one(shared_data, tmp_path, monkeypatch):
+    from accelerate import Accelerator
+
+    real_save = Accelerator.save_state
+
+    def save_then_die(self, output_dir=None, **kwargs):
+        real_save(self, output_dir, **kwargs)
+        if Path(output_dir).name == ".tmp_step_4":
+            (Path(output_dir) / "model.safetensors").write_bytes(b"torn")  # a half-written file
+            raise KeyboardInterrupt("killed while saving")
+
+    monkeypatch.setattr(Accelerator, "save_state", save_then_die)
+    config = tiny_config(shared_data, tmp_path / "run", num_plot_sentences=0, eval_every=100)
+    with pytest.raises(KeyboardInterrupt):
+        train(config)
+    assert _checkpoint_steps(tmp_path / "run") == ["step_2"]
+    monkeypatch.setattr(Accelerator, "save_state", real_save)
+    run = train(dataclasses.replace(config, resume=True))  # resumes from step_2, ignoring the torn .tmp folder
+    assert _checkpoint_steps(run) == ["step_4", "step_6"]
+    assert json.loads((run / "metrics.json").read_text())["train"]["steps"] == 6
+
+
+def test_non_finite_loss_stops_naming_the_update_and_keeps_the_last_good_checkpoint(shared_data, tmp_path, monkeypatch):
+    real_loss = train_module.token_loss_sum
+    training_calls = []
+
+    def loss_that_explodes(logits, labels, label_smoothing):
+        loss = real_loss(logits, labels, label_smoothing)
+        if torch.is_grad_enabled():  # training, not validation
+            training_calls.append(1)
+            if len(training_calls) == 3:
+                return loss * float("nan")
+        return loss
+
+    monkeypatch.setattr(train_module, "token_loss_sum", loss_that_explodes)
+    config = tiny_config(shared_data, tmp_path / "run", log_every=10, save_every=2, eval_every=100, num_plot_sentences=0)
+    with pytest.raises(FloatingPointError, match="not finite at update 3"):
+        train(config)
+    # Detected at the next sync point (the checkpoint of update 4), before anything was saved.
+    assert _checkpoint_steps(tmp_path / "run") == ["step_2"]
+    assert all(torch.isfinite(t).all() for t in weights_of(tmp_path / "run" / "checkpoints" / "step_2").values())
+    assert not (tmp_path / "run" / "metrics.json").exists()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_cpu_ranks_equal_one_process_accumulating_their_batches(shared_data, tmp_path):
+    # Adam's update of a parameter whose gradient is zero in exact arithmetic (attention key
+    # biases) is lr * noise / (|noise| + eps): a larger eps keeps float noise from dominating it.
+    # No dropout: each rank draws its own masks, which one process cannot reproduce.
+    overrides = dict(model_config={**TINY_TRANSFORMER, "dropout": 0.0}, max_train_examples=200, max_steps=4, eval_every=4, save_every=4, num_plot_sentences=0,
+                     learning_rate=1e-3, adam_epsilon=1e-6, debug_dump_batches=True, test_max_examples=4)
+    ddp = tiny_config(shared_data, tmp_path / "ddp", **overrides)
+    (tmp_path / "ddp.yaml").write_text(yaml.safe_dump(dataclasses.asdict(ddp)))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    accelerate = Path(sys.executable).with_name("accelerate")
+    proc = subprocess.run(
+        [str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "--main_process_port", str(_free_port()),
+         "-m", "attention_seq2seq.training.train", "--recipe", str(tmp_path / "ddp.yaml")],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "world size 2" in proc.stderr
+    assert json.loads((tmp_path / "ddp" / "metrics.json").read_text())["train"]["world_size"] == 2
+
+    def batches(path):
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+    rank0, rank1 = (batches(tmp_path / "ddp" / "debug" / f"batches_rank{r}.jsonl") for r in (0, 1))
+    assert len(rank0) == len(rank1) == 4
+    ids0, ids1 = ({i for b in r for i in b["ids"]} for r in (rank0, rank1))
+    assert ids0 and ids1 and not ids0 & ids1  # disjoint examples
+    w0, w1 = (load_file(str(tmp_path / "ddp" / "debug" / f"weights_rank{r}.safetensors")) for r in (0, 1))
+    assert_same_weights(w0, w1, atol=0)
+
+    # One process, accumulating rank 0's and rank 1's micro-batch of each update.
+    single = train(dataclasses.replace(ddp, output_dir=str(tmp_path / "single"), gradient_accumulation_steps=2,
+                                       tokenizer_path=str(tmp_path / "ddp" / "model")))
+    micro = batches(single / "debug" / "batches_rank0.jsonl")
+    assert [b["ids"] for b in micro if b["micro"] == 0] == [b["ids"] for b in rank0]
+    assert [b["ids"] for b in micro if b["micro"] == 1] == [b["ids"] for b in rank1]
+    assert_same_weights(load_file(str(single / "debug" / "weights_rank0.safetensors")), w0, atol=1e-5)
+
+
+REAL_DATA_MODELS = {
+    "transformer": {"d_model": 64, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
+                    "decoder_attention_heads": 4, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128, "dropout": 0.1},
+    # The Luong recipe's architecture (general score, input feeding, LSTM), at toy width.
+    "rnn": {"cell_type": "lstm", "embedding_size": 64, "hidden_size": 96, "attention": "luong", "score": "general",
+            "input_feeding": True, "dropout": 0.1},
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["transformer", "rnn"])
+def test_short_real_data_run_learns_to_translate(family, shared_data, tmp_path):
+    config = tiny_config(
+        shared_data, tmp_path / family, model_family=family, model_config=REAL_DATA_MODELS[family],
+        max_train_examples=3000, vocab_size=1000, max_source_length=40, max_target_length=40, max_tokens=2500,
+        learning_rate=5e-3, warmup_steps=20, max_steps=80, eval_every=40, save_every=80, log_every=10,
+        eval_max_examples=60, eval_batch_size=60, test_max_examples=60,
+    )
+    metrics = json.loads((train(config) / "metrics.json").read_text())
+    losses = [loss for _, loss in metrics["train"]["loss_history"]]
+    assert losses[0] > 5.5 and losses[-1] < losses[0] - 1.0, losses  # from about ln(1000) = 6.9 downwards
+    first, last = metrics["validation"]
+    assert last["loss"] < first["loss"] and last["perplexity"] < first["perplexity"]
+    assert last["bleu"] > 0.0 and last["chrf"] > first["chrf"]
+    (test,) = metrics["test"].values()
+    assert test["bleu"] > 0.0

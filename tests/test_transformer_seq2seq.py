@@ -476,10 +476,13 @@ def test_gradient_checkpointing_gives_the_same_gradients(norm_order):
         model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss.backward()
         return {name: p.grad.clone() for name, p in model.named_parameters()}
 
+    calls = []
+    model.model.decoder.layers[0].feed_forward.register_forward_pre_hook(lambda *args: calls.append(1))
     plain = gradients()
+    assert len(calls) == 1
     model.activation_checkpointing_enable()
-    assert all(layer.gradient_checkpointing for layer in model.model.decoder.layers)
     checkpointed = gradients()
+    assert len(calls) == 3  # the checkpointed layer ran again during backward
     for name, grad in plain.items():
         torch.testing.assert_close(checkpointed[name], grad, rtol=1e-5, atol=1e-6, msg=name)
 
@@ -564,3 +567,47 @@ def test_overfits_twenty_multi30k_pairs(shared_data, norm_order):
     for n in range(4):
         target = labels[n][labels[n] != -100].tolist()
         assert generated[n, 1 : 1 + len(target)].tolist() == target
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_resizing_the_vocabulary_resizes_every_embedding_and_keeps_tying(share):
+    model = tiny_model(share_encoder_decoder_embeddings=share)
+    model.resize_token_embeddings(45, mean_resizing=False)
+    assert model.config.vocab_size == 45
+    assert model.model.encoder.embed_tokens.weight.shape == model.model.decoder.embed_tokens.weight.shape == (45, 16)
+    assert model.lm_head.weight is model.model.decoder.embed_tokens.weight
+    logits = model(input_ids=torch.tensor([[44, EOS]]), decoder_input_ids=torch.tensor([[BOS, 44]])).logits
+    assert logits.shape == (1, 2, 45)
+
+
+def test_training_forward_builds_no_cache_and_tuples_on_request():
+    model = tiny_model()
+    input_ids, attention_mask, decoder_input_ids = padded_batch()
+    kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
+    assert model(**kwargs).cache is not None  # eval: ready for the next decoding step
+    model.train()
+    assert model(**kwargs).cache is None  # training: no keys/values kept for a step that never comes
+    model.eval()
+    as_tuple = model(**kwargs, use_cache=False, return_dict=False)
+    torch.testing.assert_close(as_tuple[0], model(**kwargs).logits)
+
+
+def test_missing_inputs_raise():
+    model = tiny_model()
+    with pytest.raises(ValueError, match="decoder_input_ids"):
+        model(input_ids=torch.tensor([[5, EOS]]))
+    with pytest.raises(ValueError, match="input_ids or encoder_outputs"):
+        model(decoder_input_ids=torch.tensor([[BOS]]))
+
+
+def test_initialisation_gives_each_projection_block_its_own_xavier_scale():
+    model = tiny_model(d_model=64, vocab_size=500, encoder_ffn_dim=256)
+    attention = model.model.encoder.layers[0].self_attn
+    for block in attention.qkv_proj.weight.split(64):  # W^Q, W^K, W^V: Xavier for 64 × 64 each
+        assert block.std().item() == pytest.approx(64**-0.5, rel=0.1)
+    assert attention.qkv_proj.bias.abs().max() == 0
+    fc1 = model.model.encoder.layers[0].feed_forward.fc1.weight
+    assert fc1.std().item() == pytest.approx(math.sqrt(2 / (64 + 256)), rel=0.1)
+    embeddings = model.model.shared.weight
+    assert embeddings.std().item() == pytest.approx(64**-0.5, rel=0.1)  # unit variance after ×√d_model
+    assert embeddings[PAD].abs().max() == 0

@@ -207,13 +207,17 @@ def load_model_and_tokenizer(config: FinetuneConfig):
 
 
 def load_pairs(config: FinetuneConfig):
-    """A ``DatasetDict`` with ``train`` and, where given, ``validation`` / ``test`` (source, target)."""
+    """The splits (``train``, and ``validation``/``test`` where given) and the corpus description.
+
+    Returns ``(DatasetDict of source/target strings, corpus dict for metrics.json)``.
+    """
     from datasets import DatasetDict, load_dataset
 
     if config.corpus:
         from attention_seq2seq.data import load_corpus  # the package's corpus specs
 
-        splits = load_corpus(config.corpus)
+        splits, info = load_corpus(config.corpus, return_info=True)
+        corpus = {key: getattr(info, key) for key in ("spec", "name", "source_lang", "target_lang", "license", "attribution")}
     else:
         files = {"train": config.train_file, "validation": config.validation_file, "test": config.test_file}
         files = {split: path for split, path in files.items() if path}
@@ -225,13 +229,15 @@ def load_pairs(config: FinetuneConfig):
             missing = {"source", "target"} - set(dataset.column_names)
             if missing:
                 raise ValueError(f"{files[split]}: each line needs the keys 'source' and 'target'; missing {sorted(missing)}")
+        corpus = {"spec": f"jsonl:{config.train_file}", "name": Path(config.train_file).stem,
+                  "source_lang": None, "target_lang": "zh" if _target_is_chinese(splits["train"]) else None}
     limits = {"train": config.max_train_samples, "validation": config.max_eval_samples, "test": config.max_test_samples}
     out = {}
     for split, dataset in splits.items():
-        if split in limits and limits[split] and len(dataset) > limits[split]:
+        if limits.get(split) and len(dataset) > limits[split]:
             dataset = dataset.select(range(limits[split]))
         out[split] = dataset
-    return DatasetDict(out)
+    return DatasetDict(out), corpus
 
 
 def tokenize_pairs(dataset, tokenizer, config: FinetuneConfig):
@@ -260,7 +266,9 @@ def evaluation_generation_config(model, config: FinetuneConfig):
 # The run
 
 
-def build_trainer(config: FinetuneConfig, model, tokenizer, datasets):
+def build_trainer(config: FinetuneConfig, model, tokenizer, datasets, *, bleu_tokenize: str | None = None):
+    """A ``Seq2SeqTrainer`` over tokenized splits, writing into ``<output_dir>/checkpoints``."""
+    import torch
     from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments
 
     output_dir = Path(config.output_dir)
@@ -269,8 +277,12 @@ def build_trainer(config: FinetuneConfig, model, tokenizer, datasets):
     if config.report_to == "tensorboard":
         # transformers 5 reads the TensorBoard folder from this variable (logging_dir is gone).
         os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(output_dir / "logs"))
+    launched_processes = int(os.environ.get("WORLD_SIZE", "1"))  # set by torchrun / accelerate launch
     args = Seq2SeqTrainingArguments(
         output_dir=str(output_dir / "checkpoints"),
+        # Without CUDA, a multi-process launch forms one gloo process group only on the CPU path;
+        # otherwise every process would train its own copy on all the data, silently.
+        use_cpu=launched_processes > 1 and not torch.cuda.is_available(),
         max_steps=config.max_steps,
         per_device_train_batch_size=config.per_device_train_batch_size,
         per_device_eval_batch_size=config.per_device_eval_batch_size,
@@ -298,14 +310,18 @@ def build_trainer(config: FinetuneConfig, model, tokenizer, datasets):
         report_to=config.report_to,
         remove_unused_columns=False,  # the tokenized columns are exactly the model's inputs
         dataloader_num_workers=0,
+        dataloader_pin_memory=torch.cuda.is_available(),
     )
+    if args.world_size != launched_processes:
+        raise RuntimeError(
+            f"launched {launched_processes} processes but the Trainer formed a group of {args.world_size}"
+        )
     collator = DataCollatorForSeq2Seq(
         tokenizer,
         model=model,
         label_pad_token_id=-100,
         pad_to_multiple_of=8 if (config.bf16 or config.fp16) else None,  # tensor-core friendly shapes
     )
-    bleu_tokenize = "zh" if _target_is_chinese(datasets["train"]) else None
     return Seq2SeqTrainer(
         model=model,
         args=args,
@@ -338,10 +354,11 @@ def finetune(config: FinetuneConfig) -> Path:
         )
     model.config.label_smoothing = config.label_smoothing  # both families smooth in forward(labels=)
     deploy_generation_config = model.generation_config  # restored before saving (see below)
-    raw = load_pairs(config)
+    raw, corpus = load_pairs(config)
+    bleu_tokenize = "zh" if corpus.get("target_lang") == "zh" else None  # sacreBLEU's advice for Chinese
     tokenized = {split: tokenize_pairs(dataset, tokenizer, config) for split, dataset in raw.items()}
 
-    trainer = build_trainer(config, model, tokenizer, tokenized)
+    trainer = build_trainer(config, model, tokenizer, tokenized, bleu_tokenize=bleu_tokenize)
     start = time.perf_counter()
     train_result = trainer.train()
     wall_time = time.perf_counter() - start
@@ -350,7 +367,6 @@ def finetune(config: FinetuneConfig) -> Path:
     if "test" in tokenized:
         prediction = trainer.predict(tokenized["test"], metric_key_prefix="test")
         hypotheses = decode_ids(tokenizer, prediction.predictions, tokenizer.pad_token_id or 0)
-        bleu_tokenize = "zh" if _target_is_chinese(raw["train"]) else None
         test_scores = score_corpus(hypotheses, list(raw["test"]["target"]), bleu_tokenize=bleu_tokenize)
 
     # The saved model keeps the base model's generation settings, not the evaluation's.
@@ -358,7 +374,7 @@ def finetune(config: FinetuneConfig) -> Path:
     if trainer.is_world_process_zero():
         trainer.save_model(str(output_dir / "model"))
         tokenizer.save_pretrained(str(output_dir / "model"))
-        write_run_files(config, trainer, train_result, wall_time, test_scores, raw)
+        write_run_files(config, trainer, train_result, wall_time, test_scores, raw, corpus)
     return output_dir
 
 
@@ -366,7 +382,7 @@ def _loss_history(trainer) -> list[dict]:
     return [entry for entry in trainer.state.log_history if "loss" in entry and "eval_loss" not in entry]
 
 
-def write_run_files(config, trainer, train_result, wall_time, test_scores, raw) -> None:
+def write_run_files(config, trainer, train_result, wall_time, test_scores, raw, corpus: dict) -> None:
     """metrics.json and recipe.yaml in the layout of docs/DESIGN.md (what the exporter reads)."""
     output_dir = Path(config.output_dir)
     _, base_run = resolve_model_path(config.base_model)
@@ -392,7 +408,7 @@ def write_run_files(config, trainer, train_result, wall_time, test_scores, raw) 
         "base_model": config.base_model_id or base_info.get("hub_id") or config.base_model,
         "base_model_path": config.base_model,
         "finetuned_with": "transformers.Seq2SeqTrainer",
-        "corpus": _corpus_entry(config, raw),
+        "corpus": corpus,
         "train": {
             "steps": trainer.state.global_step,
             "epochs": trainer.state.epoch,
@@ -415,20 +431,6 @@ def write_run_files(config, trainer, train_result, wall_time, test_scores, raw) 
         }
     (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
     _write_recipe(config, output_dir / "recipe.yaml")
-
-
-def _corpus_entry(config: FinetuneConfig, raw) -> dict:
-    if config.corpus:
-        info = getattr(raw["train"], "info", None)
-        entry = {"spec": config.corpus}
-        description = getattr(info, "description", "") or ""
-        try:
-            entry.update(json.loads(description))  # the data layer may describe the corpus as JSON
-        except (json.JSONDecodeError, TypeError):
-            pass
-        entry.setdefault("name", config.corpus.split(":")[0])
-        return entry
-    return {"spec": f"jsonl:{config.train_file}", "name": Path(config.train_file).stem}
 
 
 def _write_recipe(config: FinetuneConfig, path: Path) -> None:

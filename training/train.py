@@ -59,6 +59,7 @@ class TrainConfig:
     corpus_filters: dict = field(default_factory=dict)  # CorpusFilters fields (dedup, max_length, max_ratio, ...), train split only
     max_train_examples: int | None = None  # use only the first N training pairs (quick runs, tests)
     tokenizer_type: str = "unigram"  # "unigram" (SentencePiece-style) or "bpe"; one joint vocabulary
+    tokenizer_path: str | None = None  # a saved tokenizer folder to use instead of training one
     vocab_size: int = 8000  # subword vocabulary size, special tokens and byte pieces included
     max_source_length: int = 128  # tokens incl. </s>; longer training pairs are dropped, evaluation sources truncated
     max_target_length: int = 128  # tokens incl. </s>; also the generation limit (max_new_tokens)
@@ -159,6 +160,7 @@ class TrainerState:
     train_time_s: float = 0.0  # time in optimizer updates only: the denominator of tokens/s
     target_tokens: int = 0  # non-padding target tokens trained on, all ranks together
     validation: list = field(default_factory=list)  # one dict per validation
+    train_loss: list = field(default_factory=list)  # [step, mean smoothed loss per target token] per log
     best: list = field(default_factory=list)  # [[score, step], ...] of the weights kept in best/, best first
     bad_validations: int = 0  # validations since the last improvement (early stopping)
 
@@ -325,9 +327,14 @@ def load_data(config: TrainConfig, accelerator: Accelerator, output_dir: Path):
         raw, info = load_corpus(config.corpus, filters=config.corpus_filters or None, return_info=True)
     if config.max_train_examples is not None:
         raw["train"] = raw["train"].select(range(min(config.max_train_examples, len(raw["train"]))))
+    # The run's tokenizer lives in model/ from the start, so a resumed run reads it back rather
+    # than training a new one (subword training is not bitwise reproducible across runs).
     tokenizer_dir = output_dir / "model"
     if accelerator.is_main_process and not (tokenizer_dir / "tokenizer.json").exists():
-        tokenizer = train_tokenizer(raw["train"], config.vocab_size, model_type=config.tokenizer_type)
+        if config.tokenizer_path:
+            tokenizer = PreTrainedTokenizerFast.from_pretrained(config.tokenizer_path)
+        else:
+            tokenizer = train_tokenizer(raw["train"], config.vocab_size, model_type=config.tokenizer_type)
         tokenizer.save_pretrained(tokenizer_dir)
     accelerator.wait_for_everyone()
     tokenizer = PreTrainedTokenizerFast.from_pretrained(tokenizer_dir)
@@ -558,6 +565,9 @@ def train(config: TrainConfig) -> Path:
         collate_fn=Collate(tokenizer.pad_token_id, tokenizer.bos_token_id),
         num_workers=config.num_workers,
         pin_memory=accelerator.device.type == "cuda",
+        # Its own generator: a new epoch's iterator would otherwise draw a seed from the global
+        # RNG, so a resumed run's dropout masks would drift from the uninterrupted run's.
+        generator=torch.Generator().manual_seed(config.seed),
     )
     state = TrainerState(batches_per_epoch=len(sampler))
     updates_per_epoch = max(1, state.batches_per_epoch // config.gradient_accumulation_steps)
@@ -568,6 +578,7 @@ def train(config: TrainConfig) -> Path:
 
     set_seed(config.seed)  # the same initial weights whatever the data loading consumed
     model = build_model(config, tokenizer)
+    set_seed(config.seed, device_specific=True)  # dropout: a different stream on each rank
     optimizer = torch.optim.AdamW(
         model.parameters(),
         lr=config.learning_rate,
@@ -671,6 +682,7 @@ def train(config: TrainConfig) -> Path:
             state.train_time_s += now - last_log_time
             state.wall_time_s = earlier_sessions_s + now - session_start
             last_loss = loss_sum_all / max(1.0, tokens_all)
+            state.train_loss.append([state.step, last_loss])
             logs = {"train/loss": last_loss, "train/lr": scheduler.get_last_lr()[0],
                     "train/target_tokens_per_s": tokens_all / max(1e-9, now - last_log_time), "train/epoch": state.epochs}
             if is_main:
@@ -745,6 +757,7 @@ def train(config: TrainConfig) -> Path:
                 "target_tokens": state.target_tokens,
                 "target_tokens_per_s": round(state.target_tokens / max(1e-9, state.train_time_s), 2),
                 "final_train_loss": last_loss,
+                "loss_history": state.train_loss,
                 "world_size": world,
                 "stopped_by": stop_reason,
                 "final_model": final_desc,

@@ -1,0 +1,207 @@
+"""Benchmark 4: RNN training step, our Luong (general score, input feeding) and Bahdanau models vs
+JoeyNMT 2.3's recurrent encoder-decoder with the same sizes.
+
+Sizes, both sides: one joint 8,000-piece vocabulary with source and target sharing one embedding
+matrix, embeddings 256, a one-layer bidirectional LSTM encoder of 256 units per direction (512
+together), a one-layer LSTM decoder of 512 units initialised through a tanh projection ("bridge")
+of the encoder's final state, dropout 0.1, an untied 512 -> 8,000 output layer for Luong.
+
+Peers: JoeyNMT's `RecurrentDecoder` always computes Luong's attentional vector
+h̃_t = tanh(W_c [h_t; c_t]) with input feeding; `attention: luong` is the bilinear ("general")
+score, `attention: bahdanau` the additive score (both computed from the new decoder state h_t).
+So the Luong pair is like for like; our Bahdanau model follows the paper instead (the score from
+s_{i-1}, the context in the RNN input, a maxout deep output of width 256) and is compared with
+JoeyNMT's `bahdanau` decoder, the closest thing a JoeyNMT user would pick.
+
+JoeyNMT runs in its own virtual environment (`benchmarks/joeynmt_env.sh`) in a long-lived
+subprocess (`joeynmt_worker.py`) that receives the very same batches (saved with torch.save,
+sorted longest source first as JoeyNMT's packed encoder requires) and answers one JSON line per
+round; rounds alternate between the two sides, so they never run at the same time.
+One step on both sides: forward, the mean cross-entropy over target tokens, backward, AdamW, zero_grad.
+
+    python benchmarks/bench_rnn.py [--quick] [--threads 2] [--rounds 5] [--batches 6]
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from common import (
+    REPO_ROOT,
+    base_argparser,
+    batch_stats,
+    count_params,
+    fmt,
+    goal_entry,
+    load_batches,
+    log,
+    make_train_step,
+    paired_ratio_summary,
+    print_table,
+    set_threads,
+    spread,
+    summarize,
+    write_result,
+)
+
+GOAL_RATIO = 1.5
+JOEYNMT_PYTHON = REPO_ROOT / ".venv-joeynmt" / "bin" / "python"
+SIZES = {"vocab_size": 8000, "embedding_size": 256, "encoder_hidden_size": 256, "hidden_size": 512, "layers": 1,
+         "dropout": 0.1, "rnn_type": "lstm"}
+
+
+def build_ours_rnn(attention: str, seed: int = 0):
+    import torch
+    from attention_seq2seq.configuration.configuration_rnn_seq2seq import RNNSeq2SeqConfig
+    from attention_seq2seq.modeling.modeling_rnn_seq2seq import RNNSeq2SeqForConditionalGeneration
+
+    kwargs = {"score": "general", "input_feeding": True} if attention == "luong" else {}
+    config = RNNSeq2SeqConfig(
+        vocab_size=SIZES["vocab_size"],
+        embedding_size=SIZES["embedding_size"],
+        hidden_size=SIZES["hidden_size"],
+        encoder_hidden_size=SIZES["encoder_hidden_size"],
+        cell_type=SIZES["rnn_type"],
+        encoder_layers=SIZES["layers"],
+        decoder_layers=SIZES["layers"],
+        bidirectional=True,
+        dropout=SIZES["dropout"],
+        bridge="projection",
+        attention=attention,
+        share_embeddings=True,
+        tie_word_embeddings=False,
+        **kwargs,
+    )
+    torch.manual_seed(seed)
+    return RNNSeq2SeqForConditionalGeneration(config)
+
+
+def sort_by_source_length(batch: dict) -> dict:
+    """Rows reordered longest source first (JoeyNMT's packed encoder needs it; the work is the same)."""
+    order = batch["attention_mask"].sum(1).argsort(descending=True, stable=True)
+    return {k: v[order] for k, v in batch.items()}
+
+
+class JoeyWorker:
+    """The JoeyNMT side: a subprocess in .venv-joeynmt speaking the line protocol of joeynmt_worker.py."""
+
+    def __init__(self, spec: dict, batches_path: Path, workdir: Path):
+        spec_path = workdir / f"spec_{spec['attention']}.json"
+        spec_path.write_text(json.dumps(spec))
+        self.proc = subprocess.Popen(
+            [str(JOEYNMT_PYTHON), str(Path(__file__).with_name("joeynmt_worker.py")), str(spec_path), str(batches_path)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )
+        self.info = self._read()
+
+    def _read(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"JoeyNMT worker exited (code {self.proc.poll()}); run it by hand to see why")
+        return json.loads(line)
+
+    def ask(self, command: str) -> dict:
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.write("quit\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass
+        self.proc.wait(timeout=30)
+
+
+def main(argv=None) -> dict:
+    import torch
+
+    parser = base_argparser(__doc__)
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--batches", type=int, default=None)
+    parser.add_argument("--max-tokens", type=int, default=4096)
+    parser.add_argument("--attentions", nargs="+", default=["luong", "bahdanau"])
+    args = parser.parse_args(argv)
+    rounds = args.rounds or (2 if args.quick else 5)
+    n_batches = args.batches or (2 if args.quick else 6)
+    threads = set_threads(args.threads)
+    if not JOEYNMT_PYTHON.exists():
+        raise SystemExit(f"{JOEYNMT_PYTHON} not found: run `bash benchmarks/joeynmt_env.sh` first")
+
+    _, batches = load_batches(args.max_tokens, n_batches)
+    batches = [sort_by_source_length(b) for b in batches]
+    stats = [batch_stats(b) for b in batches]
+    tgt_tokens = sum(s["tgt_tokens"] for s in stats)
+    workdir = Path(tempfile.mkdtemp(prefix="bench_rnn_"))
+    batches_path = workdir / "batches.pt"
+    torch.save([{k: b[k] for k in ("input_ids", "labels", "decoder_input_ids")} for b in batches], batches_path)
+
+    results, goals = {}, []
+    for attention in args.attentions:
+        model = build_ours_rnn(attention)
+        step, _ = make_train_step(model)
+        joey = JoeyWorker({**SIZES, "attention": attention, "threads": threads}, batches_path, workdir)
+        params = {"ours": count_params(model), "joeynmt": joey.info["params"]}
+        log(f"{attention}: params {params}; {len(batches)} batches, {tgt_tokens} target tokens per round")
+        for batch in batches[:2]:  # warm-up
+            step(batch)
+        joey.ask("warmup 2")
+
+        def ours_round() -> float:
+            start = time.perf_counter()
+            for batch in batches:
+                step(batch)
+            return time.perf_counter() - start
+
+        seconds = {"ours": [], "joeynmt": []}
+        for r in range(rounds):
+            order = ["ours", "joeynmt"] if r % 2 == 0 else ["joeynmt", "ours"]
+            for side in order:
+                seconds[side].append(ours_round() if side == "ours" else joey.ask("round")["seconds"])
+            log(f"{attention} round {r + 1}/{rounds}: "
+                + ", ".join(f"{n} {tgt_tokens / seconds[n][-1]:.0f} tok/s" for n in seconds))
+        joey.close()
+        rates = {side: [tgt_tokens / s for s in seconds[side]] for side in seconds}
+        ratio = paired_ratio_summary(rates["ours"], rates["joeynmt"])
+        results[attention] = {
+            "params": params,
+            "seconds_per_round": seconds,
+            "tokens_per_s": {side: summarize(rates[side]) for side in rates},
+            "ratio_ours_over_joeynmt": ratio,
+        }
+        goals.append(goal_entry(f"rnn_{attention}_train_step_tokens_per_s_ratio", ratio["median"], GOAL_RATIO))
+        del model, step
+
+    rows = []
+    for attention, res in results.items():
+        for side in ("ours", "joeynmt"):
+            s = res["tokens_per_s"][side]
+            rows.append([attention, side, f"{res['params'][side] / 1e6:.2f}M", fmt(s["median"], 0), spread(s, 0),
+                         f"{res['ratio_ours_over_joeynmt']['median']:.3f}x" if side == "ours" else ""])
+    print_table(
+        f"RNN training step (forward+backward+AdamW), LSTM 256/512, {threads} threads, {rounds} rounds x {len(batches)} batches",
+        ["attention", "model", "params", "tgt tok/s (median)", "IQR", "ratio ours/joeynmt"],
+        rows,
+    )
+    payload = {
+        "description": "RNN training step tokens/s, ours (Luong general + input feeding, Bahdanau) vs JoeyNMT 2.3 RecurrentDecoder",
+        "sizes": SIZES,
+        "threads": threads,
+        "rounds": rounds,
+        "batches": stats,
+        "target_tokens_per_round": tgt_tokens,
+        "joeynmt": {k: v for k, v in joey.info.items() if k != "ready"},
+        "results": results,
+        "goals": goals,
+    }
+    write_result("rnn", payload, args.quick)
+    return payload
+
+
+if __name__ == "__main__":
+    main()

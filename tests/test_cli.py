@@ -1,0 +1,373 @@
+"""The `attention-seq2seq` command line, run in-process through ``main([...])`` on tiny models
+trained on a Multi30k slice (test_cli_helpers.py), plus two runs of the installed console script."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sacrebleu
+import torch
+from safetensors.torch import load_file
+
+from conftest import read_multi30k_pairs
+from test_cli_helpers import CHECKPOINT_STEPS, FAMILIES, build_tiny_run
+
+from attention_seq2seq.cli import build_parser, main
+
+SENTENCES = ["Ein Hund läuft durch den Schnee.", "Zwei Männer spielen Fußball.", "Eine Frau."]
+COMMANDS = ["train", "finetune", "translate", "evaluate", "plot-attention", "average-checkpoints", "export", "push"]
+
+
+@pytest.fixture(scope="session")
+def runs_root(shared_data, tmp_path_factory) -> Path:
+    root = tmp_path_factory.getbasetemp() / "cli-tiny-runs"
+    root.mkdir(exist_ok=True)
+    return root
+
+
+@pytest.fixture(scope="session", params=FAMILIES)
+def run(request, runs_root) -> Path:
+    return build_tiny_run(request.param, runs_root)
+
+
+def _reference_translations(run: Path, sentences: list[str], **generate_kwargs) -> list[str]:
+    """One sentence at a time, no batching, straight through transformers."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(run / "model")
+    model = AutoModelForSeq2SeqLM.from_pretrained(run / "model").eval()
+    out = []
+    with torch.inference_mode():
+        for sentence in sentences:
+            ids = model.generate(**tokenizer([sentence], return_tensors="pt"), **generate_kwargs)
+            out.append(tokenizer.decode(ids[0], skip_special_tokens=True).strip())
+    return out
+
+
+def _one_line_error(capsys, argv: list[str]) -> str:
+    """Run ``main(argv)``, expecting exit status 2 and exactly one line on stderr."""
+    with pytest.raises(SystemExit) as exit_info:
+        code = main(argv)
+        raise SystemExit(code)
+    assert exit_info.value.code == 2
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert len(lines) == 1, captured.err
+    assert "Traceback" not in captured.err
+    return lines[0]
+
+
+# ------------------------------------------------------------------------------------------------
+# --help and argument errors
+
+
+def test_every_command_is_listed_in_the_parser():
+    subparsers = build_parser()._subparsers._group_actions[0].choices
+    assert sorted(subparsers) == sorted(COMMANDS)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_of_each_command_has_examples(command, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    assert f"usage: attention-seq2seq {command}" in text
+    assert "examples:" in text
+    assert f"attention-seq2seq {command} " in text.split("examples:", 1)[1]
+
+
+def test_main_help_lists_every_command(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    for command in COMMANDS:
+        assert f"\n  {command} " in text
+
+
+BAD_ARGUMENTS = [
+    (["translate", "m", "--num-beams", "0", "x"], ["--num-beams", "positive integer"]),
+    (["translate", "m", "--top-p", "1.5", "--do-sample", "x"], ["--top-p", "(0.0, 1.0]"]),
+    (["translate", "m", "--temperature", "hot", "--do-sample"], ["--temperature", "number"]),
+    (["translate", "m", "--greedy", "--do-sample", "x"], ["--greedy", "--do-sample"]),
+    (["translate", "m", "--greedy", "--num-beams", "4", "x"], ["--greedy", "--num-beams 4"]),
+    (["translate", "m", "--top-k", "5", "x"], ["--top-k", "--do-sample"]),
+    (["translate", "m", "--input", "in.txt", "x"], ["--input", "arguments"]),
+    (["evaluate", "m", "--split", "dev"], ["--split", "'train', 'validation', 'test'"]),
+    (["evaluate", "m"], ["--corpus", "--src", "--ref"]),
+    (["evaluate", "m", "--corpus", "multi30k:x", "--src", "a"], ["--corpus", "--src"]),
+    (["plot-attention", "m", "--source", "x", "--output", "a.jpg"], ["--output", ".png"]),
+    (["plot-attention", "m", "--output", "a.png"], ["--source", "required"]),
+    (["average-checkpoints", "--output", "o"], ["--run", "checkpoint"]),
+    (["average-checkpoints", "a", "--output", "o"], ["at least two"]),
+    (["average-checkpoints", "--run", "r", "--last", "-1", "--output", "o"], ["--last", "positive integer"]),
+    (["finetune", "--base-model", "b", "--output-dir", "o"], ["corpus", "train_file"]),
+    (["finetune", "--base-model", "b", "--output-dir", "o", "--train-file", "t", "--max-steps", "0"], ["max_steps", ">= 1"]),
+    (["finetune", "--max-steps", "many"], ["--max-steps", "int"]),
+    (["frobnicate"], ["invalid choice", "translate", "evaluate"]),
+]
+
+
+@pytest.mark.parametrize("argv,expected", BAD_ARGUMENTS, ids=[" ".join(a[:3]) for a, _ in BAD_ARGUMENTS])
+def test_bad_arguments_give_one_line_naming_the_option(argv, expected, capsys):
+    line = _one_line_error(capsys, argv)
+    assert line.startswith("attention-seq2seq")
+    for fragment in expected:
+        assert fragment in line, line
+
+
+def test_unknown_recipe_field_is_named_with_the_valid_ones(tmp_path, capsys):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("base_model: b\noutput_dir: o\ntrain_file: t\nlearning_rat: 0.1\n")
+    line = _one_line_error(capsys, ["finetune", "--recipe", str(recipe)])
+    assert "learning_rat" in line and "learning_rate" in line
+
+
+def test_user_errors_exit_2_with_one_line(tmp_path, capsys):
+    missing = tmp_path / "no-such-run"
+    assert "model folder not found" in _one_line_error(capsys, ["translate", str(missing), "Hallo"])
+    assert "holds no model" in _one_line_error(capsys, ["translate", str(tmp_path), "Hallo"])
+    assert "--src: file not found" in _one_line_error(
+        capsys, ["evaluate", str(tmp_path), "--src", str(missing), "--ref", str(missing)]
+    )
+    assert "folder not found" in _one_line_error(capsys, ["export", str(missing), "--output", str(tmp_path / "e")])
+    (tmp_path / "run").mkdir()
+    assert "no checkpoints/step_<N>" in _one_line_error(
+        capsys, ["average-checkpoints", "--run", str(tmp_path / "run"), "--output", str(tmp_path / "avg")]
+    )
+    assert "unknown corpus kind" in _one_line_error(
+        capsys, ["evaluate", str(tmp_path), "--corpus", "nosuchkind:x"]
+    )
+
+
+def test_push_offline_fails_in_one_line(run, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    export = tmp_path / "export"
+    assert main(["export", str(run), "--output", str(export)]) == 0
+    capsys.readouterr()
+    assert main(["push", str(export), "me/tiny", "--dry-run"]) == 0
+    listing = capsys.readouterr().out
+    assert "model.safetensors" in listing and "config.json" in listing
+    line = _one_line_error(capsys, ["push", str(export), "me/tiny"])
+    assert "offline" in line
+
+
+# ------------------------------------------------------------------------------------------------
+# translate
+
+
+def test_translate_arguments_stdin_and_file_agree_with_unbatched_generate(run, tmp_path, capsys, monkeypatch):
+    expected = _reference_translations(run, SENTENCES, num_beams=1, do_sample=False, max_new_tokens=16)
+    options = ["--greedy", "--max-new-tokens", "16", "--batch-size", "2"]
+
+    assert main(["translate", str(run), *SENTENCES, *options]) == 0
+    assert capsys.readouterr().out.splitlines() == expected
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("".join(s + "\n" for s in SENTENCES)))
+    assert main(["translate", str(run), *options]) == 0
+    assert capsys.readouterr().out.splitlines() == expected
+
+    source, target = tmp_path / "in.de", tmp_path / "out.en"
+    source.write_text("".join(s + "\n" for s in SENTENCES), encoding="utf-8")
+    assert main(["translate", str(run / "model"), "--input", str(source), "--output", str(target), *options]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert target.read_text(encoding="utf-8").splitlines() == expected
+    assert "3/3" in captured.err  # the progress bar, on stderr
+
+
+def test_translate_decoding_options_reach_generate(runs_root, capsys):
+    run = build_tiny_run("transformer_seq2seq", runs_root)
+    assert main(["translate", str(run), SENTENCES[0], "--num-beams", "3", "--max-new-tokens", "12"]) == 0
+    beam = capsys.readouterr().out.splitlines()
+    assert beam == _reference_translations(run, SENTENCES[:1], num_beams=3, max_new_tokens=12)
+
+    assert main(["translate", str(run), SENTENCES[0], "--greedy", "--max-new-tokens", "3"]) == 0
+    from transformers import AutoTokenizer
+
+    short = capsys.readouterr().out.strip()
+    assert len(AutoTokenizer.from_pretrained(run / "model")(text_target=short)["input_ids"]) <= 3 + 1
+
+    sampled = []
+    for _ in range(2):
+        argv = ["translate", str(run), *SENTENCES, "--do-sample", "--top-k", "20", "--top-p", "0.9",
+                "--temperature", "1.5", "--seed", "7", "--max-new-tokens", "12"]
+        assert main(argv) == 0
+        sampled.append(capsys.readouterr().out)
+    assert sampled[0] == sampled[1]  # --seed makes sampling repeatable
+    greedy = _reference_translations(run, SENTENCES, num_beams=1, do_sample=False, max_new_tokens=12)
+    assert sampled[0].splitlines() != greedy  # and it does sample
+
+
+# ------------------------------------------------------------------------------------------------
+# evaluate
+
+
+def test_evaluate_two_files_writes_json_and_prints_a_table(run, tmp_path, capsys):
+    pairs = read_multi30k_pairs(12, split="val")
+    src, ref = tmp_path / "val.de", tmp_path / "val.en"
+    src.write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
+    ref.write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
+    output, hypotheses = tmp_path / "scores.json", tmp_path / "val.hyp"
+    argv = ["evaluate", str(run), "--src", str(src), "--ref", str(ref), "--output", str(output),
+            "--hypotheses", str(hypotheses), "--num-beams", "2", "--no-progress"]
+    assert main(argv) == 0
+    table = capsys.readouterr().out
+
+    result = json.loads(output.read_text())["val"]
+    hyps = hypotheses.read_text(encoding="utf-8").splitlines()
+    refs = [t for _, t in pairs]
+    assert len(hyps) == 12 and result["num_sentences"] == 12 and result["num_beams"] == 2
+    assert result["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
+    assert result["chrf"] == pytest.approx(sacrebleu.corpus_chrf(hyps, [refs]).score)
+    assert result["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
+    assert result["chrf_signature"].startswith("nrefs:1|case:mixed|eff:yes|nc:6|nw:0")
+    header, rule, row, *signatures = table.splitlines()
+    assert header.split() == ["test", "set", "sentences", "beams", "BLEU", "chrF"]
+    assert row.split() == ["val", "12", "2", f"{result['bleu']:.2f}", f"{result['chrf']:.2f}"]
+    assert signatures == [f"BLEU signature: {result['bleu_signature']}", f"chrF signature: {result['chrf_signature']}"]
+
+
+def test_evaluate_a_corpus_split_and_update_the_run_metrics(runs_root, tmp_path, capsys, shared_data):
+    run = tmp_path / "run"
+    shutil.copytree(build_tiny_run("rnn_seq2seq", runs_root), run)
+    spec = f"multi30k:{shared_data / 'multi30k'}:de-en"
+    argv = ["evaluate", str(run), "--corpus", spec, "--split", "validation", "--limit", "8",
+            "--output", str(tmp_path / "e.json"), "--update-metrics", "--greedy", "--no-progress"]
+    assert main(argv) == 0
+    name, result = next(iter(json.loads((tmp_path / "e.json").read_text()).items()))
+    assert name.startswith("Multi30k") and name.endswith("-validation") and " " not in name
+    assert result["split"] == "validation" and result["num_sentences"] == 8
+    recorded = json.loads((run / "metrics.json").read_text())["test"][name]
+    assert recorded["bleu"] == result["bleu"] and recorded["chrf_signature"] == result["chrf_signature"]
+    assert name in capsys.readouterr().out
+
+
+def test_evaluate_picks_the_chinese_bleu_tokenizer_from_the_target_language(runs_root, tmp_path, capsys):
+    run = build_tiny_run("transformer_seq2seq", runs_root)
+    src, ref = tmp_path / "t.en", tmp_path / "t.zh"
+    src.write_text("Hi.\nRun.\n", encoding="utf-8")
+    ref.write_text("你好。\n你用跑的。\n", encoding="utf-8")
+    assert main(["evaluate", str(run), "--src", str(src), "--ref", str(ref), "-o", str(tmp_path / "zh.json"),
+                 "--greedy", "--max-new-tokens", "4", "--no-progress"]) == 0
+    assert "|tok:zh|" in json.loads((tmp_path / "zh.json").read_text())["t"]["bleu_signature"]
+
+
+# ------------------------------------------------------------------------------------------------
+# plot-attention
+
+
+def _read_png(path: Path) -> np.ndarray:
+    import matplotlib.image
+
+    image = matplotlib.image.imread(path)
+    assert image.ndim == 3 and image.shape[0] > 50 and image.shape[1] > 50
+    return image
+
+
+def test_plot_attention_of_a_translation_and_of_a_reference(run, tmp_path, capsys):
+    family = json.loads((run / "model" / "config.json").read_text())["model_type"]
+    own = tmp_path / "own.png"
+    assert main(["plot-attention", str(run), "--source", SENTENCES[0], "--output", str(own)]) == 0
+    written = capsys.readouterr().out.split()
+    assert written[0] == str(own)
+    _read_png(own)
+    if family == "transformer_seq2seq":  # and one file of every head per layer
+        assert written[1:] == [str(tmp_path / "own_layer1_heads.png")]
+        _read_png(tmp_path / "own_layer1_heads.png")
+    else:
+        assert written[1:] == []
+
+    forced = tmp_path / "forced.png"
+    argv = ["plot-attention", str(run), "--source", SENTENCES[0], "--reference", "A dog runs in the snow.",
+            "--output", str(forced), "--no-per-head"]
+    assert main(argv) == 0
+    assert capsys.readouterr().out.split() == [str(forced)]
+    _read_png(forced)
+
+
+def test_attention_rows_are_distributions_over_the_source(run):
+    from attention_seq2seq.cli import sentence_attention
+    from attention_seq2seq.inference import load_for_inference
+
+    loaded = load_for_inference(run, attn_implementation="eager")
+    reference = "A dog runs in the snow."
+    layers, src_tokens, tgt_tokens = sentence_attention(loaded, SENTENCES[0], reference, {})
+    assert src_tokens[-1] == tgt_tokens[-1] == "</s>"
+    assert loaded.tokenizer.convert_tokens_to_string(tgt_tokens[:-1]).strip() == reference
+    for weights in layers:
+        assert weights.shape[1:] == (len(tgt_tokens), len(src_tokens))
+        np.testing.assert_allclose(weights.sum(axis=-1), 1.0, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------------
+# average-checkpoints
+
+
+def _weights(folder: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(folder / "model.safetensors"))
+
+
+def test_averaging_two_identical_checkpoints_gives_the_same_weights(run, tmp_path, capsys):
+    checkpoint = run / "checkpoints" / f"step_{CHECKPOINT_STEPS[0]}"
+    out = tmp_path / "avg"
+    argv = ["average-checkpoints", str(checkpoint), str(checkpoint), "--config-from", str(run / "model"),
+            "--output", str(out)]
+    assert main(argv) == 0
+    averaged, original = _weights(out), _weights(checkpoint)
+    for name, tensor in original.items():
+        assert torch.equal(averaged[name], tensor), name
+
+
+def test_averaging_two_checkpoints_of_a_run_gives_their_mean_and_a_working_model(run, tmp_path, capsys):
+    out = tmp_path / "avg"
+    assert main(["average-checkpoints", "--run", str(run), "--last", "2", "--output", str(out)]) == 0
+    first, second = (_weights(run / "checkpoints" / f"step_{step}") for step in CHECKPOINT_STEPS)
+    averaged = _weights(out)
+    assert not all(torch.equal(first[n], second[n]) for n in first)  # the two really differ
+    for name in first:
+        torch.testing.assert_close(averaged[name], (first[name] + second[name]) / 2, rtol=0, atol=1e-7)
+    capsys.readouterr()
+    # The result is a complete model folder (config, generation config, tokenizer): it translates.
+    assert main(["translate", str(out), SENTENCES[0], "--greedy"]) == 0
+    assert capsys.readouterr().out.strip()
+
+
+# ------------------------------------------------------------------------------------------------
+# The installed console script, as a user runs it
+
+
+def _console_script() -> str:
+    script = Path(sys.executable).with_name("attention-seq2seq")
+    if not script.exists():
+        pytest.skip("console script not installed (pip install -e .)")
+    return str(script)
+
+
+def test_console_script_translates_from_stdin(runs_root):
+    run = build_tiny_run("transformer_seq2seq", runs_root)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run(
+        [_console_script(), "translate", str(run), "--greedy", "--max-new-tokens", "16"],
+        input="".join(s + "\n" for s in SENTENCES), capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    expected = _reference_translations(run, SENTENCES, num_beams=1, do_sample=False, max_new_tokens=16)
+    assert result.stdout.splitlines() == expected
+
+
+def test_console_script_bad_argument_exits_2_without_traceback():
+    result = subprocess.run([_console_script(), "translate", "m", "--num-beams", "zero", "x"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "attention-seq2seq translate: error: argument --num-beams: must be a positive integer; got 'zero'"
+    ]

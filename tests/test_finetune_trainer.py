@@ -1,0 +1,343 @@
+"""Fine-tuning with transformers' Seq2SeqTrainer (training/finetune_trainer.py).
+
+Both families start from a tiny model trained on a Multi30k slice (test_cli_helpers.py) and are
+fine-tuned for 20 steps on other Multi30k pairs: with the package installed (through the
+``attention-seq2seq finetune`` command), and from an export as remote code in a process where the
+package cannot be imported.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sacrebleu
+
+from conftest import REPO_ROOT, read_multi30k_pairs
+from test_cli_helpers import FAMILIES, build_tiny_run, tiny_tokenizer, write_jsonl
+
+from attention_seq2seq.cli import main
+from attention_seq2seq.training import finetune_trainer as ft
+
+STEPS = 20
+BASE_IDS = {family: f"someone/tiny-{family.replace('_', '-')}" for family in FAMILIES}
+
+
+@pytest.fixture(scope="session")
+def runs_root(shared_data, tmp_path_factory) -> Path:
+    root = tmp_path_factory.getbasetemp() / "cli-tiny-runs"
+    root.mkdir(exist_ok=True)
+    return root
+
+
+@pytest.fixture(scope="session")
+def finetune_data(runs_root) -> dict[str, Path]:
+    """New pairs for fine-tuning (Multi30k train lines the base model never saw) and a dev set."""
+    folder = runs_root / "finetune-data"
+    folder.mkdir(exist_ok=True)
+    return {
+        "train": write_jsonl(folder / "train.jsonl", read_multi30k_pairs(160, offset=5000)),
+        "validation": write_jsonl(folder / "dev.jsonl", read_multi30k_pairs(12, split="val")),
+        "test": write_jsonl(folder / "test.jsonl", read_multi30k_pairs(12, split="test2016")),
+    }
+
+
+def _common_options(data: dict[str, Path]) -> dict:
+    return dict(
+        train_file=str(data["train"]), validation_file=str(data["validation"]), test_file=str(data["test"]),
+        max_steps=STEPS, per_device_train_batch_size=16, learning_rate=3e-3, warmup_steps=0,
+        label_smoothing=0.0, eval_steps=STEPS, logging_steps=1, save_total_limit=1,
+        generation_num_beams=2, generation_max_new_tokens=30, seed=0,
+    )
+
+
+@pytest.fixture(scope="session")
+def finetuned_runs(runs_root, finetune_data) -> dict[str, Path]:
+    """Each family fine-tuned through `attention-seq2seq finetune` (the package installed)."""
+    out = {}
+    for family in FAMILIES:
+        base = build_tiny_run(family, runs_root)
+        output_dir = runs_root / f"finetuned-{family}"
+        if not (output_dir / "metrics.json").exists():
+            argv = ["finetune", "--base-model", str(base), "--base-model-id", BASE_IDS[family],
+                    "--output-dir", str(output_dir)]
+            for name, value in _common_options(finetune_data).items():
+                argv += ["--" + name.replace("_", "-"), str(value)]
+            assert main(argv) == 0
+        out[family] = output_dir
+    return out
+
+
+def _losses(metrics: dict) -> list[float]:
+    return [entry["loss"] for entry in metrics["train"]["loss_history"]]
+
+
+def _assert_loss_falls(losses: list[float]) -> None:
+    assert len(losses) == STEPS
+    assert all(math.isfinite(loss) for loss in losses)
+    first, last = np.mean(losses[:5]), np.mean(losses[-5:])
+    assert last < first - 0.05, f"loss did not fall: first steps {losses[:5]}, last steps {losses[-5:]}"
+
+
+# ------------------------------------------------------------------------------------------------
+# compute_metrics: -100 in predictions and labels
+
+
+def test_compute_metrics_replaces_minus_100_before_decoding(runs_root):
+    """A hand-made padded batch: -100 in both arrays is read as padding, text comes back as written."""
+    from transformers import EvalPrediction
+
+    tokenizer = tiny_tokenizer(runs_root)
+    sentences = ["A dog runs through the snow.", "Two men are talking.", "A girl."]
+    encoded = [tokenizer(text_target=s)["input_ids"] for s in sentences]  # pieces + </s>
+    width = max(len(ids) for ids in encoded) + 3
+    # Generated ids start with the decoder start token; the Trainer pads batches with -100.
+    predictions = np.full((len(sentences), width + 1), -100, dtype=np.int64)
+    labels = np.full((len(sentences), width), -100, dtype=np.int64)
+    for row, ids in enumerate(encoded):
+        predictions[row, : len(ids) + 1] = [1, *ids]
+        labels[row, : len(ids)] = ids
+
+    with pytest.raises(OverflowError):  # what decoding without the replacement does
+        tokenizer.batch_decode(predictions.tolist(), skip_special_tokens=True)
+    assert ft.decode_ids(tokenizer, predictions, tokenizer.pad_token_id) == sentences
+    assert ft.decode_ids(tokenizer, labels, tokenizer.pad_token_id) == sentences
+
+    compute_metrics = ft.build_compute_metrics(tokenizer)
+    perfect = compute_metrics(EvalPrediction(predictions=predictions, label_ids=labels))
+    assert perfect["bleu"] == pytest.approx(100.0)
+    assert perfect["chrf"] == pytest.approx(100.0)
+    assert perfect["gen_len"] == pytest.approx(np.mean([len(ids) - 1 for ids in encoded]))  # no <s>, </s>
+
+    # One wrong sentence: the scores are sacreBLEU's on the decoded strings.
+    wrong = predictions.copy()
+    wrong[2, : len(encoded[1]) + 1] = [1, *encoded[1]]
+    wrong[2, len(encoded[1]) + 1 :] = -100
+    scores = compute_metrics(EvalPrediction(predictions=(wrong,), label_ids=labels))
+    hypotheses = [sentences[0], sentences[1], sentences[1]]
+    assert scores["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hypotheses, [sentences]).score)
+    assert scores["chrf"] == pytest.approx(sacrebleu.corpus_chrf(hypotheses, [sentences]).score)
+    assert scores["bleu"] < 100.0
+
+
+def test_compute_metrics_uses_the_chinese_bleu_tokenizer_when_asked(runs_root):
+    from transformers import EvalPrediction
+
+    tokenizer = tiny_tokenizer(runs_root)
+    ids = np.array([tokenizer(text_target="我们走吧。")["input_ids"]])
+    reference = np.array([tokenizer(text_target="我们走。")["input_ids"]])
+    pred = EvalPrediction(predictions=ids, label_ids=reference)
+    zh = ft.build_compute_metrics(tokenizer, bleu_tokenize="zh")(pred)["bleu"]
+    plain = ft.build_compute_metrics(tokenizer)(pred)["bleu"]
+    assert zh == pytest.approx(sacrebleu.corpus_bleu(["我们走吧。"], [["我们走。"]], tokenize="zh").score)
+    assert zh != pytest.approx(plain)  # 13a sees one "word" per sentence; zh splits characters
+
+
+# ------------------------------------------------------------------------------------------------
+# The Trainer's generation settings
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_evaluation_generation_settings_are_explicit(family, runs_root, finetune_data, tmp_path):
+    """Evaluation decodes with the configured beam and length, never the 20-token default."""
+    config = ft.FinetuneConfig(base_model=str(build_tiny_run(family, runs_root)), output_dir=str(tmp_path),
+                               **{**_common_options(finetune_data), "generation_max_new_tokens": 37,
+                                  "generation_num_beams": 3})
+    model, tokenizer = ft.load_model_and_tokenizer(config)
+    raw, _ = ft.load_pairs(config)
+    tokenized = {split: ft.tokenize_pairs(dataset, tokenizer, config) for split, dataset in raw.items()}
+    trainer = ft.build_trainer(config, model, tokenizer, tokenized)
+    generation = trainer.model.generation_config
+    assert (generation.max_new_tokens, generation.num_beams, generation.do_sample) == (37, 3, False)
+    assert trainer.args.predict_with_generate
+    # The untrained-for-this-data model runs on past 20 tokens when allowed to.
+    prediction = trainer.predict(tokenized["validation"])
+    longest = (~np.isin(prediction.predictions, [-100, tokenizer.pad_token_id])).sum(axis=1).max()
+    assert 20 < longest <= 37 + 1
+
+
+# ------------------------------------------------------------------------------------------------
+# Fine-tuning with the package installed (through the command line)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_finetune_loss_falls_and_writes_a_run_folder(family, finetuned_runs, runs_root, finetune_data):
+    run = finetuned_runs[family]
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["model_family"] == family
+    assert metrics["base_model"] == BASE_IDS[family]
+    assert metrics["train"]["steps"] == STEPS
+    _assert_loss_falls(_losses(metrics))
+
+    # predict_with_generate evaluation at the last step, and a test set with signatures
+    (validation,) = metrics["validation"]
+    assert validation["step"] == STEPS
+    assert 0.0 <= validation["bleu"] <= 100.0 and 0.0 < validation["chrf"] <= 100.0
+    assert validation["perplexity"] == pytest.approx(math.exp(validation["loss"]))
+    test = metrics["test"]["test"]
+    assert test["num_sentences"] == 12 and test["num_beams"] == 2
+    assert test["bleu_signature"].startswith("nrefs:1|case:mixed") and "chrf_signature" in test
+
+    # The model folder holds weights, tokenizer and the base model's own generation settings.
+    from attention_seq2seq.inference import load_for_inference, translate
+
+    loaded = load_for_inference(run)
+    assert loaded.location.kind == "training-run"
+    assert loaded.model.config.model_type == family
+    assert (loaded.model.generation_config.max_new_tokens, loaded.model.generation_config.num_beams) == (24, 2)
+    assert len(translate(loaded, ["Ein Hund läuft."], num_beams=1)) == 1
+
+    # recipe.yaml is the fully resolved config and reads back as the same config
+    assert ft.FinetuneConfig(**ft.load_recipe(run / "recipe.yaml")) == ft.FinetuneConfig(
+        base_model=str(build_tiny_run(family, runs_root)), base_model_id=BASE_IDS[family], output_dir=str(run),
+        **_common_options(finetune_data),
+    )
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_finetuned_run_exports_with_base_model(family, finetuned_runs, tmp_path):
+    from huggingface_hub import ModelCard
+
+    export = tmp_path / "export"
+    assert main(["export", str(finetuned_runs[family]), "--output", str(export)]) == 0
+    card = ModelCard.load(export / "README.md")
+    assert card.data.base_model == BASE_IDS[family]
+    assert json.loads((export / "config.json").read_text())["auto_map"]
+
+
+# ------------------------------------------------------------------------------------------------
+# Gradient checkpointing
+
+
+def test_gradient_checkpointing_gives_the_same_training(runs_root, finetune_data, tmp_path):
+    """Transformer: checkpointed training is on and computes the same losses as plain training."""
+    import transformers
+
+    base = str(build_tiny_run("transformer_seq2seq", runs_root))
+    losses = {}
+    for checkpointing in (False, True):
+        options = {**_common_options(finetune_data), "max_steps": 3, "validation_file": "", "test_file": ""}
+        config = ft.FinetuneConfig(base_model=base, output_dir=str(tmp_path / str(checkpointing)),
+                                   gradient_checkpointing=checkpointing, **options)
+        transformers.set_seed(config.seed)
+        model, tokenizer = ft.load_model_and_tokenizer(config)
+        raw, _ = ft.load_pairs(config)
+        tokenized = {split: ft.tokenize_pairs(dataset, tokenizer, config) for split, dataset in raw.items()}
+        trainer = ft.build_trainer(config, model, tokenizer, tokenized)
+        trainer.train()
+        assert trainer.model.is_activation_checkpointing is checkpointing
+        losses[checkpointing] = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+    assert len(losses[True]) == 3
+    # Step 1 checks the forward pass, steps 2-3 that the recomputed gradients were the same.
+    assert losses[True] == pytest.approx(losses[False], abs=1e-5)
+
+
+def test_gradient_checkpointing_on_a_model_without_support_is_refused_by_name(runs_root, finetune_data, tmp_path):
+    base = build_tiny_run("rnn_seq2seq", runs_root)
+    config = ft.FinetuneConfig(base_model=str(base), output_dir=str(tmp_path), gradient_checkpointing=True,
+                               **{**_common_options(finetune_data), "max_steps": 2})
+    model, _ = ft.load_model_and_tokenizer(config)
+    if model.supports_gradient_checkpointing:
+        assert ft.finetune(config) == tmp_path
+    else:
+        with pytest.raises(ValueError, match="gradient_checkpointing: rnn_seq2seq models do not support it"):
+            ft.finetune(config)
+
+
+# ------------------------------------------------------------------------------------------------
+# Without the package: an export loaded as remote code
+
+
+_ABSENT_SCRIPT = textwrap.dedent(
+    """
+    import json, runpy, sys
+    sys.modules["attention_seq2seq"] = None  # the package cannot be imported in this process
+    try:
+        import attention_seq2seq
+    except ImportError:
+        pass
+    else:
+        raise SystemExit("attention_seq2seq is importable")
+    script, options = sys.argv[1], json.loads(sys.argv[2])
+    namespace = runpy.run_path(script)  # the example script, run as a plain file
+    config = namespace["FinetuneConfig"](**options)
+    model, _ = namespace["load_model_and_tokenizer"](config)
+    out = namespace["finetune"](config)
+    blocked = [name for name in sys.modules if name.startswith("attention_seq2seq.")]
+    print(json.dumps({"model_module": type(model).__module__, "blocked_leaks": blocked, "out": str(out)}))
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", FAMILIES)
+def test_finetune_an_export_without_the_package(family, runs_root, finetune_data, tmp_path):
+    from attention_seq2seq.hub.export import export_model
+
+    export = export_model(build_tiny_run(family, runs_root), tmp_path / "export")
+    script = tmp_path / "absent.py"
+    script.write_text(_ABSENT_SCRIPT)
+    options = {**_common_options(finetune_data), "base_model": str(export), "trust_remote_code": True,
+               "output_dir": str(tmp_path / "finetuned")}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules"),
+           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    result = subprocess.run(
+        [sys.executable, str(script), str(REPO_ROOT / "training" / "finetune_trainer.py"), json.dumps(options)],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["model_module"].startswith("transformers_modules."), report
+    assert report["blocked_leaks"] == []
+
+    metrics = json.loads((tmp_path / "finetuned" / "metrics.json").read_text())
+    _assert_loss_falls(_losses(metrics))
+    assert metrics["base_model"] == str(export)
+    assert 0.0 < metrics["validation"][-1]["chrf"] <= 100.0
+    # The result loads again, here with the package: it is an ordinary model folder.
+    from attention_seq2seq.inference import load_for_inference
+
+    assert load_for_inference(tmp_path / "finetuned").model.config.model_type == family
+
+
+# ------------------------------------------------------------------------------------------------
+# Recipes
+
+
+RECIPES = sorted((REPO_ROOT / "training" / "recipes").glob("finetune-*.yaml"))
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=[r.stem for r in RECIPES])
+def test_finetune_recipes_are_valid_and_start_from_a_shipped_training_recipe(recipe):
+    import yaml
+
+    config = ft.FinetuneConfig(**ft.load_recipe(recipe))
+    config.validate()
+    trained = {
+        yaml.safe_load(path.read_text()).get("output_dir"): path
+        for path in recipe.parent.glob("*.yaml")
+        if not path.name.startswith("finetune-")
+    }
+    assert config.base_model in trained, f"{recipe.name}: base_model {config.base_model} is no training recipe's output_dir"
+    from attention_seq2seq.data import CorpusSpec
+
+    CorpusSpec.coerce(config.corpus)  # a valid spec
+    assert config.generation_max_new_tokens > 20 and config.max_train_samples > 0
+
+
+def test_a_finetune_recipe_is_shipped_for_each_family():
+    import yaml
+
+    families = set()
+    for recipe in RECIPES:
+        base = ft.load_recipe(recipe)["base_model"]
+        trained = recipe.parent / f"{Path(base).name}.yaml"
+        families.add(yaml.safe_load(trained.read_text())["model_family"])
+    assert families == {"rnn", "transformer"}

@@ -143,29 +143,27 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _positive_int(name: str) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a positive integer; got {text!r}") from None
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"must be a positive integer; got {value}")
-        return value
-
-    return parse
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (argparse prefixes the option's name to the message)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer; got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer; got {value}")
+    return value
 
 
-def _float_in(name: str, low: float, high: float, *, low_open: bool = False) -> Callable[[str], float]:
+def _float_in(low: float, high: float, *, low_open: bool = False) -> Callable[[str], float]:
+    """argparse type: a float in [low, high], or (low, high] with ``low_open``."""
+
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"must be a number; got {text!r}") from None
-        ok = (value > low if low_open else value >= low) and value <= high
-        if not ok:
-            bracket = "(" if low_open else "["
-            raise argparse.ArgumentTypeError(f"must be in {bracket}{low}, {high}]; got {value}")
+        if not ((value > low if low_open else value >= low) and value <= high):
+            raise argparse.ArgumentTypeError(f"must be in {'(' if low_open else '['}{low}, {high}]; got {value}")
         return value
 
     return parse
@@ -181,21 +179,21 @@ def _add_model_argument(parser: argparse.ArgumentParser) -> None:
 
 def _add_generation_arguments(parser: argparse.ArgumentParser, *, sampling: bool = True) -> None:
     group = parser.add_argument_group("decoding (default: the model's generation_config)")
-    group.add_argument("--num-beams", type=_positive_int("--num-beams"), help="beam size")
+    group.add_argument("--num-beams", type=_positive_int, help="beam size")
     group.add_argument("--greedy", action="store_true", help="greedy search (beam size 1, no sampling)")
-    group.add_argument("--max-new-tokens", type=_positive_int("--max-new-tokens"),
+    group.add_argument("--max-new-tokens", type=_positive_int,
                        help="longest output in tokens (default: the model's generation_config)")
     if sampling:
         group.add_argument("--do-sample", action="store_true", help="sample instead of searching")
-        group.add_argument("--top-k", type=_positive_int("--top-k"), help="sample from the k likeliest tokens")
-        group.add_argument("--top-p", type=_float_in("--top-p", 0.0, 1.0, low_open=True),
+        group.add_argument("--top-k", type=_positive_int, help="sample from the k likeliest tokens")
+        group.add_argument("--top-p", type=_float_in(0.0, 1.0, low_open=True),
                            help="nucleus sampling: the smallest set with probability >= p")
-        group.add_argument("--temperature", type=_float_in("--temperature", 0.0, 100.0, low_open=True),
+        group.add_argument("--temperature", type=_float_in(0.0, 100.0, low_open=True),
                            help="divide the logits by this before sampling")
         group.add_argument("--seed", type=int, help="random seed (makes sampling repeatable)")
-    group.add_argument("--batch-size", type=_positive_int("--batch-size"), default=32,
+    group.add_argument("--batch-size", type=_positive_int, default=32,
                        help="sentences per batch (default: 32)")
-    group.add_argument("--max-source-length", type=_positive_int("--max-source-length"),
+    group.add_argument("--max-source-length", type=_positive_int,
                        help="truncate longer inputs to this many tokens")
 
 
@@ -212,9 +210,9 @@ def _generation_kwargs(parser: argparse.ArgumentParser, args: argparse.Namespace
         if getattr(args, option, None) is not None and not do_sample:
             parser.error(f"--{option.replace('_', '-')} only applies with --do-sample")
     if getattr(args, "seed", None) is not None:
-        import torch
+        import transformers
 
-        torch.manual_seed(args.seed)
+        transformers.set_seed(args.seed)  # Python, NumPy and torch (CPU and CUDA) generators
     return generation_kwargs(
         num_beams=args.num_beams,
         greedy=args.greedy,
@@ -615,9 +613,10 @@ def build_parser() -> argparse.ArgumentParser:
     # The training script's own options (--recipe FILE, --FIELD VALUE) are passed on unparsed.
 
     p = add("finetune", "fine-tune a model with transformers' Seq2SeqTrainer", _FINETUNE_EPILOG, cmd_finetune)
-    from .training.finetune_trainer import add_config_arguments
+    from .training.config import field_comments
+    from .training.finetune_trainer import FinetuneConfig, add_config_arguments
 
-    add_config_arguments(p)
+    add_config_arguments(p, field_comments(FinetuneConfig))
 
     p = add("translate", "translate sentences from arguments, a file or stdin", _TRANSLATE_EPILOG, cmd_translate)
     _add_model_argument(p)
@@ -638,7 +637,7 @@ def build_parser() -> argparse.ArgumentParser:
     test.add_argument("--name", help="test set name in the JSON (default: from the spec or --src)")
     test.add_argument("--target-lang", help="target language code; zh/ja/ko switch BLEU's tokenizer "
                       "(default: from the corpus, or the --ref file suffix)")
-    test.add_argument("--limit", type=_positive_int("--limit"), help="score only the first N sentences")
+    test.add_argument("--limit", type=_positive_int, help="score only the first N sentences")
     out = p.add_argument_group("output")
     out.add_argument("-o", "--output", help="JSON file (default: eval_<name>.json)")
     out.add_argument("--hypotheses", help="also write the translations to this file")
@@ -659,7 +658,7 @@ def build_parser() -> argparse.ArgumentParser:
             cmd_average_checkpoints)
     p.add_argument("checkpoints", nargs="*", metavar="CHECKPOINT", help="checkpoint folders or .safetensors files")
     p.add_argument("--run", help="a training output folder: average its newest checkpoints")
-    p.add_argument("--last", type=_positive_int("--last"), default=5, help="with --run: how many (default: 5)")
+    p.add_argument("--last", type=_positive_int, default=5, help="with --run: how many (default: 5)")
     p.add_argument("--config-from", help="model folder giving config, generation config and tokenizer")
     p.add_argument("-o", "--output", required=True, help="folder for the averaged model")
     p.add_argument("--trust-remote-code", action="store_true", help="--config-from is an export: run its code")

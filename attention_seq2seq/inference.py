@@ -183,9 +183,10 @@ def translate(
     from tqdm.auto import tqdm
 
     model, tokenizer = loaded.model, loaded.tokenizer
-    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]), reverse=True)
-    outputs: list[str | None] = [None] * len(sentences)
-    bar = tqdm(total=len(sentences), unit="sent", disable=not progress, dynamic_ncols=True)
+    # Empty lines stay empty (and keep the output line-aligned) without a trip through the model.
+    order = sorted((i for i, s in enumerate(sentences) if s.strip()), key=lambda i: len(sentences[i]), reverse=True)
+    outputs = [""] * len(sentences)
+    bar = tqdm(total=len(order), unit="sent", disable=not progress, dynamic_ncols=True)
     device = next(model.parameters()).device
     for batch in _batches(order, batch_size):
         texts = [sentences[i] for i in batch]
@@ -203,7 +204,7 @@ def translate(
             outputs[i] = text.strip()
         bar.update(len(batch))
     bar.close()
-    return [text or "" for text in outputs]
+    return outputs
 
 
 def read_lines(lines: Iterable[str]) -> list[str]:

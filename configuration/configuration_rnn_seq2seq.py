@@ -173,8 +173,14 @@ class RNNSeq2SeqConfig(PreTrainedConfig):
                     f"even (or set encoder_hidden_size); got hidden_size={self.hidden_size}"
                 )
             self.encoder_hidden_size = self.hidden_size // self.num_directions
-        if isinstance(self.encoder_hidden_size, bool) or not isinstance(self.encoder_hidden_size, int) or self.encoder_hidden_size < 1:
-            raise ValueError(f"encoder_hidden_size must be a positive integer or None; got {self.encoder_hidden_size!r}")
+        if (
+            isinstance(self.encoder_hidden_size, bool)
+            or not isinstance(self.encoder_hidden_size, int)
+            or self.encoder_hidden_size < 1
+        ):
+            raise ValueError(
+                f"encoder_hidden_size must be a positive integer or None; got {self.encoder_hidden_size!r}"
+            )
         if self.bridge != "zero" and self.encoder_layers != self.decoder_layers:
             raise ValueError(
                 f"bridge={self.bridge!r} maps encoder layer l to decoder layer l, so it needs encoder_layers == "
@@ -196,9 +202,13 @@ class RNNSeq2SeqConfig(PreTrainedConfig):
         if not attending:
             for name in ("score", "window", "window_size", "attention_mode", "coverage_loss_weight"):
                 if getattr(self, name) is not None:
-                    raise ValueError(f"{name} has no meaning with attention='none'; set attention to 'bahdanau' or 'luong'")
+                    raise ValueError(
+                        f"{name} has no meaning with attention='none'; set attention to 'bahdanau' or 'luong'"
+                    )
             if self.coverage:
-                raise ValueError("coverage has no meaning with attention='none'; set attention to 'bahdanau' or 'luong'")
+                raise ValueError(
+                    "coverage has no meaning with attention='none'; set attention to 'bahdanau' or 'luong'"
+                )
         if self.attention == "bahdanau" and self.score is not None:
             raise ValueError(
                 f"score={self.score!r} is a Luong score; attention='bahdanau' always uses its additive score "
@@ -223,7 +233,9 @@ class RNNSeq2SeqConfig(PreTrainedConfig):
                 )
             if self.window == "global":
                 if self.window_size is not None:
-                    raise ValueError("window_size (D) applies to window='local-m' or 'local-p' only; got window='global'")
+                    raise ValueError(
+                        "window_size (D) applies to window='local-m' or 'local-p' only; got window='global'"
+                    )
             else:
                 self.window_size = 10 if self.window_size is None else self.window_size
                 if isinstance(self.window_size, bool) or not isinstance(self.window_size, int) or self.window_size < 1:

@@ -391,7 +391,8 @@ def build_bible_pairs(source: SwordModule, target: SwordModule) -> tuple[dict[st
     target_chapters = _by_chapter(read_verses(target, {book for book, _ in source_chapters}))
     counts = {"source_verses": sum(len(v) for v in source_chapters.values()), "missing_in_target": 0,
               "empty_in_source": 0, "empty_in_target": 0, "empty_in_both": 0, "irregular_chapters": 0,
-              "merged_pairs": 0, "unaligned_source_verses": 0, "unaligned_target_verses": 0}
+              "merged_pairs": 0, "unaligned_source_verses": 0, "unaligned_target_verses": 0,
+              "paired_source_verses": 0}
     units = _pairing_units(source_chapters, target_chapters, counts)
     regular = [pair for unit in units if len(unit) == 1 and not _irregular(unit[0], source_chapters, target_chapters)
                for pair in _pairs_by_reference(unit[0], source_chapters, target_chapters)]
@@ -402,6 +403,7 @@ def build_bible_pairs(source: SwordModule, target: SwordModule) -> tuple[dict[st
     for unit in units:
         if len(unit) == 1 and not _irregular(unit[0], source_chapters, target_chapters):
             pairs = _pairs_by_reference(unit[0], source_chapters, target_chapters)
+            counts["paired_source_verses"] += len(pairs)
         else:
             counts["irregular_chapters"] += len(unit)
             pairs = _pairs_by_alignment(unit, source_chapters, target_chapters, lengths, counts)
@@ -415,6 +417,7 @@ def build_bible_pairs(source: SwordModule, target: SwordModule) -> tuple[dict[st
             columns["ref"].append(ref)
             columns["target_ref"].append(target_ref)
     counts["pairs"] = sum(len(c["source"]) for c in splits.values())
+    counts["dropped_source_verses"] = counts["source_verses"] - counts["paired_source_verses"]
     counts["units"] = unit_number
     counts["read_seconds"] = round(time.perf_counter() - started, 1)
     return splits, counts
@@ -498,6 +501,7 @@ def _pairs_by_alignment(unit: list[tuple[str, int]], source: Chapters, target: C
             counts["unaligned_target_verses"] += len(t_idx)
             continue
         counts["merged_pairs"] += len(s_idx) > 1 or len(t_idx) > 1
+        counts["paired_source_verses"] += len(s_idx)
         pairs.append((" ".join(src.texts[i] for i in s_idx), " ".join(tgt.texts[j] for j in t_idx),
                       src.refs[s_idx[0]], tgt.refs[t_idx[0]]))
     return pairs

@@ -43,6 +43,19 @@ Options (unknown ones are an error):
 - ``hf``: ``config=``; ``src_key=``/``tgt_key=`` for a two-column dataset; otherwise the
   ``translation`` column (``field=`` to rename) is read with the pair's language keys.
 - ``bible``: ``src=``, ``tgt=`` (SWORD modules, see :mod:`attention_seq2seq.data.bible`).
+- every kind but ``bible``: ``name=``, ``license=``, ``attribution=`` for the model card
+  (values with ``,`` or ``:``, like most attributions, need the dict form).
+
+The dict form (YAML recipes) has the keys ``kind``, ``location`` (or ``path``), ``source_lang``,
+``target_lang``, and the options as further keys::
+
+    corpus:
+      kind: tsv
+      location: ../shared/data/tatoeba-cmn-eng
+      source_lang: zh
+      target_lang: en
+      license: CC-BY 2.0 FR
+      attribution: "Attribution: www.manythings.org/anki and tatoeba.org"
 
 Every kind drops pairs that are empty on either side and counts them. Optional
 :class:`CorpusFilters` (Unicode normalization on all splits; duplicate, length and
@@ -73,7 +86,8 @@ _SPLIT_CANDIDATES = {
     "validation": ("validation", "valid", "val", "dev"),
     "test": ("test", "test2016", "tst"),
 }
-_COMMON_OPTIONS = ("train", "validation", "test", "holdout", "seed")
+_METADATA_OPTIONS = ("name", "license", "attribution")  # for the model card; override the defaults
+_COMMON_OPTIONS = ("train", "validation", "test", "holdout", "seed") + _METADATA_OPTIONS
 _OPTIONS = {
     "bible": ("src", "tgt"),
     "multi30k": _COMMON_OPTIONS,
@@ -327,7 +341,9 @@ def load_corpus(
         spec: spec string, dict or :class:`CorpusSpec` (grammar in the module docstring).
         filters: optional :class:`CorpusFilters` or a dict of its fields.
         cache_dir: where the Bible corpus keeps its prepared copy (default
-            ``$ATTN_SEQ2SEQ_CACHE`` or ``~/.cache/attention_seq2seq``); other kinds are read directly.
+            ``$ATTN_SEQ2SEQ_CACHE`` or ``~/.cache/attention_seq2seq``) and ``hf`` datasets that
+            ``load_dataset`` prepares (``<cache_dir>/hf``; default: the 🤗 datasets cache).
+            Local files are read directly.
         return_info: also return the :class:`CorpusInfo` (names, languages, license, counts).
 
     Returns:
@@ -344,7 +360,7 @@ def load_corpus(
 
         raw, info = load_bible_pairs(spec, cache_dir=cache_dir)
     else:
-        raw, info = _READERS[spec.kind](spec)
+        raw, info = _read_hf(spec, cache_dir) if spec.kind == "hf" else _READERS[spec.kind](spec)
         raw = _fill_missing_splits(raw, spec, info)
     corpus = datasets.DatasetDict({split: _clean_split(raw[split], split, filters, info) for split in SPLITS})
     if len(corpus["train"]) == 0:
@@ -367,7 +383,9 @@ def _resolve(location: str) -> Path:
 
 
 def _info(spec: CorpusSpec, name: str | None = None, **kwargs: Any) -> CorpusInfo:
-    return CorpusInfo(str(spec), name or str(spec), spec.source_lang, spec.target_lang, **kwargs)
+    kwargs.update({k: spec.options[k] for k in ("license", "attribution") if k in spec.options})
+    name = spec.options.get("name", name or str(spec))
+    return CorpusInfo(str(spec), name, spec.source_lang, spec.target_lang, **kwargs)
 
 
 def _split_files(spec: CorpusSpec, folder: Path, exists) -> dict[str, str]:
@@ -405,7 +423,7 @@ def _read_text(spec: CorpusSpec) -> tuple[dict[str, datasets.Dataset], CorpusInf
     src, tgt = spec.source_lang, spec.target_lang
     root = _resolve(spec.location)
     if root.is_dir():
-        splits = _split_files(spec, root, lambda stem: (root / f"{stem}.{src}").exists())
+        splits = _split_files(spec, root, lambda stem: any(root.glob(f"{stem}.*")))
         prefixes = {split: root / stem for split, stem in splits.items()}
     elif Path(f"{root}.{src}").exists():
         prefixes = {"train": root}
@@ -506,14 +524,15 @@ def _read_jsonl(spec: CorpusSpec) -> tuple[dict[str, datasets.Dataset], CorpusIn
     return out, _info(spec)
 
 
-def _read_hf(spec: CorpusSpec) -> tuple[dict[str, datasets.Dataset], CorpusInfo]:
+def _read_hf(spec: CorpusSpec, cache_dir: str | os.PathLike | None = None) -> tuple[dict[str, datasets.Dataset], CorpusInfo]:
     local = Path(spec.location).expanduser()
     config = spec.options.get("config")
     if (local / "dataset_dict.json").exists() or (local / "state.json").exists():
         loaded = datasets.load_from_disk(str(local))  # written by save_to_disk
     else:
+        hf_cache = None if cache_dir is None else str(Path(cache_dir).expanduser() / "hf")
         try:
-            loaded = datasets.load_dataset(str(local) if local.exists() else spec.location, config)
+            loaded = datasets.load_dataset(str(local) if local.exists() else spec.location, config, cache_dir=hf_cache)
         except (FileNotFoundError, datasets.exceptions.DatasetNotFoundError) as err:
             raise CorpusError(f"cannot load dataset {spec.location!r} (config {config!r}): {err}") from None
         except ValueError as err:  # e.g. a missing or unknown config, listing the valid ones
@@ -574,7 +593,7 @@ def _hf_columns(dataset: datasets.Dataset, spec: CorpusSpec, split_name: str) ->
     )
 
 
-_READERS = {"multi30k": _read_text, "text": _read_text, "tsv": _read_tsv, "jsonl": _read_jsonl, "hf": _read_hf}
+_READERS = {"multi30k": _read_text, "text": _read_text, "tsv": _read_tsv, "jsonl": _read_jsonl}
 
 
 def _fill_missing_splits(raw: dict[str, datasets.Dataset], spec: CorpusSpec, info: CorpusInfo) -> dict[str, datasets.Dataset]:

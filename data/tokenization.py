@@ -116,34 +116,40 @@ def train_tokenizer(
         raise ValueError(f"vocab_size must be at least {min_size} (4 special + 256 byte pieces + 40); got {vocab_size}")
     pairs = _training_pairs(dataset)
 
-    def build(columns: tuple[int, ...]) -> PreTrainedTokenizerFast:
-        lines = (pair[c] for pair in pairs for c in columns)
-        backend = _train_backend(lines, vocab_size, model_type, max_piece_length, show_progress)
+    def build(columns: tuple[str, ...]) -> PreTrainedTokenizerFast:
+        backend = _train_backend(_texts(pairs, columns), vocab_size, model_type, max_piece_length, show_progress)
         return _wrap(backend, model_max_length)
 
     if joint:
-        return build((0, 1))
-    return SeparateTokenizers(source=build((0,)), target=build((1,)))
+        return build(("source", "target"))
+    return SeparateTokenizers(source=build(("source",)), target=build(("target",)))
 
 
-def _training_pairs(dataset: TextSource) -> list[tuple[str, str]]:
+def _training_pairs(dataset: TextSource) -> datasets.Dataset:
+    """The training text as a ``Dataset`` with ``source`` and ``target`` columns."""
     if isinstance(dataset, datasets.DatasetDict):
         if "train" not in dataset:
             raise ValueError(f"train_tokenizer needs a 'train' split; got splits {sorted(dataset)}")
         dataset = dataset["train"]
-    if isinstance(dataset, datasets.Dataset):
-        missing = {"source", "target"} - set(dataset.column_names)
-        if missing:
-            raise ValueError(
-                f"train_tokenizer needs columns 'source' and 'target'; missing {sorted(missing)} "
-                f"(columns: {dataset.column_names})"
-            )
-        pairs = list(zip(dataset["source"], dataset["target"]))
-    else:
+    if not isinstance(dataset, datasets.Dataset):
         pairs = [(str(s), str(t)) for s, t in dataset]
-    if not pairs:
+        dataset = datasets.Dataset.from_dict({"source": [s for s, _ in pairs], "target": [t for _, t in pairs]})
+    missing = {"source", "target"} - set(dataset.column_names)
+    if missing:
+        raise ValueError(
+            f"train_tokenizer needs columns 'source' and 'target'; missing {sorted(missing)} "
+            f"(columns: {dataset.column_names})"
+        )
+    if len(dataset) == 0:
         raise ValueError("train_tokenizer got no text to train on")
-    return pairs
+    return dataset
+
+
+def _texts(dataset: datasets.Dataset, columns: tuple[str, ...]) -> Iterator[str]:
+    """Stream the chosen columns in batches, without materializing the corpus as Python lists."""
+    for batch in dataset.select_columns(list(columns)).iter(batch_size=1000):
+        for column in columns:
+            yield from batch[column]
 
 
 def _train_backend(

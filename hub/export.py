@@ -393,7 +393,8 @@ def export_model(
 
     Raises:
         ExportError: bad source or destination, a model type this package does not export, shipped
-            code with a disallowed import, a heat-map that is not a PNG, unreadable metrics.
+            code with a disallowed import, a heat-map that is not a PNG, unreadable metrics or recipe,
+            metrics the card cannot use (a test set without BLEU or chrF).
     """
     src, export_dir = Path(src), Path(export_dir)
     sources = resolve_sources(src, metrics, recipe, heatmap)
@@ -425,7 +426,7 @@ def export_model(
             )
         if sources.recipe is not None:
             shutil.copyfile(sources.recipe, staging / "recipe.yaml")
-        card = render_model_card(
+        card = _render_card(
             config=model.config,
             generation_config=model.generation_config,
             metrics=metrics_data,
@@ -442,6 +443,13 @@ def export_model(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return export_dir
+
+
+def _render_card(**kwargs) -> str:
+    try:
+        return render_model_card(**kwargs)
+    except ModelCardError as error:
+        raise ExportError(f"model card: {error}") from None
 
 
 def _replace_folder(staging: Path, export_dir: Path) -> None:
@@ -526,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
             license=args.license,
             overwrite=args.overwrite,
         )
-    except (ExportError, ModelCardError) as error:
+    except ExportError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"exported to {out}")

@@ -208,7 +208,7 @@ def build_card_data(
         datasets=[dataset_id] if dataset_id else None,
         metrics=["bleu", "chrf"],
         base_model=base_model,
-        model_name=model_name,
+        model_name=model_name if eval_results else None,  # the model-index's name; nothing else uses it
         eval_results=eval_results or None,
         **license_fields,
     )
@@ -377,8 +377,8 @@ def _training_procedure(metrics: dict | None, recipe: dict | None, generation_co
     if recipe:
         rows = [f"| `{name}` | `{_fmt(value)}` |" for name, value in _flatten(recipe)]
         parts.append(
-            "Hyperparameters (the resolved recipe, `recipe.yaml` in this repository, re-runnable with "
-            "`attention-seq2seq train`):\n\n| hyperparameter | value |\n|---|---|\n" + "\n".join(rows)
+            "Hyperparameters (the run's fully resolved recipe, `recipe.yaml` in this repository):"
+            "\n\n| hyperparameter | value |\n|---|---|\n" + "\n".join(rows)
         )
     else:
         parts.append("The training hyperparameters were not recorded with this export.")

@@ -8,8 +8,8 @@ Variants (all chosen in ``RNNSeq2SeqConfig``):
 - ``attention="none"``: Sutskever et al. (2014) / Cho et al. (2014); the decoder sees the source
   only through its bridged initial state.
 - ``attention="bahdanau"``: Bahdanau et al. (2015) in the paper's step order: score on s_{i-1},
-  context c_i, then s_i = f(s_{i-1}, [E y_{i-1}; c_i]) (A.2.1), then a maxout deep output on
-  (s_i, E y_{i-1}, c_i) (eq. 4, A.2.2).
+  context c_i, a maxout deep output on (s_{i-1}, E y_{i-1}, c_i) (A.2.2), and the state update
+  s_i = f(s_{i-1}, [E y_{i-1}; c_i]) (A.2.1) carried to the next step.
 - ``attention="luong"``: Luong et al. (2015): h_t = RNN first, then a_t from score(h_t, h̄_s),
   c_t, h̃_t = tanh(W_c [c_t; h_t]) (eq. 5), p(y_t) = softmax(W_s h̃_t) (eq. 6); global or
   local-m/local-p windows (§3.2), input feeding (§3.3) on or off.
@@ -135,6 +135,15 @@ class RNNSeq2SeqModelOutput(Seq2SeqModelOutput):
     coverage_penalty: torch.Tensor | None = None
 
 
+@dataclass
+class RNNSeq2SeqLMOutput(Seq2SeqLMOutput):
+    """``Seq2SeqLMOutput`` plus ``coverage_penalty`` (batch, tgt_len), so a trainer that builds its
+    own (e.g. sum-reduced) loss from ``logits`` can add
+    ``coverage_loss_weight * coverage_penalty[labels != -100].sum()``."""
+
+    coverage_penalty: torch.Tensor | None = None
+
+
 # ---------------------------------------------------------------------------------------------
 # Encoder and bridge
 # ---------------------------------------------------------------------------------------------
@@ -256,8 +265,9 @@ class RNNSeq2SeqDecoder(nn.Module):
 
     Output feature (the vector ``lm_head`` reads, ``config.output_feature_size``):
     - none: the top RNN state s_t.
-    - Bahdanau: t_i = maxout(U_o s_i + V_o E y_{i-1} + C_o c_i) (eq. 4 and A.2.2; the appendix
-      writes s_{i-1} in t̃_i, eq. 4 conditions on s_i, which we follow).
+    - Bahdanau: t_i = maxout(U_o s_{i-1} + V_o E y_{i-1} + C_o c_i) (A.2.2). Eq. 4 of the main text
+      writes g(y_{i-1}, s_i, c_i); we follow the appendix, which specifies the model in full: y_i is
+      predicted from s_{i-1}, y_{i-1} and c_i, and s_i is only carried to the next step.
     - Luong: h̃_t = tanh(W_c [c_t; h_t]) (eq. 5).
     """
 
@@ -288,12 +298,14 @@ class RNNSeq2SeqDecoder(nn.Module):
 
         if self.kind == "bahdanau":
             self.attention = BahdanauAttention(config)
-            # [U_o; V_o; C_o] as one matrix over [s_i; E y_{i-1}; c_i], then maxout (A.2.2).
+            # [U_o; V_o; C_o] as one matrix over [s_{i-1}; E y_{i-1}; c_i], then maxout (A.2.2).
             deep_in = config.hidden_size + config.embedding_size + config.encoder_output_size
             self.deep_output = nn.Linear(deep_in, BAHDANAU_MAXOUT_POOL * config.embedding_size)
         elif self.kind == "luong":
             self.attention = LuongAttention(config)
-            self.attn_combine = nn.Linear(config.encoder_output_size + config.hidden_size, config.hidden_size, bias=False)  # W_c
+            self.attn_combine = nn.Linear(
+                config.encoder_output_size + config.hidden_size, config.hidden_size, bias=False
+            )  # W_c
         else:
             self.attention = None
 
@@ -336,7 +348,9 @@ class RNNSeq2SeqDecoder(nn.Module):
         embeds = self.dropout(self.embed_tokens(input_ids))  # (batch, tgt_len, embedding_size)
 
         if not self.stepwise:
-            features, weights, rnn_outputs = self._forward_parallel(embeds, encoder_hidden_states, attention_mask, positions, cache)
+            features, weights, rnn_outputs = self._forward_parallel(
+                embeds, encoder_hidden_states, attention_mask, positions, cache
+            )
             coverage_penalty = None
         elif self.kind == "bahdanau":
             features, weights, coverage_penalty, rnn_outputs = self._forward_bahdanau(
@@ -364,11 +378,12 @@ class RNNSeq2SeqDecoder(nn.Module):
 
     def _forward_bahdanau(self, embeds, encoder_hidden_states, attention_mask, positions, cache):
         """Bahdanau et al. (2015): e_ij from s_{i-1} (A.1.2) → c_i (eq. 5) → s_i = f(s_{i-1}, y_{i-1}, c_i)."""
-        states, contexts, weights, penalties = [], [], [], []
+        queries, states, contexts, weights, penalties = [], [], [], [], []
         # split() once: slicing embeds[:, t] in the loop would make backward build a full-size
         # zero gradient per step (quadratic in tgt_len).
         for t, embed_t in enumerate(embeds.split(1, dim=1)):
             query = cache.hidden[-1].unsqueeze(1)  # s_{i-1} of the top layer, (batch, 1, hidden_size)
+            queries.append(query)
             context, weights_t = self.attention(
                 query, cache.keys, encoder_hidden_states, attention_mask, positions[t : t + 1], cache.coverage
             )
@@ -379,9 +394,10 @@ class RNNSeq2SeqDecoder(nn.Module):
             states.append(state_t)
             contexts.append(context)
             weights.append(weights_t)
-        states, contexts = torch.cat(states, 1), torch.cat(contexts, 1)
-        # The deep output needs no recurrence: one matmul for all steps.
-        features = maxout(self.deep_output(torch.cat([states, embeds, contexts], dim=-1)), BAHDANAU_MAXOUT_POOL)
+        queries, contexts = torch.cat(queries, 1), torch.cat(contexts, 1)
+        # The deep output needs no recurrence: one matmul for all steps. A.2.2 reads s_{i-1}.
+        features = maxout(self.deep_output(torch.cat([queries, embeds, contexts], dim=-1)), BAHDANAU_MAXOUT_POOL)
+        states = torch.cat(states, 1)
         penalty = torch.cat(penalties, 1) if penalties else None
         return features, torch.cat(weights, 1), penalty, states
 
@@ -460,6 +476,16 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
     def _tied_keys_from_config(self) -> dict[str, str]:
         return self._tied_embedding_keys("")
 
+    def _encoder_outputs_from_tuple(self, outputs: tuple) -> RNNEncoderOutput:
+        # The encoder's to_tuple() drops None fields: (last, final_h[, final_c][, hidden_states]).
+        fields = ["last_hidden_state", "final_hidden_state"]
+        if self.config.cell_type == "lstm":
+            fields.append("final_cell_state")
+        fields.append("hidden_states")
+        if not len(fields) - 1 <= len(outputs) <= len(fields):
+            raise ValueError(f"encoder_outputs as a tuple must hold {fields}; got {len(outputs)} items")
+        return RNNEncoderOutput(**dict(zip(fields, outputs)))  # noqa: B905 (hidden_states is optional)
+
     def get_input_embeddings(self) -> nn.Embedding:
         return self.encoder.embed_tokens
 
@@ -513,10 +539,12 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
         if encoder_outputs is None:
             encoder_outputs = self.encoder(input_ids, attention_mask, output_hidden_states=output_hidden_states)
         elif not isinstance(encoder_outputs, RNNEncoderOutput):
-            encoder_outputs = RNNEncoderOutput(*encoder_outputs)
+            encoder_outputs = self._encoder_outputs_from_tuple(tuple(encoder_outputs))
         encoder_hidden_states = encoder_outputs.last_hidden_state
         if attention_mask is None:
-            attention_mask = torch.ones(encoder_hidden_states.shape[:2], dtype=torch.bool, device=encoder_hidden_states.device)
+            attention_mask = torch.ones(
+                encoder_hidden_states.shape[:2], dtype=torch.bool, device=encoder_hidden_states.device
+            )
         attention_mask = attention_mask.bool()
 
         if cache is None:
@@ -600,7 +628,7 @@ class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, GenerationMi
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
-    ) -> Seq2SeqLMOutput | tuple:
+    ) -> RNNSeq2SeqLMOutput | tuple:
         """Logits (batch, tgt_len, vocab_size) and, with ``labels`` (batch, tgt_len; -100 ignored),
         the mean token loss: label-smoothed cross-entropy + coverage_loss_weight × mean coverage
         penalty (See et al. 2017, eq. 13). With only ``labels``, ``decoder_input_ids`` are the
@@ -639,7 +667,7 @@ class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, GenerationMi
                 penalty = outputs.coverage_penalty.masked_select(real).sum() / real.sum().clamp(min=1)
                 loss = loss + self.config.coverage_loss_weight * penalty
 
-        output = Seq2SeqLMOutput(
+        output = RNNSeq2SeqLMOutput(
             loss=loss,
             logits=logits,
             cache=outputs.cache,
@@ -647,10 +675,13 @@ class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, GenerationMi
             cross_attentions=outputs.cross_attentions,
             encoder_last_hidden_state=outputs.encoder_last_hidden_state,
             encoder_hidden_states=outputs.encoder_hidden_states,
+            coverage_penalty=outputs.coverage_penalty,
         )
         return output if return_dict else output.to_tuple()
 
-    def prepare_inputs_for_generation(self, input_ids: torch.LongTensor, cache: RNNDecoderCache | None = None, **kwargs):
+    def prepare_inputs_for_generation(
+        self, input_ids: torch.LongTensor, cache: RNNDecoderCache | None = None, **kwargs
+    ):
         """Feed the decoder only the tokens the cache has not consumed (the last one, after the first
         step); without a cache, the whole prefix."""
         kwargs.pop("next_sequence_length", None)
@@ -664,6 +695,7 @@ __all__ = [
     "RNNDecoderCache",
     "RNNEncoderOutput",
     "RNNSeq2SeqForConditionalGeneration",
+    "RNNSeq2SeqLMOutput",
     "RNNSeq2SeqModel",
     "RNNSeq2SeqPreTrainedModel",
     "shift_tokens_right",

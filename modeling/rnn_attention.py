@@ -166,7 +166,9 @@ class RNNAttention(nn.Module):
     def score(self, query: torch.Tensor, keys: torch.Tensor, coverage: torch.Tensor | None) -> torch.Tensor:
         raise NotImplementedError
 
-    def aligned_position(self, query: torch.Tensor, positions: torch.Tensor, source_lengths: torch.Tensor) -> torch.Tensor:
+    def aligned_position(
+        self, query: torch.Tensor, positions: torch.Tensor, source_lengths: torch.Tensor
+    ) -> torch.Tensor:
         raise NotImplementedError(f"window={self.window!r} is not available for {type(self).__name__}")
 
     def forward(

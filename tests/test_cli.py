@@ -175,13 +175,35 @@ def test_translate_arguments_stdin_and_file_agree_with_unbatched_generate(run, t
     assert main(["translate", str(run), *options]) == 0
     assert capsys.readouterr().out.splitlines() == expected
 
+    # A file with an empty line: the output stays line-aligned with the input.
     source, target = tmp_path / "in.de", tmp_path / "out.en"
-    source.write_text("".join(s + "\n" for s in SENTENCES), encoding="utf-8")
+    source.write_text(f"{SENTENCES[0]}\n\n{SENTENCES[1]}\n{SENTENCES[2]}\n", encoding="utf-8")
     assert main(["translate", str(run / "model"), "--input", str(source), "--output", str(target), *options]) == 0
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert target.read_text(encoding="utf-8").splitlines() == expected
+    assert target.read_text(encoding="utf-8").splitlines() == [expected[0], "", *expected[1:]]
     assert "3/3" in captured.err  # the progress bar, on stderr
+
+
+def test_translate_from_an_export_folder_with_installed_or_shipped_code(runs_root, tmp_path, capsys, monkeypatch):
+    run = build_tiny_run("rnn_seq2seq", runs_root)
+    monkeypatch.setenv("HF_MODULES_CACHE", str(tmp_path / "modules"))
+    export = tmp_path / "export"
+    assert main(["export", str(run), "--output", str(export)]) == 0
+    capsys.readouterr()
+    expected = _reference_translations(run, SENTENCES, num_beams=2, max_new_tokens=16)
+    for extra in ([], ["--trust-remote-code"]):
+        assert main(["translate", str(export), *SENTENCES, "--num-beams", "2", "--max-new-tokens", "16", *extra]) == 0
+        assert capsys.readouterr().out.splitlines() == expected
+
+
+def test_translate_from_a_hub_id_offline_fails_in_one_line(capsys, monkeypatch, tmp_path):
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # read once, at import
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))  # empty
+    line = _one_line_error(capsys, ["translate", "someone/no-such-model", "Hallo"])
+    assert line.startswith("attention-seq2seq translate: error: cannot load model someone/no-such-model")
 
 
 def test_translate_decoding_options_reach_generate(runs_root, capsys):

@@ -163,6 +163,29 @@ def test_evaluation_generation_settings_are_explicit(family, runs_root, finetune
     assert 20 < longest <= 37 + 1
 
 
+def test_evaluation_loss_is_unsmoothed_cross_entropy(runs_root, finetune_data, tmp_path):
+    """Training smooths the labels; eval_loss is plain cross-entropy, so exp(eval_loss) is perplexity."""
+    import torch
+
+    config = ft.FinetuneConfig(base_model=str(build_tiny_run("transformer_seq2seq", runs_root)),
+                               output_dir=str(tmp_path), **{**_common_options(finetune_data), "label_smoothing": 0.3})
+    model, tokenizer = ft.load_model_and_tokenizer(config)
+    model.config.label_smoothing = config.label_smoothing  # as finetune() does
+    raw, _ = ft.load_pairs(config)
+    tokenized = {split: ft.tokenize_pairs(dataset, tokenizer, config) for split, dataset in raw.items()}
+    trainer = ft.build_trainer(config, model, tokenizer, tokenized)
+    eval_loss = trainer.evaluate()["eval_loss"]
+    assert model.config.label_smoothing == 0.3  # restored after evaluation
+
+    batch = trainer.data_collator([tokenized["validation"][i] for i in range(len(tokenized["validation"]))])
+    with torch.no_grad():
+        logits = model.eval()(**batch).logits
+    plain = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100)
+    smoothed = model(**batch).loss
+    assert eval_loss == pytest.approx(plain.item(), rel=1e-5)
+    assert smoothed.item() > plain.item() + 0.05  # smoothing would have changed the number
+
+
 # ------------------------------------------------------------------------------------------------
 # Fine-tuning with the package installed (through the command line)
 
@@ -341,3 +364,31 @@ def test_a_finetune_recipe_is_shipped_for_each_family():
         trained = recipe.parent / f"{Path(base).name}.yaml"
         families.add(yaml.safe_load(trained.read_text())["model_family"])
     assert families == {"rnn", "transformer"}
+
+
+# ------------------------------------------------------------------------------------------------
+# Trainer's own multi-process launch
+
+
+@pytest.mark.slow
+def test_torchrun_two_cpu_processes_form_one_group(runs_root, finetune_data, tmp_path):
+    """`torchrun --nproc_per_node 2` on CPU: one gloo group, each rank a disjoint half of the data.
+
+    Four steps of 2 ranks x 8 sentences cover twice the data of one process with the same
+    per-device batch; independent copies (the silent failure) would each report the single
+    process's epoch count.
+    """
+    base = build_tiny_run("transformer_seq2seq", runs_root)
+    options = ["--base-model", str(base), "--train-file", str(finetune_data["train"]), "--max-steps", "4",
+               "--per-device-train-batch-size", "8", "--logging-steps", "1", "--save-total-limit", "1"]
+    torchrun = Path(sys.executable).with_name("torchrun")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run(
+        [str(torchrun), "--nproc_per_node", "2", "-m", "attention_seq2seq.training.finetune_trainer",
+         *options, "--output-dir", str(tmp_path / "ddp")],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr.count("fine-tuned model written") == 1  # rank 0 only
+    epochs = json.loads((tmp_path / "ddp" / "metrics.json").read_text())["train"]["epochs"]
+    assert epochs == pytest.approx(4 * 2 * 8 / 160)

@@ -65,7 +65,7 @@ def _matvec(weight: torch.Tensor, x: list[float]) -> list[float]:
 
 
 def _dot(a, b) -> float:
-    return sum(x * y for x, y in zip(a, b))
+    return sum(x * y for x, y in zip(a, b, strict=True))
 
 
 def _hand_score(module, query, values, coverage, b, t, s) -> float:
@@ -73,10 +73,15 @@ def _hand_score(module, query, values, coverage, b, t, s) -> float:
     h_t, h_s = query[b, t].tolist(), values[b, s].tolist()
     if isinstance(module, BahdanauAttention) or module.score_name == "concat":
         w_s = _matvec(module.q_proj.weight, h_t)
-        u_h = [u + bias for u, bias in zip(_matvec(module.k_proj.weight, h_s), module.k_proj.bias.tolist())]
-        feats = [a + c for a, c in zip(w_s, u_h)]
+        u_h = [
+            u + bias for u, bias in zip(_matvec(module.k_proj.weight, h_s), module.k_proj.bias.tolist(), strict=True)
+        ]
+        feats = [a + c for a, c in zip(w_s, u_h, strict=True)]
         if getattr(module, "coverage_proj", None) is not None:
-            feats = [f + w * coverage[b, s].item() for f, w in zip(feats, module.coverage_proj.weight[:, 0].tolist())]
+            feats = [
+                f + w * coverage[b, s].item()
+                for f, w in zip(feats, module.coverage_proj.weight[:, 0].tolist(), strict=True)
+            ]
         return _dot(module.v.tolist(), _tanh_vec(feats))
     if module.score_name == "dot":
         return _dot(h_t, h_s)
@@ -185,7 +190,7 @@ def test_local_p_position_gaussian_and_window_match_hand_computation(score, half
             window = [s for s in range(length) if abs(s - p_t) <= half_width]
             assert window, "the window must keep at least one real source position"
             scores = [_hand_score(module, query, values, None, b, t, s) for s in window]
-            align = dict(zip(window, _softmax(scores)))
+            align = dict(zip(window, _softmax(scores), strict=True))
             # eq. 10: a_t(s) = align(h_t, h̄_s) · exp(-(s - p_t)² / (2σ²)), zero outside the window
             expected = [
                 align[s] * math.exp(-((s - p_t) ** 2) / (2 * sigma**2)) if s in align else 0.0 for s in range(SRC_LEN)
@@ -205,7 +210,7 @@ def test_local_m_window_is_centred_on_t_and_clamped_to_the_real_source():
             center = min(t, length - 1)
             allowed = [s for s in range(length) if abs(s - center) <= 1]
             scores = [_dot(query[b, t].tolist(), values[b, s].tolist()) for s in allowed]
-            expected = dict(zip(allowed, _softmax(scores)))
+            expected = dict(zip(allowed, _softmax(scores), strict=True))
             row = [expected.get(s, 0.0) for s in range(SRC_LEN)]
             torch.testing.assert_close(weights[b, t], torch.tensor(row, dtype=torch.float64))
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import read_multi30k_pairs
 from torch.nn import functional as F
 from transformers import AutoConfig, AutoModelForSeq2SeqLM
+from transformers.modeling_outputs import Seq2SeqLMOutput
 
 from attention_seq2seq import RNNSeq2SeqConfig, RNNSeq2SeqForConditionalGeneration
 from attention_seq2seq.modeling.modeling_rnn_seq2seq import RNNDecoderCache, shift_tokens_right
-
-from conftest import read_multi30k_pairs
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 VOCAB = 23
@@ -24,7 +24,9 @@ VARIANTS = {
     "none-lstm-projection-2layers": dict(attention="none", cell_type="lstm", encoder_layers=2, decoder_layers=2),
     "bahdanau-gru": dict(attention="bahdanau"),
     "bahdanau-lstm-coverage": dict(attention="bahdanau", cell_type="lstm", coverage=True),
-    "bahdanau-gru-hard-zero-bridge": dict(attention="bahdanau", attention_mode="hard", bridge="zero"),
+    "bahdanau-gru-hard-zero-bridge-2layer-decoder": dict(
+        attention="bahdanau", attention_mode="hard", bridge="zero", decoder_layers=2
+    ),
     "luong-general-feed-gru": dict(attention="luong", score="general"),
     "luong-dot-nofeed-lstm": dict(attention="luong", score="dot", input_feeding=False, cell_type="lstm"),
     "luong-concat-nofeed-coverage": dict(attention="luong", score="concat", input_feeding=False, coverage=True),
@@ -47,7 +49,9 @@ VARIANTS = {
 def make_model(variant: str, vocab_size: int = VOCAB, hidden_size: int = 8, embedding_size: int = 6, **overrides):
     # A wide init range makes the tiny model's attention peaked and its states distinct, so the
     # checks below compare sharply different numbers rather than near-uniform ones.
-    kwargs = dict(VARIANTS[variant], vocab_size=vocab_size, hidden_size=hidden_size, embedding_size=embedding_size, init_range=1.0)
+    kwargs = dict(
+        VARIANTS[variant], vocab_size=vocab_size, hidden_size=hidden_size, embedding_size=embedding_size, init_range=1.0
+    )
     kwargs.update(overrides)
     torch.manual_seed(0)
     return RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqConfig(**kwargs)).eval()
@@ -85,7 +89,9 @@ def test_cross_attention_is_zero_on_padding_and_sums_to_one(variant):
     model = make_model(variant)
     input_ids, attention_mask = source_batch()
     decoder_input_ids, _ = target_batch()
-    out = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids, output_attentions=True)
+    out = model(
+        input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids, output_attentions=True
+    )
     (weights,) = out.cross_attentions
     assert weights.shape == (3, 1, decoder_input_ids.size(1), input_ids.size(1))
     padding = ~attention_mask.bool()[:, None, None, :].expand_as(weights)
@@ -105,7 +111,9 @@ def test_batch_gives_the_same_logits_as_each_sentence_alone(variant):
     model = make_model(variant)
     input_ids, attention_mask = source_batch()
     decoder_input_ids, decoder_mask = target_batch()
-    batched = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids, output_attentions=True)
+    batched = model(
+        input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids, output_attentions=True
+    )
     for b in range(3):
         src_len, tgt_len = int(attention_mask[b].sum()), int(decoder_mask[b].sum())
         alone = model(
@@ -116,7 +124,10 @@ def test_batch_gives_the_same_logits_as_each_sentence_alone(variant):
         torch.testing.assert_close(batched.logits[b, :tgt_len], alone.logits[0], atol=1e-5, rtol=1e-5)
         if alone.cross_attentions is not None:
             torch.testing.assert_close(
-                batched.cross_attentions[0][b, :, :tgt_len, :src_len], alone.cross_attentions[0][0], atol=1e-6, rtol=1e-5
+                batched.cross_attentions[0][b, :, :tgt_len, :src_len],
+                alone.cross_attentions[0][0],
+                atol=1e-6,
+                rtol=1e-5,
             )
 
 
@@ -133,6 +144,83 @@ def test_padding_never_enters_the_encoder_state():
 # ---------------------------------------------------------------------------------------------
 # Incremental decoding and generation
 # ---------------------------------------------------------------------------------------------
+
+
+# ---------------------------------------------------------------------------------------------
+# Step order: Bahdanau scores s_{i-1} before the RNN step, Luong scores h_t after it
+# ---------------------------------------------------------------------------------------------
+
+
+def _run_double(variant, **overrides):
+    model = make_model(variant, **overrides).double()
+    input_ids, attention_mask = source_batch()
+    decoder_input_ids, _ = target_batch()
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        decoder_input_ids=decoder_input_ids,
+        output_attentions=True,
+        output_hidden_states=True,
+    )
+    encoder_outputs = model.get_encoder()(input_ids, attention_mask)
+    return model, out, encoder_outputs, attention_mask.bool(), decoder_input_ids
+
+
+def _gru_step(rnn, x, h):
+    """One GRU step written out (Cho et al. 2014), weights from torch's single-layer GRU."""
+    r_i, z_i, n_i = (x @ rnn.weight_ih_l0.T + rnn.bias_ih_l0).chunk(3, -1)
+    r_h, z_h, n_h = (h @ rnn.weight_hh_l0.T + rnn.bias_hh_l0).chunk(3, -1)
+    r, z = torch.sigmoid(r_i + r_h), torch.sigmoid(z_i + z_h)
+    n = torch.tanh(n_i + r * n_h)
+    return (1 - z) * n + z * h
+
+
+def test_bahdanau_predicts_from_the_previous_state_and_feeds_the_context_to_the_rnn_and_output():
+    model, out, encoder_outputs, mask, decoder_input_ids = _run_double("bahdanau-gru")
+    decoder = model.model.decoder
+    h = encoder_outputs.last_hidden_state  # (batch, src_len, encoder_output_size)
+    s_prev = decoder.bridge(encoder_outputs.final_hidden_state, None)[0][-1]  # s_0 = tanh(W_s h_last)
+    (weights,) = out.cross_attentions
+    (states,) = out.decoder_hidden_states
+    embeds = decoder.embed_tokens(decoder_input_ids)
+    keys = decoder.attention.k_proj(h)
+    for i in range(decoder_input_ids.size(1)):
+        # A.1.2: e_ij = v_aᵀ tanh(W_a s_{i-1} + U_a h_j); eq. 6: softmax over the real source
+        scores = torch.tanh(decoder.attention.q_proj(s_prev)[:, None] + keys) @ decoder.attention.v
+        alpha = torch.softmax(scores.masked_fill(~mask, float("-inf")), -1)
+        torch.testing.assert_close(weights[:, 0, i], alpha)
+        context = (alpha[:, :, None] * h).sum(1)  # eq. 5: c_i = Σ_j α_ij h_j
+        # A.2.1: s_i = f(s_{i-1}, [E y_{i-1}; c_i])
+        s_i = _gru_step(decoder.rnn, torch.cat([embeds[:, i], context], -1), s_prev)
+        torch.testing.assert_close(states[:, i], s_i)
+        # A.2.2: t_i = maxout(U_o s_{i-1} + V_o E y_{i-1} + C_o c_i); logits = W_o t_i
+        t_tilde = decoder.deep_output(torch.cat([s_prev, embeds[:, i], context], -1))
+        t_i = torch.maximum(t_tilde[:, 0::2], t_tilde[:, 1::2])
+        torch.testing.assert_close(out.logits[:, i], model.lm_head(t_i))
+        s_prev = s_i
+
+
+@pytest.mark.parametrize("input_feeding", [True, False])
+def test_luong_scores_the_current_state_and_feeds_h_tilde_back(input_feeding):
+    model, out, encoder_outputs, mask, decoder_input_ids = _run_double(
+        "luong-general-feed-gru", input_feeding=input_feeding
+    )
+    decoder = model.model.decoder
+    h_bar = encoder_outputs.last_hidden_state
+    h_prev = decoder.bridge(encoder_outputs.final_hidden_state, None)[0][-1]
+    h_tilde_prev = torch.zeros_like(h_prev)
+    (weights,) = out.cross_attentions
+    embeds = decoder.embed_tokens(decoder_input_ids)
+    for t in range(decoder_input_ids.size(1)):
+        x = torch.cat([embeds[:, t], h_tilde_prev], -1) if input_feeding else embeds[:, t]  # §3.3
+        h_t = _gru_step(decoder.rnn, x, h_prev)  # the RNN steps first
+        scores = (decoder.attention.k_proj(h_bar) @ h_t[:, :, None]).squeeze(-1)  # eq. 8 general: h_tᵀ W_a h̄_s
+        a_t = torch.softmax(scores.masked_fill(~mask, float("-inf")), -1)  # eq. 7
+        torch.testing.assert_close(weights[:, 0, t], a_t)
+        c_t = (a_t[:, :, None] * h_bar).sum(1)
+        h_tilde = torch.tanh(decoder.attn_combine(torch.cat([c_t, h_t], -1)))  # eq. 5
+        torch.testing.assert_close(out.logits[:, t], model.lm_head(h_tilde))  # eq. 6 (before softmax)
+        h_prev, h_tilde_prev = h_t, h_tilde
 
 
 @pytest.mark.parametrize("variant", ALL)
@@ -159,8 +247,18 @@ def test_incremental_decoding_with_cache_equals_teacher_forcing(variant):
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
 
     # Uneven chunks (3 tokens, then the rest) continue from the cache as well.
-    first = model(attention_mask=attention_mask, decoder_input_ids=decoder_input_ids[:, :3], encoder_outputs=encoder_outputs, use_cache=True)
-    rest = model(attention_mask=attention_mask, decoder_input_ids=decoder_input_ids[:, 3:], encoder_outputs=encoder_outputs, cache=first.cache)
+    first = model(
+        attention_mask=attention_mask,
+        decoder_input_ids=decoder_input_ids[:, :3],
+        encoder_outputs=encoder_outputs,
+        use_cache=True,
+    )
+    rest = model(
+        attention_mask=attention_mask,
+        decoder_input_ids=decoder_input_ids[:, 3:],
+        encoder_outputs=encoder_outputs,
+        cache=first.cache,
+    )
     torch.testing.assert_close(torch.cat([first.logits, rest.logits], 1), full, atol=1e-5, rtol=1e-5)
 
 
@@ -182,7 +280,9 @@ def _greedy_by_hand(model, input_ids, attention_mask, max_new_tokens):
 def test_generate_num_beams_1_equals_greedy_by_hand(variant):
     model = make_model(variant)
     input_ids, attention_mask = source_batch()
-    generated = model.generate(input_ids=input_ids, attention_mask=attention_mask, num_beams=1, do_sample=False, max_new_tokens=7)
+    generated = model.generate(
+        input_ids=input_ids, attention_mask=attention_mask, num_beams=1, do_sample=False, max_new_tokens=7
+    )
     expected = _greedy_by_hand(model, input_ids, attention_mask, 7)
     assert torch.equal(generated, expected[:, : generated.size(1)])
     assert generated.size(1) == expected.size(1)
@@ -210,13 +310,16 @@ def test_beam_search_with_and_without_cache_agree(variant):
 
 
 @pytest.mark.parametrize(
-    "variant", ["bahdanau-lstm-coverage", "luong-general-feed-local-p-lstm", "luong-concat-nofeed-coverage", "none-gru-last"]
+    "variant",
+    ["bahdanau-lstm-coverage", "luong-general-feed-local-p-lstm", "luong-concat-nofeed-coverage", "none-gru-last"],
 )
 def test_reorder_cache_selects_every_tensor_row(variant):
     model = make_model(variant)
     input_ids, attention_mask = source_batch()
     decoder_input_ids, _ = target_batch()
-    cache = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids, use_cache=True).cache
+    cache = model(
+        input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids, use_cache=True
+    ).cache
     config = model.config
     expected_fields = {"hidden"}
     expected_fields |= {"cell"} if config.cell_type == "lstm" else set()
@@ -265,9 +368,33 @@ def test_generate_returns_cross_attentions_in_the_documented_layout(variant, num
         torch.testing.assert_close(weights.sum(-1), torch.ones(rows, 1, 1))
     if num_beams == 1:
         # The attention recorded during generation equals a teacher-forced pass over the output.
-        forced = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=out.sequences[:, :-1], output_attentions=True)
+        forced = model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=out.sequences[:, :-1],
+            output_attentions=True,
+        )
         stacked = torch.cat([step[0] for step in out.cross_attentions], dim=2)
         torch.testing.assert_close(stacked, forced.cross_attentions[0], atol=1e-6, rtol=1e-5)
+
+
+def test_prepare_inputs_for_generation_feeds_only_unseen_tokens():
+    model = make_model("bahdanau-gru")
+    input_ids, attention_mask = source_batch()
+    encoder_outputs = model.get_encoder()(input_ids, attention_mask)
+    prefix = torch.tensor([[BOS, 13, 14, 15]] * 3)
+    no_cache = model.prepare_inputs_for_generation(
+        prefix, attention_mask=attention_mask, encoder_outputs=encoder_outputs
+    )
+    assert torch.equal(no_cache["decoder_input_ids"], prefix)
+    cache = model(
+        attention_mask=attention_mask, decoder_input_ids=prefix[:, :3], encoder_outputs=encoder_outputs, use_cache=True
+    ).cache
+    with_cache = model.prepare_inputs_for_generation(
+        prefix, cache=cache, attention_mask=attention_mask, encoder_outputs=encoder_outputs
+    )
+    assert torch.equal(with_cache["decoder_input_ids"], prefix[:, 3:])
+    assert with_cache["cache"] is cache and with_cache["attention_mask"] is attention_mask
 
 
 def test_generation_defaults_live_in_generation_config():
@@ -286,7 +413,16 @@ def test_sampling_is_reproducible_with_a_seed():
     runs = []
     for _ in range(2):
         torch.manual_seed(123)
-        runs.append(model.generate(input_ids=input_ids, attention_mask=attention_mask, do_sample=True, num_beams=1, top_k=5, max_new_tokens=6))
+        runs.append(
+            model.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                do_sample=True,
+                num_beams=1,
+                top_k=5,
+                max_new_tokens=6,
+            )
+        )
     assert torch.equal(runs[0], runs[1])
 
 
@@ -305,6 +441,47 @@ def _labels():
     return labels
 
 
+def test_outputs_are_seq2seq_lm_outputs_with_hidden_states():
+    model = make_model("luong-general-feed-gru")
+    input_ids, attention_mask = source_batch()
+    decoder_input_ids, _ = target_batch()
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        decoder_input_ids=decoder_input_ids,
+        output_hidden_states=True,
+    )
+    assert isinstance(out, Seq2SeqLMOutput)
+    assert out.loss is None  # no labels, no loss
+    assert isinstance(out.cache, RNNDecoderCache)  # config.use_cache, as in other HF seq2seq models
+    (encoder_states,) = out.encoder_hidden_states
+    assert torch.equal(encoder_states, out.encoder_last_hidden_state)
+    (decoder_states,) = out.decoder_hidden_states
+    assert decoder_states.shape == (3, decoder_input_ids.size(1), model.config.hidden_size)
+    as_tuple = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        decoder_input_ids=decoder_input_ids,
+        use_cache=False,
+        return_dict=False,
+    )
+    assert torch.equal(as_tuple[0], out.logits)
+    assert not any(isinstance(item, RNNDecoderCache) for item in as_tuple)
+
+
+@pytest.mark.parametrize("variant", ["luong-dot-nofeed-lstm", "bahdanau-gru"])
+@pytest.mark.parametrize("output_hidden_states", [False, True])
+def test_encoder_outputs_may_be_passed_as_a_tuple(variant, output_hidden_states):
+    model = make_model(variant)
+    input_ids, attention_mask = source_batch()
+    decoder_input_ids, _ = target_batch()
+    as_tuple = model.get_encoder()(input_ids, attention_mask, output_hidden_states=output_hidden_states, return_dict=False)
+    assert isinstance(as_tuple, tuple)
+    expected = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+    got = model(encoder_outputs=as_tuple, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+    assert torch.equal(got, expected)
+
+
 def test_labels_are_shifted_right_into_decoder_input_ids():
     labels = torch.tensor([[7, 8, EOS], [9, EOS, -100]])
     assert shift_tokens_right(labels, PAD, BOS).tolist() == [[BOS, 7, 8], [BOS, 9, EOS]]
@@ -316,7 +493,9 @@ def test_loss_is_mean_smoothed_cross_entropy_over_non_ignored_labels(label_smoot
     input_ids, attention_mask = source_batch()
     labels = _labels()
     out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
-    explicit = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=shift_tokens_right(labels, PAD, BOS))
+    explicit = model(
+        input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=shift_tokens_right(labels, PAD, BOS)
+    )
     torch.testing.assert_close(out.logits, explicit.logits)
     # Hand: mean over the real tokens of -(1-ε) log p(y) - ε/V Σ_v log p(v).
     log_probs = out.logits.log_softmax(-1)
@@ -346,6 +525,8 @@ def test_coverage_loss_adds_lambda_times_mean_overlap_with_past_attention(varian
             coverage = coverage + weights[b, t]
     cross_entropy = F.cross_entropy(out.logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
     torch.testing.assert_close(out.loss, cross_entropy + 0.7 * torch.stack(penalties).mean())
+    # The per-token penalty is exposed for trainers that build their own loss from the logits.
+    torch.testing.assert_close(out.coverage_penalty[labels != -100], torch.stack(penalties))
     # The coverage term is not zero here, so the check above is not vacuous.
     assert torch.stack(penalties).mean() > 1e-3
 
@@ -354,10 +535,14 @@ def test_coverage_enters_the_score():
     model = make_model("bahdanau-lstm-coverage")
     input_ids, attention_mask = source_batch()
     decoder_input_ids, _ = target_batch()
-    with_coverage = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids, output_attentions=True)
+    with_coverage = model(
+        input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids, output_attentions=True
+    )
     with torch.no_grad():
         model.model.decoder.attention.coverage_proj.weight.zero_()
-    without = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids, output_attentions=True)
+    without = model(
+        input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids, output_attentions=True
+    )
     # Step 0 has zero coverage either way; later steps must differ.
     torch.testing.assert_close(with_coverage.cross_attentions[0][:, :, 0], without.cross_attentions[0][:, :, 0])
     assert not torch.allclose(with_coverage.cross_attentions[0][:, :, 1:], without.cross_attentions[0][:, :, 1:])
@@ -370,7 +555,12 @@ def test_coverage_enters_the_score():
 
 @pytest.mark.parametrize(
     ("variant", "tie", "share"),
-    [("luong-general-feed-gru", True, True), ("bahdanau-lstm-coverage", True, False), ("luong-dot-nofeed-lstm", False, False)],
+    [
+        ("luong-general-feed-gru", True, True),
+        ("bahdanau-lstm-coverage", True, False),
+        ("luong-dot-nofeed-lstm", False, True),
+        ("none-gru-last", False, False),
+    ],
 )
 def test_save_and_load_give_identical_logits_and_keep_tying(tmp_path, variant, tie, share):
     # Tying needs the output vector to be embedding_size wide (Luong: hidden_size).
@@ -388,7 +578,7 @@ def test_save_and_load_give_identical_logits_and_keep_tying(tmp_path, variant, t
     decoder_input_ids, _ = target_batch()
     kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
     assert torch.equal(model(**kwargs).logits, loaded(**kwargs).logits)
-    for (name, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items()):
+    for (name, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
     assert loaded.generation_config.num_beams == 5
     if tie:  # tied weights stay tied while training
@@ -454,7 +644,12 @@ def test_invalid_configs_raise_and_name_the_valid_values(kwargs, message):
 
 def test_config_round_trips_resolved_defaults(tmp_path):
     config = RNNSeq2SeqConfig(vocab_size=VOCAB, hidden_size=8, embedding_size=8, window="local-p")
-    assert (config.score, config.window_size, config.input_feeding, config.attention_mode) == ("general", 10, True, "soft")
+    assert (config.score, config.window_size, config.input_feeding, config.attention_mode) == (
+        "general",
+        10,
+        True,
+        "soft",
+    )
     config.save_pretrained(tmp_path)
     assert RNNSeq2SeqConfig.from_pretrained(tmp_path).to_dict() == config.to_dict()
 

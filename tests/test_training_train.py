@@ -378,3 +378,51 @@ def test_short_real_data_run_learns_to_translate(family, shared_data, tmp_path):
     assert last["bleu"] > 0.0 and last["chrf"] > first["chrf"]
     (test,) = metrics["test"].values()
     assert test["bleu"] > 0.0
+
+
+def test_early_stopping_keeps_the_best_k_and_averages_them(shared_data, tmp_path, monkeypatch):
+    # Scripted validation scores: BLEU 5, 4, 3 at updates 2, 4, 6; patience 2 stops after update 6.
+    real_evaluate = train_module.evaluate
+    scripted = iter([5.0, 4.0, 3.0])
+
+    def scripted_evaluate(model, dataset, tokenizer, config, accelerator, num_beams, max_examples, target_lang):
+        result = real_evaluate(model, dataset, tokenizer, config, accelerator, num_beams, max_examples, target_lang)
+        if num_beams == config.eval_num_beams and max_examples == config.eval_max_examples:  # validation
+            result["bleu"] = next(scripted)
+        return result
+
+    monkeypatch.setattr(train_module, "evaluate", scripted_evaluate)
+    config = tiny_config(shared_data, tmp_path / "run", max_steps=20, eval_every=2, save_every=2, eval_num_beams=1,
+                         early_stopping_patience=2, keep_best_k=2, average_best_k=2, num_plot_sentences=0,
+                         schedule="plateau", plateau_patience=1, plateau_factor=0.5, warmup_steps=0)
+    run = train(config)
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["train"]["steps"] == 6 and metrics["train"]["stopped_by"] == "early_stopping"
+    assert [v["bleu"] for v in metrics["validation"]] == [5.0, 4.0, 3.0]
+    assert sorted(p.name for p in (run / "best").iterdir()) == ["step_2", "step_4"]
+    a, b, final = weights_of(run / "best" / "step_2"), weights_of(run / "best" / "step_4"), weights_of(run / "model")
+    for key in a:
+        torch.testing.assert_close(final[key], (a[key] + b[key]) / 2)
+    # "plateau" (patience 1): the validations at updates 4 and 6 did not improve, so the rate was
+    # halved for updates 5-6 and the multiplier stands at 1/4 for what would come next.
+    checkpoint = run / "checkpoints" / "step_6"
+    last_lr = torch.load(checkpoint / "optimizer.bin", weights_only=False)["param_groups"][0]["lr"]
+    assert last_lr == pytest.approx(config.learning_rate * 0.5)
+    assert torch.load(checkpoint / "custom_checkpoint_1.pkl", weights_only=False)["multiplier"] == 0.25
+
+
+def test_time_budget_stops_the_run_and_still_writes_the_model(shared_data, tmp_path):
+    config = tiny_config(shared_data, tmp_path / "run", max_steps=1000, max_time_minutes=1e-4, num_plot_sentences=0)
+    metrics = json.loads((train(config) / "metrics.json").read_text())
+    assert metrics["train"]["stopped_by"] == "max_time_minutes" and metrics["train"]["steps"] == 1
+    assert [v["step"] for v in metrics["validation"]] == [1]
+    assert (tmp_path / "run" / "model" / "model.safetensors").exists()
+
+
+def test_help_lists_every_field_with_its_comment(capsys):
+    with pytest.raises(SystemExit):
+        parse_command_line(TrainConfig, ["--help"])
+    out = capsys.readouterr().out
+    for f in dataclasses.fields(TrainConfig):
+        assert f"--{f.name}" in out
+    assert "peak learning rate (AdamW)" in out

@@ -181,10 +181,9 @@ def test_multi_head_cross_attention_layer_equals_float64_hand_computation():
     mask = torch.tensor([[1] * 6, [1] * 3 + [0] * 3], dtype=torch.bool)[:, None, None, :]
     output, weights = attention(queries, key_value_states=memory, attention_mask=mask)
 
-    w = attention.qkv_proj.weight.double()
-    b = attention.qkv_proj.bias.double()
-    w_q, w_k, w_v = w.split(12)
-    b_q, b_k, b_v = b.split(12)
+    w_q, b_q = attention.q_proj.weight.double(), attention.q_proj.bias.double()
+    w_k, w_v = attention.kv_proj.weight.double().split(12)
+    b_k, b_v = attention.kv_proj.bias.double().split(12)
     expected = torch.empty(2, 4, 12, dtype=torch.float64)
     for n in range(2):
         src = 6 if n == 0 else 3
@@ -426,8 +425,11 @@ def test_sinusoidal_table_is_not_saved_and_is_rebuilt_on_load(tmp_path):
     model = tiny_model(position_embedding_type="sinusoidal")
     assert not any("embed_positions" in name for name in model.state_dict())
     model.save_pretrained(tmp_path)
-    loaded = TransformerSeq2SeqForConditionalGeneration.from_pretrained(tmp_path)
+    loaded = TransformerSeq2SeqForConditionalGeneration.from_pretrained(tmp_path, attn_implementation="eager")
     torch.testing.assert_close(loaded.model.decoder.embed_positions.weight, sinusoidal_position_encoding(64, 16))
+    # the remedy the sdpa error message gives works
+    out = loaded(input_ids=torch.tensor([[5, EOS]]), decoder_input_ids=torch.tensor([[BOS]]), output_attentions=True)
+    assert out.cross_attentions[0].shape == (1, 4, 1, 2)
 
 
 def test_base_model_returns_decoder_states():
@@ -606,8 +608,30 @@ def test_initialisation_gives_each_projection_block_its_own_xavier_scale():
     for block in attention.qkv_proj.weight.split(64):  # W^Q, W^K, W^V: Xavier for 64 × 64 each
         assert block.std().item() == pytest.approx(64**-0.5, rel=0.1)
     assert attention.qkv_proj.bias.abs().max() == 0
+    cross_attention = model.model.decoder.layers[0].encoder_attn
+    for block in (cross_attention.q_proj.weight, *cross_attention.kv_proj.weight.split(64)):
+        assert block.std().item() == pytest.approx(64**-0.5, rel=0.1)
     fc1 = model.model.encoder.layers[0].feed_forward.fc1.weight
     assert fc1.std().item() == pytest.approx(math.sqrt(2 / (64 + 256)), rel=0.1)
     embeddings = model.model.shared.weight
     assert embeddings.std().item() == pytest.approx(64**-0.5, rel=0.1)  # unit variance after ×√d_model
     assert embeddings[PAD].abs().max() == 0
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_decoder_attention_mask_on_right_padding_changes_no_real_position(attn_implementation):
+    """The explicit (padding & causal) mask path agrees with the mask-free causal path."""
+    model = tiny_model(attn_implementation)
+    input_ids, attention_mask, decoder_input_ids = padded_batch()
+    decoder_attention_mask = torch.ones_like(decoder_input_ids)
+    decoder_attention_mask[1, 4:] = 0
+    kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
+    plain = model(**kwargs).logits
+    masked = model(**kwargs, decoder_attention_mask=decoder_attention_mask).logits
+    torch.testing.assert_close(masked[0], plain[0], rtol=0, atol=1e-5)
+    torch.testing.assert_close(masked[1, :4], plain[1, :4], rtol=0, atol=1e-5)
+    # Masking a real key does reach the later queries: the mask is applied.
+    decoder_attention_mask[0, 2] = 0
+    hidden_key = model(**kwargs, decoder_attention_mask=decoder_attention_mask).logits
+    torch.testing.assert_close(hidden_key[0, :2], plain[0, :2], rtol=0, atol=1e-5)
+    assert (hidden_key[0, 3:] - plain[0, 3:]).abs().max() > 1e-4

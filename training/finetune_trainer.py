@@ -6,7 +6,7 @@ wrote (a training output folder, an export folder, a plain model folder or a Hub
 folder with the same layout as ``training/train.py``, so ``attention-seq2seq export`` turns it into a
 Hub repo whose card names the base model.
 
-The file needs only torch, transformers, datasets and sacrebleu at import time. Run next to an
+The file needs only torch, transformers, datasets and sacrebleu. Run next to an
 export with ``--trust-remote-code`` it works where this package is not installed at all: the data
 then comes from JSONL files (``{"source": ..., "target": ...}`` per line). With the package
 installed, ``--corpus`` takes any corpus spec of ``attention_seq2seq.data.load_corpus``.
@@ -38,11 +38,20 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+import torch
+from transformers import (
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    DataCollatorForSeq2Seq,
+    Seq2SeqTrainer,
+    Seq2SeqTrainingArguments,
+    set_seed,
+)
 
 
 @dataclass
@@ -194,8 +203,6 @@ def resolve_model_path(base_model: str) -> tuple[str, Path | None]:
 
 
 def load_model_and_tokenizer(config: FinetuneConfig):
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
     try:  # registers both families with the Auto classes; absent where only the export is used
         import attention_seq2seq  # noqa: F401
     except ImportError:
@@ -268,9 +275,6 @@ def evaluation_generation_config(model, config: FinetuneConfig):
 
 def build_trainer(config: FinetuneConfig, model, tokenizer, datasets, *, bleu_tokenize: str | None = None):
     """A ``Seq2SeqTrainer`` over tokenized splits, writing into ``<output_dir>/checkpoints``."""
-    import torch
-    from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments
-
     output_dir = Path(config.output_dir)
     has_validation = "validation" in datasets
     eval_steps = config.eval_steps if config.eval_steps else config.max_steps
@@ -322,7 +326,7 @@ def build_trainer(config: FinetuneConfig, model, tokenizer, datasets, *, bleu_to
         label_pad_token_id=-100,
         pad_to_multiple_of=8 if (config.bf16 or config.fp16) else None,  # tensor-core friendly shapes
     )
-    return Seq2SeqTrainer(
+    return Seq2SeqTrainerWithPerplexity(
         model=model,
         args=args,
         data_collator=collator,
@@ -331,6 +335,37 @@ def build_trainer(config: FinetuneConfig, model, tokenizer, datasets, *, bleu_to
         processing_class=tokenizer,
         compute_metrics=build_compute_metrics(tokenizer, bleu_tokenize=bleu_tokenize),
     )
+
+
+class Seq2SeqTrainerWithPerplexity(Seq2SeqTrainer):
+    """``Seq2SeqTrainer`` whose evaluation loss is plain cross-entropy.
+
+    Both model families apply ``config.label_smoothing`` inside ``forward``; evaluation turns it
+    off so that ``eval_loss`` is the true per-token cross-entropy and exp(eval_loss) the
+    perplexity (a smoothed loss overstates it).
+    """
+
+    def evaluate(self, *args, **kwargs):
+        with _without_label_smoothing(self.model):
+            return super().evaluate(*args, **kwargs)
+
+    def predict(self, *args, **kwargs):
+        with _without_label_smoothing(self.model):
+            return super().predict(*args, **kwargs)
+
+
+class _without_label_smoothing:
+    """Context manager: ``model.config.label_smoothing`` is 0 inside, restored on exit."""
+
+    def __init__(self, model) -> None:
+        self.config = model.config
+        self.saved = getattr(self.config, "label_smoothing", 0.0)
+
+    def __enter__(self) -> None:
+        self.config.label_smoothing = 0.0
+
+    def __exit__(self, *exc) -> None:
+        self.config.label_smoothing = self.saved
 
 
 def _target_is_chinese(dataset) -> bool:
@@ -342,10 +377,8 @@ def _target_is_chinese(dataset) -> bool:
 
 def finetune(config: FinetuneConfig) -> Path:
     """Fine-tune ``config.base_model`` and write the output folder; returns ``output_dir``."""
-    import transformers
-
     config.validate()
-    transformers.set_seed(config.seed)
+    set_seed(config.seed)
     output_dir = Path(config.output_dir)
     model, tokenizer = load_model_and_tokenizer(config)
     if config.gradient_checkpointing and not getattr(model, "supports_gradient_checkpointing", False):
@@ -385,11 +418,6 @@ def _loss_history(trainer) -> list[dict]:
 def write_run_files(config, trainer, train_result, wall_time, test_scores, raw, corpus: dict) -> None:
     """metrics.json and recipe.yaml in the layout of docs/DESIGN.md (what the exporter reads)."""
     output_dir = Path(config.output_dir)
-    _, base_run = resolve_model_path(config.base_model)
-    base_info = {}
-    if base_run is not None and (base_run / "metrics.json").is_file():
-        base_info = json.loads((base_run / "metrics.json").read_text(encoding="utf-8"))
-
     losses = _loss_history(trainer)
     validation = [
         {
@@ -404,8 +432,8 @@ def write_run_files(config, trainer, train_result, wall_time, test_scores, raw, 
     ]
     metrics: dict[str, Any] = {
         "model_family": trainer.model.config.model_type,
-        # The card's `base_model`: a Hub id when known (given, or recorded by the base's own export).
-        "base_model": config.base_model_id or base_info.get("hub_id") or config.base_model,
+        # What `attention-seq2seq export` puts in the card's `base_model` when it is a Hub id.
+        "base_model": config.base_model_id or config.base_model,
         "base_model_path": config.base_model,
         "finetuned_with": "transformers.Seq2SeqTrainer",
         "corpus": corpus,
@@ -470,18 +498,23 @@ def load_recipe(path: str | Path) -> dict:
     return values
 
 
-def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """One ``--field-name`` option per ``FinetuneConfig`` field (defaults come from the recipe)."""
+def add_config_arguments(parser: argparse.ArgumentParser, comments: dict[str, str] | None = None) -> None:
+    """One ``--field-name`` option per ``FinetuneConfig`` field; ``comments`` are their help texts.
+
+    Options left out stay ``None``, so the recipe's value (or the field's default) applies.
+    """
+    comments = comments or {}
     parser.add_argument("--recipe", help="YAML or JSON file of fields; options given here override it")
     for f in fields(FinetuneConfig):
         flag = "--" + f.name.replace("_", "-")
+        text = f"{comments[f.name]} " if comments.get(f.name) else ""
         if f.type in ("bool", bool):
             parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None,
-                                help=f"(default: {f.default})")
+                                help=f"{text}(default: {f.default})")
         else:
             kind = {"int": int, "float": float}.get(str(f.type), str)
             parser.add_argument(flag, dest=f.name, type=kind, default=None, metavar=f.name.upper(),
-                                help=f"(default: {f.default!r})")
+                                help=f"{text}(default: {f.default!r})".replace("%", "%%"))
 
 
 def config_from_args(args: argparse.Namespace) -> FinetuneConfig:
@@ -509,7 +542,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, TypeError) as err:
         parser.error(str(err))
     output_dir = finetune(config)
-    print(f"fine-tuned model written to {output_dir / 'model'}", file=sys.stderr)
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(f"fine-tuned model written to {output_dir / 'model'}", file=sys.stderr)
     return 0
 
 

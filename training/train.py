@@ -16,6 +16,20 @@ the last one, ``accelerator.no_sync``). The update therefore minimises the mean 
 token of the global batch, whatever the split into ranks and micro-batches: 2 × B accumulated is
 one batch of 2B, and 2 ranks are one process with twice the batch.
 
+Paths and runs
+    Relative paths (the corpus spec's location, ``output_dir``, ``tokenizer_path``) are read from
+    the working directory, like any path on a command line; the shipped recipes assume the
+    repository root (``../shared/data/...``). Rerun the same command with ``--resume`` to continue
+    from the newest checkpoint: the same data order, RNG states and schedule, so the run ends
+    with the weights an uninterrupted run would have. Several machines: Accelerate's own options
+    (``--num_machines``, ``--machine_rank``, ``--main_process_ip``); ``output_dir`` must then be
+    on a shared file system (rank 0 writes the checkpoint, every rank its RNG state).
+
+What a person watches
+    A tqdm bar on the main process (loss, learning rate, target tokens/s), TensorBoard under
+    ``output_dir/logs`` (``tensorboard --logdir runs/``), one line per validation, and attention
+    heat-maps of fixed validation sentences in ``output_dir/plots`` after each validation.
+
 Output folder layout and ``metrics.json``: docs/DESIGN.md, "Training output folder".
 """
 
@@ -104,7 +118,7 @@ class TrainConfig:
     resume: bool = False  # continue from the newest checkpoint in output_dir/checkpoints
     # ---- system --------------------------------------------------------------------------------
     seed: int = 1234  # model init, dropout and data order
-    mixed_precision: str = "no"  # "no", "fp16" or "bf16" (GPU)
+    mixed_precision: str | None = None  # "no", "fp16" or "bf16" (GPU); None: what `accelerate launch/config` says, else "no"
     log_every: int = 50  # updates between progress/TensorBoard logs (each costs one host sync)
     log_with: str = "tensorboard"  # "tensorboard" or "none"
     # ---- debugging (used by the tests) ---------------------------------------------------------
@@ -117,7 +131,7 @@ CHOICES = {
     "tokenizer_type": ("unigram", "bpe"),
     "schedule": SCHEDULES,
     "early_stopping_metric": ("bleu", "chrf", "loss"),
-    "mixed_precision": ("no", "fp16", "bf16"),
+    "mixed_precision": (None, "no", "fp16", "bf16"),
     "log_with": ("tensorboard", "none"),
 }
 
@@ -538,7 +552,7 @@ def train(config: TrainConfig) -> Path:
     is_main = accelerator.is_main_process
     _setup_logging(is_main)
     world = accelerator.num_processes
-    logger.info("world size %d, device %s, mixed precision %s", world, accelerator.device, config.mixed_precision)
+    logger.info("world size %d, device %s, mixed precision %s", world, accelerator.device, accelerator.mixed_precision)
     if _step_dirs(ckpt_root) and not config.resume:
         raise FileExistsError(f"{ckpt_root} already holds checkpoints: pass --resume to continue the run or choose another output_dir")
     if is_main:
@@ -692,7 +706,7 @@ def train(config: TrainConfig) -> Path:
             tokens_acc.zero_()
             last_log_time = now
             if config.max_time_minutes is not None:
-                # Every rank must take the same decision: the main process's clock decides.
+                # Every rank must stop at the same update: one rank over budget stops them all.
                 over = torch.tensor(float(state.wall_time_s > 60 * config.max_time_minutes), device=device)
                 over = accelerator.reduce(over, reduction="sum") if world > 1 else over
                 if over.item() > 0:  # any rank over budget: all stop at this same update

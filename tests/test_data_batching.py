@@ -1,0 +1,232 @@
+"""Tests for attention_seq2seq.data.batching: tokenize_dataset, the token-budget sampler, the collator.
+
+Everything runs on a 3,000-pair slice of Multi30k with a small tokenizer trained on it.
+"""
+
+from __future__ import annotations
+
+import datasets
+import numpy as np
+import pytest
+import torch
+from transformers import DataCollatorForSeq2Seq
+
+from attention_seq2seq.data import (
+    Seq2SeqCollator,
+    TokenBudgetBatchSampler,
+    batch_lengths,
+    epoch_padding_fraction,
+    load_corpus,
+    padding_fraction,
+    tokenize_dataset,
+    train_tokenizer,
+)
+from attention_seq2seq.data.tokenization import EOS_ID, PAD_ID
+
+
+@pytest.fixture(autouse=True, scope="module")
+def quiet_datasets():
+    datasets.disable_progress_bars()
+    yield
+    datasets.enable_progress_bars()
+
+
+@pytest.fixture(scope="module")
+def corpus(shared_data) -> datasets.DatasetDict:
+    full = load_corpus(f"multi30k:{shared_data / 'multi30k'}")
+    return datasets.DatasetDict(
+        {"train": full["train"].select(range(3000)), "validation": full["validation"].select(range(200)),
+         "test": full["test"].select(range(200))}
+    )
+
+
+@pytest.fixture(scope="module")
+def tokenizer(corpus):
+    return train_tokenizer(corpus, vocab_size=2000)
+
+
+@pytest.fixture(scope="module")
+def tokenized(corpus, tokenizer) -> datasets.DatasetDict:
+    return tokenize_dataset(corpus, tokenizer, max_source_length=64, max_target_length=64)
+
+
+@pytest.fixture(scope="module")
+def lengths(tokenized) -> np.ndarray:
+    return batch_lengths(tokenized["train"])
+
+
+# --------------------------------------------------------------------------------------------
+# tokenize_dataset
+# --------------------------------------------------------------------------------------------
+
+
+def test_tokenize_dataset_columns(tokenized, tokenizer, corpus):
+    train = tokenized["train"]
+    assert set(train.column_names) == {"source", "target", "input_ids", "labels", "source_length", "target_length"}
+    row = train[5]
+    assert row["input_ids"] == tokenizer(corpus["train"][5]["source"])["input_ids"]
+    assert row["labels"] == tokenizer(text_target=corpus["train"][5]["target"])["input_ids"]
+    assert row["input_ids"][-1] == EOS_ID and row["labels"][-1] == EOS_ID
+    assert (row["source_length"], row["target_length"]) == (len(row["input_ids"]), len(row["labels"]))
+    assert batch_lengths(train).shape == (3000, 2)
+
+
+@pytest.mark.parametrize("overlong", ["truncate", "filter"])
+def test_overlong_pairs_truncated_or_filtered_with_counts(corpus, tokenizer, overlong):
+    full = tokenize_dataset(corpus, tokenizer, 512, 512)
+    too_long = {s: sum(max(a, b) > 12 for a, b in batch_lengths(d)) for s, d in full.items()}
+    assert too_long["train"] > 100
+    out, stats = tokenize_dataset(corpus, tokenizer, 12, 12, overlong=overlong, return_stats=True)
+    if overlong == "truncate":
+        assert stats["train"] == {"pairs": 3000, "truncated": too_long["train"], "filtered": 0}
+        assert max(len(ids) for ids in out["train"]["input_ids"]) == 12
+    else:
+        assert stats["train"] == {"pairs": 3000 - too_long["train"], "truncated": 0, "filtered": too_long["train"]}
+        assert len(out["train"]) == 3000 - too_long["train"]
+    # Evaluation splits are never filtered: every sentence is kept, cut to the limit.
+    assert stats["validation"] == {"pairs": 200, "truncated": too_long["validation"], "filtered": 0}
+    assert all(ids[-1] == EOS_ID and len(ids) <= 12 for ids in out["validation"]["labels"])
+
+
+# --------------------------------------------------------------------------------------------
+# TokenBudgetBatchSampler
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("max_tokens", [256, 1024, 4096])
+def test_every_example_once_within_budget(lengths, max_tokens):
+    sampler = TokenBudgetBatchSampler(lengths, max_tokens, seed=1)
+    batches = list(sampler)
+    assert len(batches) == len(sampler)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    widths = [lengths[b].max() * len(b) for b in batches]  # padded max(src, tgt) x batch
+    assert max(widths) <= max_tokens
+    assert np.mean(widths) > 0.8 * max_tokens  # and the budget is actually used
+
+
+def test_single_pair_over_budget_gets_its_own_batch():
+    sampler = TokenBudgetBatchSampler([[5, 5], [40, 3], [6, 6], [5, 4]], max_tokens=20, shuffle=False)
+    assert [1] in list(sampler)
+
+
+def test_deterministic_per_seed_and_epoch(lengths):
+    a = TokenBudgetBatchSampler(lengths, 1024, seed=7)
+    b = TokenBudgetBatchSampler(lengths, 1024, seed=7)
+    a.set_epoch(3)
+    b.set_epoch(3)
+    assert list(a) == list(b)
+    b.set_epoch(4)
+    assert list(a) != list(b)
+    assert list(TokenBudgetBatchSampler(lengths, 1024, seed=8)) != list(TokenBudgetBatchSampler(lengths, 1024, seed=7))
+    # Epochs draw different batches, not only a different order of the same batches.
+    a.set_epoch(0)
+    b.set_epoch(1)
+    assert {tuple(sorted(x)) for x in a} != {tuple(sorted(x)) for x in b}
+
+
+def test_no_shuffle_is_sorted_by_length(lengths):
+    batches = list(TokenBudgetBatchSampler(lengths, 1024, shuffle=False))
+    widths = [lengths[b].max() for b in batches]
+    assert widths == sorted(widths)
+
+
+@pytest.mark.parametrize("world", [2, 3, 4, 7])
+def test_rank_shards_are_disjoint_and_equal(lengths, world):
+    shards = [list(TokenBudgetBatchSampler(lengths, 1024, seed=2, num_replicas=world, rank=r)) for r in range(world)]
+    assert len({len(s) for s in shards}) == 1, [len(s) for s in shards]  # DDP: same number of steps
+    seen = [i for shard in shards for batch in shard for i in batch]
+    assert len(seen) == len(set(seen)) == len(lengths)  # disjoint, and together the whole epoch
+    assert len(TokenBudgetBatchSampler(lengths, 1024, seed=2, num_replicas=world, rank=0)) == len(shards[0])
+
+
+def test_uneven_batch_count_is_evened_by_splitting(lengths):
+    single = TokenBudgetBatchSampler(lengths, 1024, seed=0)
+    world = len(single) + 1  # never a multiple: batches must be split
+    shards = [list(TokenBudgetBatchSampler(lengths, 1024, seed=0, num_replicas=world, rank=r)) for r in range(world)]
+    assert all(len(s) == 1 for s in shards)
+    assert sum(len(b) for s in shards for b in s) == len(lengths)
+
+
+def test_resume_mid_epoch(lengths):
+    sampler = TokenBudgetBatchSampler(lengths, 1024, seed=5, num_replicas=2, rank=1)
+    sampler.set_epoch(2)
+    full = list(sampler)
+    sampler.set_epoch(2, start_batch=10)
+    assert len(sampler) == len(full) - 10
+    assert list(sampler) == full[10:]
+    assert list(sampler) == full  # the offset applies to one pass only
+    sampler.skip(3)
+    assert list(sampler) == full[3:]
+
+
+def test_bad_sampler_arguments():
+    with pytest.raises(ValueError, match=r"rank must be in \[0, 2\); got 2"):
+        TokenBudgetBatchSampler([3, 4, 5], 100, num_replicas=2, rank=2)
+    with pytest.raises(ValueError, match="2 examples cannot be shared among 3 ranks"):
+        TokenBudgetBatchSampler([3, 4], 100, num_replicas=3, rank=0)
+    with pytest.raises(ValueError, match="max_tokens must be positive"):
+        TokenBudgetBatchSampler([3, 4], 0)
+
+
+def test_bucketing_wastes_less_padding_than_random_batches(lengths):
+    sampler = TokenBudgetBatchSampler(lengths, 2048, seed=0)
+    bucketed = sampler.global_batches()
+    # Random batches of the same sizes: the padding a plain shuffled DataLoader would waste.
+    order = np.random.default_rng(0).permutation(len(lengths))
+    cuts = np.cumsum([len(b) for b in bucketed])[:-1]
+    random_batches = [part.tolist() for part in np.split(order, cuts)]
+    bucketed_waste = epoch_padding_fraction(lengths, bucketed)
+    random_waste = epoch_padding_fraction(lengths, random_batches)
+    print(f"\npadding fraction, max_tokens=2048: bucketed {bucketed_waste:.3f}, random {random_waste:.3f}")
+    assert bucketed_waste < 0.5 * random_waste
+
+
+# --------------------------------------------------------------------------------------------
+# Collator and padding fraction
+# --------------------------------------------------------------------------------------------
+
+
+def test_collator_matches_data_collator_for_seq2seq(tokenized, tokenizer, lengths):
+    reference = DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=-100, return_tensors="pt")
+    ours = Seq2SeqCollator(pad_token_id=tokenizer.pad_token_id)
+    for batch in list(TokenBudgetBatchSampler(lengths, 512, seed=0))[:5]:
+        features = [tokenized["train"][i] for i in batch]
+        expected = reference([{k: f[k] for k in ("input_ids", "labels")} for f in features])
+        got = ours(features)
+        assert set(got) == {"input_ids", "attention_mask", "labels"}
+        for key in got:
+            assert got[key].dtype == torch.long
+            assert torch.equal(got[key], expected[key]), key
+
+
+def test_collator_masks_and_pads():
+    features = [{"input_ids": [5, 6, 2], "labels": [7, 2]}, {"input_ids": [2], "labels": [8, 9, 10, 2]}]
+    batch = Seq2SeqCollator(pad_to_multiple_of=4)(features)
+    assert batch["input_ids"].tolist() == [[5, 6, 2, PAD_ID], [2, PAD_ID, PAD_ID, PAD_ID]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1, 0], [1, 0, 0, 0]]
+    assert batch["labels"].tolist() == [[7, 2, -100, -100], [8, 9, 10, 2]]
+    # 1 + 3 source pads of 8 positions, 2 label pads of 8: (4 + 2) / 16.
+    assert padding_fraction(batch) == pytest.approx(6 / 16)
+
+
+def test_batch_and_epoch_padding_fractions_agree(tokenized, lengths):
+    sampler = TokenBudgetBatchSampler(lengths, 1024, seed=0)
+    collate = Seq2SeqCollator()
+    batches = sampler.global_batches()[:20]
+    padded = total = 0
+    for batch in batches:
+        collated = collate([tokenized["train"][i] for i in batch])
+        size = collated["input_ids"].numel() + collated["labels"].numel()
+        padded += padding_fraction(collated) * size
+        total += size
+    assert padded / total == pytest.approx(epoch_padding_fraction(lengths, batches))
+
+
+def test_dataloader_end_to_end(tokenized, lengths):
+    sampler = TokenBudgetBatchSampler(lengths, 1024, seed=0, num_replicas=2, rank=0)
+    loader = torch.utils.data.DataLoader(tokenized["train"], batch_sampler=sampler, collate_fn=Seq2SeqCollator())
+    batches = list(loader)
+    assert len(batches) == len(sampler)
+    for batch, indices in zip(batches, sampler):
+        assert batch["attention_mask"].sum(dim=1).tolist() == [int(lengths[i, 0]) for i in indices]
+        assert (batch["labels"] != -100).sum(dim=1).tolist() == [int(lengths[i, 1]) for i in indices]

@@ -1,0 +1,196 @@
+"""Tests for attention_seq2seq.data.tokenization: special ids, EOS, exact round trips in de/en/zh/es.
+
+Tokenizers are trained on slices of the shared corpora (and two Bible books for Spanish) and
+tested on held-out sentences. No test touches the network.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import datasets
+import pytest
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+from attention_seq2seq.data import SeparateTokenizers, load_corpus, train_tokenizer
+from attention_seq2seq.data.bible import find_module, installed_modules, read_verses
+from attention_seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+
+MODEL_TYPES = ("unigram", "bpe")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def quiet_datasets():
+    datasets.disable_progress_bars()
+    yield
+    datasets.enable_progress_bars()
+
+
+@pytest.fixture(autouse=True)
+def no_network(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"a tokenizer test tried to use the network: {args}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+def _every(dataset: datasets.Dataset, step: int, n: int) -> list[tuple[str, str]]:
+    """n pairs spread over the dataset (Tatoeba is sorted by length; a head would be all short)."""
+    rows = dataset.select(range(0, min(len(dataset), step * n), step))
+    return list(zip(rows["source"], rows["target"]))
+
+
+@pytest.fixture(scope="module")
+def corpora(shared_data) -> dict[str, dict[str, list[tuple[str, str]]]]:
+    """Per language pair: 'train' slice to train on, 'heldout' sentences to round-trip."""
+    multi30k = load_corpus(f"multi30k:{shared_data / 'multi30k'}")
+    tatoeba = load_corpus(f"tsv:{shared_data / 'tatoeba-cmn-eng'}:zh-en")
+    out = {
+        "de-en": {"train": _every(multi30k["train"], 7, 4000), "heldout": _every(multi30k["test"], 1, 200)},
+        "zh-en": {"train": _every(tatoeba["train"], 6, 4000), "heldout": _every(tatoeba["test"], 1, 1000)},
+    }
+    if {"spaRV1909eb", "engWEB2015eb"} <= set(installed_modules()):
+        spanish, english = find_module("spaRV1909eb"), find_module("engWEB2015eb")
+
+        def book_pairs(books):
+            es = {(b, c, v): t for b, c, v, t in read_verses(spanish, books)}
+            en = {(b, c, v): t for b, c, v, t in read_verses(english, books)}
+            return [(es[k], en[k]) for k in es if es[k] and en.get(k)]
+
+        out["es-en"] = {"train": book_pairs({"Gen", "Matt"}), "heldout": book_pairs({"Ruth"})}
+    return out
+
+
+@pytest.fixture(scope="module")
+def tokenizers(corpora) -> dict[tuple[str, str], PreTrainedTokenizerFast]:
+    return {
+        (pair, model_type): train_tokenizer(data["train"], vocab_size=4000, model_type=model_type)
+        for pair, data in corpora.items()
+        for model_type in MODEL_TYPES
+    }
+
+
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+def test_special_token_ids_and_eos(tokenizers, model_type):
+    tok = tokenizers[("de-en", model_type)]
+    assert (tok.pad_token_id, tok.bos_token_id, tok.eos_token_id, tok.unk_token_id) == (PAD_ID, BOS_ID, EOS_ID, UNK_ID) == (0, 1, 2, 3)
+    assert tok.convert_ids_to_tokens([0, 1, 2, 3]) == ["<pad>", "<s>", "</s>", "<unk>"]
+    encoded = tok("Ein Hund läuft.", text_target="A dog runs.")
+    assert encoded["input_ids"][-1] == EOS_ID and encoded["labels"][-1] == EOS_ID
+    assert BOS_ID not in encoded["input_ids"] and BOS_ID not in encoded["labels"]
+    assert encoded["input_ids"].count(EOS_ID) == 1 and encoded["attention_mask"] == [1] * len(encoded["input_ids"])
+    assert tok("Ein Hund läuft.", add_special_tokens=False)["input_ids"] == encoded["input_ids"][:-1]
+
+
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+@pytest.mark.parametrize("pair", ["de-en", "zh-en", "es-en"])
+def test_exact_round_trip_on_heldout_sentences(corpora, tokenizers, pair, model_type):
+    if pair not in corpora:
+        pytest.skip("SWORD modules for Spanish not installed")
+    tok = tokenizers[(pair, model_type)]
+    for column, lang in enumerate(pair.split("-")):
+        sentences = [p[column] for p in corpora[pair]["heldout"]]
+        ids = [tok(s)["input_ids"] for s in sentences]
+        decoded = [tok.decode(i, skip_special_tokens=True) for i in ids]
+        wrong = [(s, d) for s, d in zip(sentences, decoded) if s != d]
+        assert not wrong, f"{lang}: {len(wrong)} of {len(sentences)} differ, e.g. {wrong[:2]}"
+        assert not any(UNK_ID in i for i in ids)  # byte fallback, never <unk>
+        # Batched and padded: padding and </s> vanish, nothing else changes.
+        batch = tok(sentences[:32], padding=True)["input_ids"]
+        assert PAD_ID in {i for row in batch for i in row}
+        assert tok.batch_decode(batch, skip_special_tokens=True) == sentences[:32]
+
+
+def test_punctuation_and_chinese_get_no_stray_spaces(tokenizers):
+    cases = {
+        "de-en": ["Ein Mann (mit Hut) sagt: „Hallo!“ – dann geht er.", "He's here, isn't he? Yes: 3.5 km/h."],
+        "zh-en": ["我們明天早上七點出發，好嗎？", "「你好！」他說。"],
+    }
+    for pair, sentences in cases.items():
+        tok = tokenizers[(pair, "unigram")]
+        for s in sentences:
+            assert tok.decode(tok(s)["input_ids"], skip_special_tokens=True) == s
+
+
+def test_chinese_is_segmented_by_the_subword_model(corpora, tokenizers):
+    tok = tokenizers[("zh-en", "unigram")]
+    chinese = [p[0] for p in corpora["zh-en"]["heldout"][:300]]
+    pieces = [tok.convert_ids_to_tokens(tok(s, add_special_tokens=False)["input_ids"]) for s in chinese]
+    multi_char = {p.lstrip("▁") for row in pieces for p in row if len(p.lstrip("▁")) >= 2 and not p.startswith("<0x")}
+    assert len(multi_char) > 50, "no multi-character Chinese pieces learned: the text was pre-split into characters"
+    chars = sum(len(s) for s in chinese)
+    tokens = sum(len(row) for row in pieces)
+    print(f"zh: {tokens} tokens for {chars} characters")
+    assert tokens < chars  # words of several characters are single pieces
+
+
+def test_unseen_characters_fall_back_to_bytes(tokenizers):
+    tok = tokenizers[("de-en", "bpe")]
+    text = "Ein Drache 龍 und ein Emoji 🐉 im Bild."
+    ids = tok(text)["input_ids"]
+    assert UNK_ID not in ids
+    assert any(t.startswith("<0x") for t in tok.convert_ids_to_tokens(ids))
+    assert tok.decode(ids, skip_special_tokens=True) == text
+
+
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+def test_save_and_load_with_autotokenizer(tokenizers, corpora, tmp_path, model_type):
+    tok = tokenizers[("zh-en", model_type)]
+    tok.save_pretrained(tmp_path)
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    assert isinstance(loaded, PreTrainedTokenizerFast)
+    sources = [p[0] for p in corpora["zh-en"]["heldout"][:50]]
+    targets = [p[1] for p in corpora["zh-en"]["heldout"][:50]]
+    assert loaded(sources, text_target=targets)["labels"] == tok(sources, text_target=targets)["labels"]
+    assert loaded(sources)["input_ids"] == tok(sources)["input_ids"]
+    assert loaded.batch_decode(loaded(sources)["input_ids"], skip_special_tokens=True) == sources
+    assert (loaded.pad_token_id, loaded.bos_token_id, loaded.eos_token_id, loaded.unk_token_id) == (0, 1, 2, 3)
+    assert len(loaded) == len(tok)
+
+
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+def test_vocab_size_is_respected(tokenizers, model_type):
+    tok = tokenizers[("de-en", model_type)]
+    assert 0.9 * 4000 <= len(tok) <= 4000
+
+
+def test_separate_vocabularies(corpora, tmp_path):
+    pair = train_tokenizer(corpora["zh-en"]["train"], vocab_size=3000, joint=False)
+    assert isinstance(pair, SeparateTokenizers)
+    source, target = pair
+    chinese, english = corpora["zh-en"]["heldout"][0]
+    for tok in (source, target):
+        assert (tok.pad_token_id, tok.bos_token_id, tok.eos_token_id, tok.unk_token_id) == (0, 1, 2, 3)
+    # The English-only target vocabulary has no Chinese pieces: it spells Chinese in bytes.
+    target_pieces = target.convert_ids_to_tokens(target(chinese, add_special_tokens=False)["input_ids"])
+    assert all(p.startswith("<0x") or p == "▁" for p in target_pieces)
+    assert len(source(chinese)["input_ids"]) < len(target(chinese)["input_ids"])
+    assert len(target(english)["input_ids"]) < len(source(english)["input_ids"])
+    pair.save_pretrained(tmp_path)
+    loaded = SeparateTokenizers.from_pretrained(tmp_path)
+    assert loaded.source(chinese)["input_ids"] == source(chinese)["input_ids"]
+    assert loaded.target.decode(target(english)["input_ids"], skip_special_tokens=True) == english
+
+
+def test_training_on_a_full_corpus_takes_seconds(shared_data):
+    corpus = load_corpus(f"multi30k:{shared_data / 'multi30k'}")
+    started = time.perf_counter()
+    tok = train_tokenizer(corpus, vocab_size=8000)  # the DatasetDict: its train split only
+    elapsed = time.perf_counter() - started
+    print(f"unigram, 8000 pieces, {len(corpus['train'])} pairs: {elapsed:.1f} s")
+    assert elapsed < 60
+    assert len(tok) > 7000
+
+
+def test_bad_arguments_are_errors(corpora):
+    data = corpora["de-en"]["train"][:100]
+    with pytest.raises(ValueError, match=r"model_type must be one of 'unigram', 'bpe'; got 'wordpiece'"):
+        train_tokenizer(data, 1000, model_type="wordpiece")
+    with pytest.raises(ValueError, match=r"vocab_size must be at least 300"):
+        train_tokenizer(data, 100)
+    with pytest.raises(ValueError, match=r"missing \['target'\]"):
+        train_tokenizer(datasets.Dataset.from_dict({"source": ["a"], "tgt": ["b"]}), 1000)
+    with pytest.raises(ValueError, match="needs a 'train' split"):
+        train_tokenizer(datasets.DatasetDict({"test": datasets.Dataset.from_dict({"source": ["a"], "target": ["b"]})}), 1000)

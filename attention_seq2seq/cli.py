@@ -557,7 +557,7 @@ def recorded_base_model(run: Path) -> str | None:
 
     A local path there (a base that was never published) cannot go into the card's metadata.
     """
-    from .inference import _HUB_ID
+    from .inference import looks_like_hub_id
 
     metrics_file = run / "metrics.json"
     if not metrics_file.is_file():
@@ -566,9 +566,9 @@ def recorded_base_model(run: Path) -> str | None:
         base = json.loads(metrics_file.read_text(encoding="utf-8")).get("base_model")
     except (json.JSONDecodeError, AttributeError):
         return None
-    if not isinstance(base, str) or Path(base).expanduser().exists() or base.count("/") != 1:
-        return None
-    return base if _HUB_ID.match(base) else None
+    if isinstance(base, str) and base.count("/") == 1 and looks_like_hub_id(base):
+        return base
+    return None
 
 
 def cmd_push(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -703,6 +703,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{subparser.prog}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader of our output went away (`... | head`): stop quietly, as Unix tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except (UserError, FileNotFoundError, NotADirectoryError, ValueError) as err:
         if os.environ.get("ATTENTION_SEQ2SEQ_DEBUG"):
             raise

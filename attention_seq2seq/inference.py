@@ -26,6 +26,11 @@ from .errors import UserError
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
 
 
+def looks_like_hub_id(text: str) -> bool:
+    """``owner/name`` (or a bare ``name``) that is not an existing local path."""
+    return bool(_HUB_ID.match(text)) and not Path(text).expanduser().exists()
+
+
 @dataclass
 class ModelLocation:
     """Where a model was found and what kind of folder it is."""
@@ -81,9 +86,14 @@ def pick_device(device: str | None = None) -> torch.device:
     """``device`` if given, else CUDA, else Apple MPS, else the CPU."""
     if device:
         try:
-            return torch.device(device)
+            chosen = torch.device(device)
         except RuntimeError:
             raise UserError(f"--device: unknown device {device!r}; use e.g. cpu, cuda, cuda:1, mps") from None
+        if chosen.type == "cuda" and not torch.cuda.is_available():
+            raise UserError(f"--device {device}: CUDA is not available on this machine; use cpu")
+        if chosen.type == "mps" and not torch.backends.mps.is_available():
+            raise UserError(f"--device {device}: Apple MPS is not available on this machine; use cpu")
+        return chosen
     if torch.cuda.is_available():
         return torch.device("cuda")
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
@@ -109,6 +119,7 @@ def load_for_inference(
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     location = locate_model(path_or_id)
+    target_device = device if isinstance(device, torch.device) else pick_device(device)
     kwargs = {"trust_remote_code": trust_remote_code}
     if revision is not None:
         kwargs["revision"] = revision
@@ -122,7 +133,7 @@ def load_for_inference(
         # Offline Hub ids and half-written folders end here; the first line says which.
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserError(f"cannot load model {path_or_id}: {first_line}") from None
-    model.to(device if isinstance(device, torch.device) else pick_device(device))
+    model.to(target_device)
     model.eval()
 
     info: dict = {}

@@ -58,7 +58,9 @@ class RNNSeq2SeqConfig(PreTrainedConfig):
         window: ``"global"`` (default), ``"local-m"`` or ``"local-p"`` (Luong et al. 2015, §3.2;
             Luong attention only), with half-width ``window_size`` (D, default 10).
         input_feeding: Luong's input feeding (§3.3): h̃_{t-1} joins the next RNN input. Default
-            ``True`` for Luong; not defined for the other attentions.
+            ``True`` for Luong; not defined for the other attentions. Speed: without input feeding
+            (and without coverage) the decoder RNN runs over the whole target in one call and
+            attends every position at once; with it, the decoder steps one token at a time.
         attention_mode: ``"soft"`` (default) or ``"hard"`` (one-hot on the argmax, trained with the
             straight-through estimator).
         coverage: a coverage vector (sum of past attention weights) enters the additive score

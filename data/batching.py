@@ -86,7 +86,9 @@ def tokenize_dataset(
     if overlong not in ("truncate", "filter"):
         raise ValueError(f"overlong must be one of 'truncate', 'filter'; got {overlong!r}")
     if min(max_source_length, max_target_length) < 2:
-        raise ValueError(f"max lengths must be at least 2 (a piece and </s>); got {max_source_length}, {max_target_length}")
+        raise ValueError(
+            f"max lengths must be at least 2 (a piece and </s>); got {max_source_length}, {max_target_length}"
+        )
     src_tok, tgt_tok = tokenizer if isinstance(tokenizer, SeparateTokenizers) else (tokenizer, tokenizer)
 
     def encode(batch: dict[str, list[str]]) -> dict[str, list]:
@@ -186,7 +188,9 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         if lengths.ndim == 1:
             lengths = lengths[:, None]
         if lengths.ndim != 2 or len(lengths) == 0:
-            raise ValueError(f"lengths must be a non-empty (num_examples,) or (num_examples, 2) array; got shape {lengths.shape}")
+            raise ValueError(
+                f"lengths must be a non-empty (num_examples,) or (num_examples, 2) array; got shape {lengths.shape}"
+            )
         if max_tokens <= 0:
             raise ValueError(f"max_tokens must be positive; got {max_tokens}")
         if not 0 <= rank < num_replicas:
@@ -253,7 +257,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         yield from mine[start:]
 
     def __len__(self) -> int:
-        return len(self.global_batches()) // self.num_replicas - self.start_batch
+        return max(0, len(self.global_batches()) // self.num_replicas - self.start_batch)
 
 
 # --------------------------------------------------------------------------------------------

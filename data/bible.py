@@ -65,7 +65,11 @@ from .corpora import SPLITS, CorpusError, CorpusInfo, CorpusSpec
 DEFAULT_SOURCE, DEFAULT_TARGET = "spaRV1909eb", "engWEB2015eb"
 DEFAULT_MODULE_FOR_LANGUAGE = {"es": "spaRV1909eb", "en": "engWEB2015eb"}
 LANGUAGE_ALIASES = {"spa": "es", "eng": "en"}
-DEBIAN_PACKAGES = {"spaRV1909eb": "sword-text-sparv", "engWEB2015eb": "sword-text-web", "engKJV2006eb": "sword-text-kjv"}
+DEBIAN_PACKAGES = {  # module name or abbreviation -> the Debian package that installs it
+    "sparv1909eb": "sword-text-sparv", "rv1909": "sword-text-sparv",
+    "engweb2015eb": "sword-text-web", "web": "sword-text-web",
+    "engkjv2006eb": "sword-text-kjv", "kjv": "sword-text-kjv",
+}
 SWORD_PATHS = ("/usr/share/sword", "~/.sword")  # unless $SWORD_PATH is set
 CLEANER_VERSION = 2  # bump when cleaning or pairing changes, to invalidate caches
 CHAPTER_PERIOD, VALIDATION_PHASE, TEST_PHASE = 64, 21, 53
@@ -226,8 +230,7 @@ def find_module(wanted: str, modules: dict[str, SwordModule] | None = None) -> S
     for module in modules.values():
         if wanted.lower() in (module.name.lower(), module.abbreviation.lower()):
             return module
-    package = next((pkg for name, pkg in DEBIAN_PACKAGES.items() if name.lower() == wanted.lower()), None)
-    package = package or {"rv1909": "sword-text-sparv", "web": "sword-text-web", "kjv": "sword-text-kjv"}.get(wanted.lower())
+    package = DEBIAN_PACKAGES.get(wanted.lower())
     hint = f"install it with `apt-get install {package}`" if package else "install a SWORD module that provides it"
     installed = ", ".join(f"{m.name} ({m.abbreviation})" for m in modules.values()) or "none"
     raise CorpusError(
@@ -453,8 +456,10 @@ def _pairing_units(source: Chapters, target: Chapters, counts: dict[str, int]) -
             if verse not in tgt:
                 counts["missing_in_target"] += 1
             elif not text or not tgt[verse]:
-                name = "empty_in_both" if not text and not tgt[verse] else "empty_in_source" if not text else "empty_in_target"
-                counts[name] += 1
+                if not text and not tgt[verse]:
+                    counts["empty_in_both"] += 1
+                else:
+                    counts["empty_in_source" if not text else "empty_in_target"] += 1
         if extend and units and units[-1][-1][0] == key[0]:
             units[-1].append(key)
         else:
@@ -551,7 +556,9 @@ def load_bible(
     return datasets.load_from_disk(str(folder)), counts, (source, target)
 
 
-def load_bible_pairs(spec: CorpusSpec, cache_dir: str | os.PathLike | None = None) -> tuple[dict[str, datasets.Dataset], CorpusInfo]:
+def load_bible_pairs(
+    spec: CorpusSpec, cache_dir: str | os.PathLike | None = None
+) -> tuple[dict[str, datasets.Dataset], CorpusInfo]:
     """``load_corpus``'s reader for ``bible`` specs: splits with ``source``/``target`` and the info."""
     corpus, counts, (source, target) = load_bible(spec, cache_dir)
     src_lang, tgt_lang = source.language, target.language

@@ -17,6 +17,7 @@ Fields are separated by ``:``; a trailing field holding ``=`` is a comma-separat
 ``bible:es-en`` / ``bible:en-es``       by languages (es: spaRV1909eb, en: engWEB2015eb)
 ``bible:src=spaRV1909eb,tgt=kjv``       by SWORD module (name or abbreviation, any case)
 ``multi30k:<dir>[:de-en]``              Multi30k folder: ``train|val|test2016.<lang>``
+``tatoeba:<dir>[:zh-en]``               Tatoeba folder: ``train|dev|test.tsv`` (zh TAB en), zh-en or en-zh
 ``text:<dir>:<src>-<tgt>``              line-aligned files ``<dir>/<split>.<lang>``
 ``text:<prefix>:<src>-<tgt>``           one pair ``<prefix>.<src>`` / ``<prefix>.<tgt>`` (train only)
 ``tsv:<dir or file>[:<src>-<tgt>]``     tab-separated, source/target columns 0/1
@@ -80,7 +81,7 @@ import datasets
 from attention_seq2seq.errors import UserError
 
 SPLITS = ("train", "validation", "test")
-KINDS = ("bible", "multi30k", "text", "tsv", "jsonl", "hf")
+KINDS = ("bible", "multi30k", "tatoeba", "text", "tsv", "jsonl", "hf")
 _SPLIT_CANDIDATES = {
     "train": ("train",),
     "validation": ("validation", "valid", "val", "dev"),
@@ -91,6 +92,7 @@ _COMMON_OPTIONS = ("train", "validation", "test", "holdout", "seed") + _METADATA
 _OPTIONS = {
     "bible": ("src", "tgt"),
     "multi30k": _COMMON_OPTIONS,
+    "tatoeba": _COMMON_OPTIONS,
     "text": _COMMON_OPTIONS,
     "tsv": _COMMON_OPTIONS + ("src_col", "tgt_col", "header"),
     "jsonl": _COMMON_OPTIONS + ("src_key", "tgt_key"),
@@ -98,6 +100,10 @@ _OPTIONS = {
 }
 _PAIR = re.compile(r"^([A-Za-z]{2,3}(?:[_][A-Za-z0-9]+)?)-([A-Za-z]{2,3}(?:[_][A-Za-z0-9]+)?)$")
 
+TATOEBA_ATTRIBUTION = (
+    "Attribution: www.manythings.org/anki and tatoeba.org. Sentence pairs from the Tatoeba Project "
+    "(https://tatoeba.org), licensed under CC-BY 2.0 FR (https://creativecommons.org/licenses/by/2.0/fr/)."
+)
 MULTI30K_ATTRIBUTION = (
     "Elliott, D., Frank, S., Sima'an, K. and Specia, L. (2016). Multi30K: Multilingual "
     "English-German Image Descriptions. Proceedings of the 5th Workshop on Vision and Language, pp. 70-74."
@@ -428,7 +434,9 @@ def _read_text(spec: CorpusSpec) -> tuple[dict[str, datasets.Dataset], CorpusInf
     elif Path(f"{root}.{src}").exists():
         prefixes = {"train": root}
     else:
-        raise CorpusError(f"{spec.kind} corpus location {spec.location!r} is neither a folder nor a prefix of {root}.{src}")
+        raise CorpusError(
+            f"{spec.kind} corpus location {spec.location!r} is neither a folder nor a prefix of {root}.{src}"
+        )
     out = {}
     for split, prefix in prefixes.items():
         src_path, tgt_path = Path(f"{prefix}.{src}"), Path(f"{prefix}.{tgt}")
@@ -472,7 +480,15 @@ def _local_files(spec: CorpusSpec, suffix: str) -> dict[str, Path]:
 
 
 def _read_tsv(spec: CorpusSpec) -> tuple[dict[str, datasets.Dataset], CorpusInfo]:
-    src_col, tgt_col = _int_option(spec, "src_col", 0), _int_option(spec, "tgt_col", 1)
+    default_cols = (0, 1)
+    if spec.kind == "tatoeba":  # train/dev/test.tsv hold Chinese <TAB> English
+        if spec.source_lang is None:
+            spec = replace(spec, source_lang="zh", target_lang="en")
+        pair = (spec.source_lang, spec.target_lang)
+        if pair not in (("zh", "en"), ("en", "zh")):
+            raise CorpusError(f"the tatoeba corpus is zh-en or en-zh; got {pair[0]}-{pair[1]}")
+        default_cols = (0, 1) if pair == ("zh", "en") else (1, 0)
+    src_col, tgt_col = _int_option(spec, "src_col", default_cols[0]), _int_option(spec, "tgt_col", default_cols[1])
     skip_header = spec.options.get("header", "false").lower() in ("1", "true", "yes")
     needed = max(src_col, tgt_col) + 1
     out = {}
@@ -490,6 +506,9 @@ def _read_tsv(spec: CorpusSpec) -> tuple[dict[str, datasets.Dataset], CorpusInfo
             sources.append(row[src_col])
             targets.append(row[tgt_col])
         out[split] = _pairs_dataset(sources, targets)
+    if spec.kind == "tatoeba":
+        name = f"Tatoeba {spec.source_lang}-{spec.target_lang} (manythings.org)"
+        return out, _info(spec, name, license="CC-BY 2.0 FR", attribution=TATOEBA_ATTRIBUTION)
     return out, _info(spec)
 
 
@@ -524,7 +543,9 @@ def _read_jsonl(spec: CorpusSpec) -> tuple[dict[str, datasets.Dataset], CorpusIn
     return out, _info(spec)
 
 
-def _read_hf(spec: CorpusSpec, cache_dir: str | os.PathLike | None = None) -> tuple[dict[str, datasets.Dataset], CorpusInfo]:
+def _read_hf(
+    spec: CorpusSpec, cache_dir: str | os.PathLike | None = None
+) -> tuple[dict[str, datasets.Dataset], CorpusInfo]:
     local = Path(spec.location).expanduser()
     config = spec.options.get("config")
     if (local / "dataset_dict.json").exists() or (local / "state.json").exists():
@@ -568,12 +589,16 @@ def _hf_columns(dataset: datasets.Dataset, spec: CorpusSpec, split_name: str) ->
         tgt_key = spec.options.get("tgt_key", "target")
         for key in (src_key, tgt_key):
             if key not in columns:
-                raise CorpusError(f"dataset {spec.location!r} split {split_name!r} has no column {key!r}; columns: {columns}")
+                raise CorpusError(
+                    f"dataset {spec.location!r} split {split_name!r} has no column {key!r}; columns: {columns}"
+                )
         return _pairs_dataset(list(dataset[src_key]), list(dataset[tgt_key]))
     nested = spec.options.get("field", "translation")
     if nested in columns:
         if spec.source_lang is None:
-            raise CorpusError(f"dataset {spec.location!r} has a {nested!r} column: give the language pair, e.g. hf:<id>::de-en")
+            raise CorpusError(
+                f"dataset {spec.location!r} has a {nested!r} column: give the language pair, e.g. hf:<id>::de-en"
+            )
         rows = dataset[nested]
         available = sorted(rows[0]) if len(rows) else []
         for lang in (spec.source_lang, spec.target_lang):
@@ -593,10 +618,12 @@ def _hf_columns(dataset: datasets.Dataset, spec: CorpusSpec, split_name: str) ->
     )
 
 
-_READERS = {"multi30k": _read_text, "text": _read_text, "tsv": _read_tsv, "jsonl": _read_jsonl}
+_READERS = {"multi30k": _read_text, "tatoeba": _read_tsv, "text": _read_text, "tsv": _read_tsv, "jsonl": _read_jsonl}
 
 
-def _fill_missing_splits(raw: dict[str, datasets.Dataset], spec: CorpusSpec, info: CorpusInfo) -> dict[str, datasets.Dataset]:
+def _fill_missing_splits(
+    raw: dict[str, datasets.Dataset], spec: CorpusSpec, info: CorpusInfo
+) -> dict[str, datasets.Dataset]:
     """Carve validation/test that the corpus lacks out of train, at random with a seed."""
     missing = [split for split in SPLITS if split not in raw]
     if not missing:
@@ -669,10 +696,14 @@ def _clean_split(dataset: datasets.Dataset, split: str, filters: CorpusFilters, 
         unit = filters.length_unit
         if filters.min_length:
             low = filters.min_length
-            dataset = _count_filter(dataset, counts, "too_short", lambda s, t: min(_length(s, unit), _length(t, unit)) >= low)
+            dataset = _count_filter(
+                dataset, counts, "too_short", lambda s, t: min(_length(s, unit), _length(t, unit)) >= low
+            )
         if filters.max_length and filters.overlong == "filter":
             high = filters.max_length
-            dataset = _count_filter(dataset, counts, "too_long", lambda s, t: max(_length(s, unit), _length(t, unit)) <= high)
+            dataset = _count_filter(
+                dataset, counts, "too_long", lambda s, t: max(_length(s, unit), _length(t, unit)) <= high
+            )
         elif filters.max_length:
             dataset = _truncate_split(dataset, counts, filters.max_length, unit)
         if filters.max_ratio:

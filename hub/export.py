@@ -362,7 +362,32 @@ def _load_model_and_tokenizer(family: ModelFamily, model_dir: Path):
             f"cannot load a tokenizer from {model_dir} ({error}); save the tokenizer next to the model "
             "(tokenizer.save_pretrained)"
         ) from None
+    _reset_tokenizer_runtime_state(tokenizer)
     return model, tokenizer
+
+
+# What transformers records in a loaded tokenizer's init_kwargs and would write back into
+# tokenizer_config.json, though it describes how the tokenizer was loaded or last called, not the
+# tokenizer: load arguments, and the per-call padding/truncation settings it copies from a
+# tokenizer.json saved after a call with padding=True.
+_TOKENIZER_RUNTIME_KWARGS = (
+    "is_local", "local_files_only", "_commit_hash", "cache_dir", "revision", "token",
+    "pad_token_type_id", "max_length", "pad_to_multiple_of", "stride", "truncation_strategy",
+)  # fmt: skip
+
+
+def _reset_tokenizer_runtime_state(tokenizer) -> None:
+    """Drop what using or loading a tokenizer leaves in its saved files, so exports are byte-stable.
+
+    A call with ``padding=True`` or ``truncation=True`` stores that strategy in the backend
+    (``tokenizer.json``'s "padding"/"truncation"); transformers sets both again on every call.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        backend.no_padding()
+        backend.no_truncation()
+    for key in _TOKENIZER_RUNTIME_KWARGS:
+        tokenizer.init_kwargs.pop(key, None)
 
 
 def export_model(

@@ -152,6 +152,34 @@ def corpus_kind(corpus: dict | None) -> str:
     return "other"
 
 
+def dataset_id_of(corpus: dict | None) -> str | None:
+    """The card's dataset identifier: a Hub dataset id when the corpus is on the Hub (``hf:<id>``
+    specs, Multi30k), else a slug of the corpus name; never a local path."""
+    if not corpus:
+        return None
+    spec = str(corpus.get("spec") or "")
+    if spec.startswith("hf:"):
+        return spec[3:].split(":")[0]
+    kind = corpus_kind(corpus)
+    if kind in HUB_DATASETS:
+        return HUB_DATASETS[kind]
+    name = corpus.get("name") or spec.split(":")[0]
+    slug = re.sub(r"[^a-z0-9]+", "-", str(name).lower()).strip("-")
+    return slug or None
+
+
+def public_spec(spec: str | None) -> str:
+    """A corpus spec without the local folders it names: ``tsv:/home/me/data/train.tsv`` → ``tsv:train.tsv``
+    (``hf:<id>`` specs stay whole)."""
+    if not spec:
+        return "?"
+    scheme, sep, rest = str(spec).partition(":")
+    if scheme == "hf":  # a Hub dataset id, not a path
+        return str(spec)
+    parts = [re.split(r"[/\\]", part.rstrip("/\\"))[-1] for part in rest.split(",")]
+    return f"{scheme}{sep}{','.join(parts)}"
+
+
 def _languages(corpus: dict | None) -> list[str] | None:
     if not corpus:
         return None
@@ -179,7 +207,7 @@ def build_card_data(
     """
     corpus = (metrics or {}).get("corpus") or {}
     kind = corpus_kind(corpus)
-    dataset_id = HUB_DATASETS.get(kind) or corpus.get("spec") or None
+    dataset_id = dataset_id_of(corpus)
     license_fields = {"license": license} if license else CORPUS_LICENSES.get(kind, {"license": DEFAULT_LICENSE})
 
     eval_results = []
@@ -333,12 +361,13 @@ def _training_data(metrics: dict | None) -> tuple[str, list[str]]:
     kind = corpus_kind(corpus)
     sections = _sections("corpora.md")
     languages = " → ".join(_languages(corpus) or ["?"])
-    header = f"Language pair: {languages}. Corpus specification: `{corpus.get('spec', '?')}`."
+    spec = public_spec(corpus.get("spec"))
+    header = f"Language pair: {languages}. Corpus specification: `{spec}`."
     name = corpus.get("name")
     body = fill(
         sections[kind],
         {
-            "spec": corpus.get("spec", "?"),
+            "spec": spec,
             "name_part": f" ({name})" if name else "",
             "license": corpus.get("license") or "not recorded",
         },

@@ -228,6 +228,7 @@ class RNNBridge(nn.Module):
         self.num_layers = config.decoder_layers
         self.hidden_size = config.hidden_size
         self.is_lstm = config.cell_type == "lstm"
+        self.hidden_proj = self.cell_proj = None
         if self.kind == "projection":
 
             def projections():
@@ -250,7 +251,7 @@ class RNNBridge(nn.Module):
         if self.kind == "zero":
             zeros = final_hidden_state.new_zeros(self.num_layers, final_hidden_state.size(0), self.hidden_size)
             return zeros, (zeros.clone() if self.is_lstm else None)
-        hidden = self._bridge(final_hidden_state, getattr(self, "hidden_proj", None))
+        hidden = self._bridge(final_hidden_state, self.hidden_proj)
         cell = self._bridge(final_cell_state, self.cell_proj) if self.is_lstm else None
         return hidden, cell
 

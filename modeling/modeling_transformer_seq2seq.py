@@ -15,7 +15,9 @@ happens):
 * the decoder's self-attention needs no mask tensor in training (`is_causal` lets SDPA pick its
   fastest kernel);
 * no `final_logits_bias`: an extra (batch, tgt_len, vocab_size) tensor the paper does not have;
-* beam search reorders only the self-attention cache (see `_reorder_cache`).
+* beam search keeps one copy of each source's encoder output and cross-attention keys/values
+  instead of one per beam (`_expand_inputs_for_generation`), and reorders only the
+  self-attention cache (`_reorder_cache`).
 """
 
 from __future__ import annotations
@@ -108,7 +110,7 @@ def scaled_dot_product_attention(
     """
     if scaling is None:
         scaling = query.size(-1) ** -0.5
-    scores = torch.matmul(query, key.transpose(-1, -2)) * scaling * 1.01  # (batch, num_heads, tgt_len, src_len)
+    scores = torch.matmul(query, key.transpose(-1, -2)) * scaling  # (batch, num_heads, tgt_len, src_len)
     if is_causal and query.size(-2) > 1:
         future = ~causal_mask(query.size(-2), key.size(-2), query.device)
         scores = scores.masked_fill(future, torch.finfo(scores.dtype).min)
@@ -258,6 +260,16 @@ class TransformerSeq2SeqAttention(nn.Module):
         """
         batch, tgt_len, _ = hidden_states.shape
         query, key, value = self._key_value(hidden_states, key_value_states, cache)
+        sources = key.size(0)
+        group = batch // sources
+        if group * sources != batch:
+            raise ValueError(f"{batch} decoder rows cannot be split evenly over {sources} sources")
+        if group > 1:
+            # `group` consecutive decoder rows share one source (the beams of a beam search, see
+            # `_expand_inputs_for_generation`): stack their queries so that each source's keys
+            # and values are projected, cached and read once, not once per beam.
+            query = query.unflatten(0, (sources, group)).transpose(1, 2).flatten(2, 3)
+            # (sources, num_heads, group·tgt_len, head_dim)
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
@@ -272,6 +284,9 @@ class TransformerSeq2SeqAttention(nn.Module):
             is_causal=self.is_causal if is_causal is None else is_causal,
         )
         output = output.reshape(batch, tgt_len, self.d_model)  # Concat(head_1, ..., head_h)
+        if group > 1 and weights is not None:
+            weights = weights.unflatten(2, (group, tgt_len)).transpose(1, 2).flatten(0, 1)
+            # (batch, num_heads, tgt_len, src_len)
         return self.out_proj(output), weights
 
 
@@ -667,8 +682,9 @@ class TransformerSeq2SeqDecoder(nn.Module):
 
         Args:
             input_ids: (batch, tgt_len) decoder input ids (with a cache: only the new positions).
-            encoder_hidden_states: (batch, src_len, d_model).
-            encoder_attention_mask: (batch, src_len), 1 for source tokens, 0 for padding.
+            encoder_hidden_states: (batch, src_len, d_model), or (batch / k, src_len, d_model)
+                when k consecutive decoder rows share a source (beam search).
+            encoder_attention_mask: (batch or batch / k, src_len), 1 for source tokens, 0 for padding.
             attention_mask: (batch, past_length + tgt_len) decoder padding mask. Not needed for
                 right-padded targets: causality already hides later (padded) positions.
             cache: `EncoderDecoderCache` holding earlier positions' self-attention keys/values and
@@ -788,7 +804,9 @@ class TransformerSeq2SeqModel(TransformerSeq2SeqPreTrainedModel):
         Args:
             input_ids: (batch, src_len) source ids, `</s>`-terminated.
             attention_mask: (batch, src_len), 1 for tokens, 0 for padding.
-            decoder_input_ids: (batch, tgt_len) decoder inputs, starting with `<s>` (id 1).
+            decoder_input_ids: (batch, tgt_len) decoder inputs, starting with `<s>` (id 1). The
+                decoder batch may also be k × the source batch: rows k·i .. k·i + k - 1 then all
+                translate source i (how `generate` runs beams without copying the encoder output).
             decoder_attention_mask: (batch, past_length + tgt_len) decoder padding mask (optional).
             encoder_outputs: a `BaseModelOutput` or tuple whose first item is the encoder's
                 last hidden state (batch, src_len, d_model); skips the encoder.
@@ -860,6 +878,16 @@ class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedMod
     starting from `<s>` (id 1) and stopping at `</s>` (id 2).
     """
 
+    # {target: source}, as transformers v5 wants; the instance narrows it to its config (with
+    # `share_encoder_decoder_embeddings=False` only lm_head follows the decoder embeddings).
+    # transformers applies the mapping only when `tie_word_embeddings=True`; encoder/decoder
+    # sharing does not depend on it, because the embedding is one module.
+    _tied_weights_keys = {
+        "model.encoder.embed_tokens.weight": "model.shared.weight",
+        "model.decoder.embed_tokens.weight": "model.shared.weight",
+        "lm_head.weight": "model.shared.weight",
+    }
+
     def __init__(self, config: TransformerSeq2SeqConfig):
         super().__init__(config)
         self.model = TransformerSeq2SeqModel(config)
@@ -908,14 +936,32 @@ class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedMod
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
+    def _expand_inputs_for_generation(self, expand_size=1, is_encoder_decoder=False, input_ids=None, **model_kwargs):
+        """Repeat the decoder-side inputs `expand_size` times (beams, returned sequences) but keep
+        one copy of each source: `encoder_outputs` and the source `attention_mask` stay at
+        (batch, ...). Cross-attention serves the `expand_size` consecutive decoder rows of a source
+        from that one copy (see `TransformerSeq2SeqAttention.forward`), so its keys/values are
+        projected and cached once per source instead of once per beam (transformers' default
+        repeats the encoder output, as Marian/BART do).
+        """
+        encoder_outputs = model_kwargs.pop("encoder_outputs", None)
+        attention_mask = model_kwargs.pop("attention_mask", None)
+        input_ids, model_kwargs = super()._expand_inputs_for_generation(
+            expand_size, is_encoder_decoder=False, input_ids=input_ids, **model_kwargs
+        )
+        if is_encoder_decoder and encoder_outputs is None:
+            raise ValueError("generate() needs `encoder_outputs` for an encoder-decoder model")
+        model_kwargs["encoder_outputs"] = encoder_outputs
+        if attention_mask is not None:
+            model_kwargs["attention_mask"] = attention_mask
+        return input_ids, model_kwargs
+
     @staticmethod
     def _reorder_cache(cache: Cache, beam_idx: torch.Tensor) -> Cache:
         """Beam search: keep the self-attention keys/values of the surviving beams.
 
-        The cross-attention cache is left alone: `generate` repeats each source `num_beams` times
-        and a beam only ever continues a beam of its own source, so the cross-attention rows it
-        would gather are identical copies of the ones already in place. Skipping that gather
-        saves copying (batch·num_beams, num_heads, src_len, head_dim) × 2 per layer per step.
+        The cross-attention cache holds one copy per source (see `_expand_inputs_for_generation`)
+        and a beam only ever continues a beam of its own source, so it needs no reordering.
         """
         if isinstance(cache, EncoderDecoderCache):
             cache.self_attention_cache.reorder_cache(beam_idx)

@@ -148,6 +148,32 @@ def test_user_errors_exit_2_with_one_line(tmp_path, capsys):
     )
 
 
+def test_train_passes_the_recipe_and_overrides_to_the_training_script(monkeypatch, tmp_path):
+    from attention_seq2seq.training import train as train_module
+
+    received = []
+    monkeypatch.setattr(train_module, "train", lambda config: received.append(config) or tmp_path)
+    recipe = train_module.__file__.replace("train.py", "recipes/multi30k-transformer-small.yaml")
+    argv = ["train", "--recipe", recipe, "--output_dir", str(tmp_path / "run"), "--model_config.d_model", "64"]
+    assert main(argv) == 0
+    (config,) = received
+    assert config.output_dir == str(tmp_path / "run")
+    assert config.model_config["d_model"] == 64 and config.model_config["encoder_layers"] == 3  # merged
+    assert config.corpus.startswith("multi30k:")
+
+
+def test_train_bad_option_exits_2_naming_it(capsys):
+    assert "--bogus" in _one_line_error(capsys, ["train", "--bogus", "3"])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_unavailable_or_unknown_device_is_named(run, capsys):
+    assert "--device cuda: CUDA is not available" in _one_line_error(
+        capsys, ["translate", str(run), "Hallo", "--device", "cuda"]
+    )
+    assert "--device: unknown device 'gpu'" in _one_line_error(capsys, ["translate", str(run), "Hallo", "--device", "gpu"])
+
+
 def test_push_offline_fails_in_one_line(run, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     export = tmp_path / "export"
@@ -158,6 +184,27 @@ def test_push_offline_fails_in_one_line(run, tmp_path, capsys, monkeypatch):
     assert "model.safetensors" in listing and "config.json" in listing
     line = _one_line_error(capsys, ["push", str(export), "me/tiny"])
     assert "offline" in line
+
+
+# ------------------------------------------------------------------------------------------------
+# Where a model lives
+
+
+def test_locate_model_tells_the_four_forms_apart(runs_root, tmp_path):
+    from attention_seq2seq.errors import UserError
+    from attention_seq2seq.hub.export import export_model
+    from attention_seq2seq.inference import locate_model
+
+    run = build_tiny_run("transformer_seq2seq", runs_root)
+    export = export_model(run, tmp_path / "export")
+    assert (locate_model(run).kind, locate_model(run).model_path, locate_model(run).run_dir) == (
+        "training-run", str(run / "model"), run)
+    assert locate_model(run / "model").kind == "model-folder"
+    assert locate_model(export).kind == "export"
+    assert (locate_model("someone/model").kind, locate_model("someone/model").model_path) == ("hub", "someone/model")
+    for bad in (tmp_path / "missing", "./relative/missing", "a/b/c", tmp_path):
+        with pytest.raises(UserError):
+            locate_model(bad)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -393,3 +440,40 @@ def test_console_script_bad_argument_exits_2_without_traceback():
     assert result.stderr.strip().splitlines() == [
         "attention-seq2seq translate: error: argument --num-beams: must be a positive integer; got 'zero'"
     ]
+
+
+# ------------------------------------------------------------------------------------------------
+# A run written by the real training script (accelerator.save_state checkpoints, averaged model)
+
+
+@pytest.mark.slow
+def test_commands_on_a_run_of_the_training_script(shared_data, tmp_path, capsys):
+    run = tmp_path / "run"
+    argv = ["train", "--recipe", str(Path(__file__).parents[1] / "training/recipes/multi30k-transformer-small.yaml"),
+            "--corpus", f"multi30k:{shared_data / 'multi30k'}:de-en", "--max_train_examples", "300",
+            "--vocab_size", "400", "--model_config.d_model", "32", "--model_config.encoder_layers", "1",
+            "--model_config.decoder_layers", "1", "--model_config.encoder_attention_heads", "2",
+            "--model_config.decoder_attention_heads", "2", "--model_config.encoder_ffn_dim", "64",
+            "--model_config.decoder_ffn_dim", "64", "--max_steps", "20", "--eval_every", "10", "--save_every", "10",
+            "--eval_max_examples", "4", "--test_max_examples", "4", "--max_tokens", "800", "--warmup_steps", "5",
+            "--keep_last_checkpoints", "2", "--average_last_k", "0", "--eval_num_beams", "1", "--test_num_beams", "1", "--log_with", "none",
+            "--output_dir", str(run)]
+    assert main(argv) == 0
+    capsys.readouterr()
+
+    assert main(["translate", str(run), *SENTENCES, "--greedy", "--max-new-tokens", "8"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == len(SENTENCES)
+
+    averaged = tmp_path / "averaged"
+    assert main(["average-checkpoints", "--run", str(run), "--last", "2", "--output", str(averaged)]) == 0
+    first, second = (_weights(run / "checkpoints" / f"step_{step}") for step in (10, 20))
+    for name, tensor in _weights(averaged).items():
+        torch.testing.assert_close(tensor, (first[name] + second[name]) / 2, rtol=0, atol=1e-7)
+
+    png = tmp_path / "attention.png"
+    assert main(["plot-attention", str(run), "--source", SENTENCES[0], "--output", str(png)]) == 0
+    _read_png(png)
+
+    assert main(["evaluate", str(run), "--corpus", f"multi30k:{shared_data / 'multi30k'}:de-en", "--limit", "4",
+                 "--greedy", "--no-progress", "--output", str(tmp_path / "eval.json")]) == 0
+    assert "BLEU signature: nrefs:1" in capsys.readouterr().out

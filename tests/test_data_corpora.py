@@ -77,9 +77,11 @@ def multi30k_slice(shared_data, tmp_path) -> Path:
     [
         ("bible", "bible", None, (None, None), {}),
         ("bible:es-en", "bible", None, ("es", "en"), {}),
-        ("bible:src=spaRV1909eb,tgt=engKJV2006eb", "bible", None, (None, None), {"src": "spaRV1909eb", "tgt": "engKJV2006eb"}),
+        ("bible:src=spaRV1909eb,tgt=engKJV2006eb", "bible", None, (None, None),
+         {"src": "spaRV1909eb", "tgt": "engKJV2006eb"}),
         ("multi30k:../shared/data/multi30k:de-en", "multi30k", "../shared/data/multi30k", ("de", "en"), {}),
-        ("tsv:data/cmn.txt:zh-en:src_col=1,tgt_col=0", "tsv", "data/cmn.txt", ("zh", "en"), {"src_col": "1", "tgt_col": "0"}),
+        ("tsv:data/cmn.txt:zh-en:src_col=1,tgt_col=0", "tsv", "data/cmn.txt", ("zh", "en"),
+         {"src_col": "1", "tgt_col": "0"}),
         ("jsonl:data:de-en:src_key=de,tgt_key=en", "jsonl", "data", ("de", "en"), {"src_key": "de", "tgt_key": "en"}),
         ("hf:wmt16:de-en", "hf", "wmt16", ("de", "en"), {"config": "de-en"}),
         ("hf:org/two_col::zh-en:src_key=zh", "hf", "org/two_col", ("zh", "en"), {"src_key": "zh"}),
@@ -104,7 +106,7 @@ def test_spec_dict_form_equals_string_form():
 @pytest.mark.parametrize(
     "text, expected",
     [
-        ("wikipedia:foo", r"unknown corpus kind 'wikipedia'.*valid kinds: bible, multi30k, text, tsv, jsonl, hf"),
+        ("wikipedia:foo", r"unknown corpus kind 'wikipedia'.*valid kinds: bible, multi30k, tatoeba, text, tsv, jsonl, hf"),
         ("tsv:data:zh-en:column=2", r"unknown option\(s\) column .*valid options: .*src_col, tgt_col"),
         ("tsv", r"needs a location"),
         ("text:data:german", r"expected a language pair"),
@@ -126,8 +128,8 @@ def test_multi30k_full_counts(shared_data):
     # The numbers of lines documented in shared/data/README.md.
     assert {s: len(d) for s, d in corpus.items()} == {"train": 29000, "validation": 1014, "test": 1000}
     assert corpus["train"].column_names == ["source", "target"]
-    first_de, first_en = head(shared_data / "multi30k" / "train.de", 1)[0], head(shared_data / "multi30k" / "train.en", 1)[0]
-    assert corpus["train"][0] == {"source": first_de, "target": first_en}
+    first = [head(shared_data / "multi30k" / f"train.{lang}", 1)[0] for lang in ("de", "en")]
+    assert corpus["train"][0] == {"source": first[0], "target": first[1]}
     assert (info.source_lang, info.target_lang) == ("de", "en")
     assert "Elliott" in info.attribution
 
@@ -159,6 +161,17 @@ def test_tatoeba_tsv_folder_counts(shared_data):
     corpus = load_corpus(f"tsv:{shared_data / 'tatoeba-cmn-eng'}:zh-en")
     assert {s: len(d) for s, d in corpus.items()} == {"train": 26447, "validation": 1000, "test": 1000}
     assert corpus["train"][0] == {"source": "嗨。", "target": "Hi."}
+
+
+def test_tatoeba_kind_both_directions_with_license(shared_data):
+    zh_en, info = load_corpus(f"tatoeba:{shared_data / 'tatoeba-cmn-eng'}", return_info=True)
+    en_zh = load_corpus(f"tatoeba:{shared_data / 'tatoeba-cmn-eng'}:en-zh")
+    assert {s: len(d) for s, d in zh_en.items()} == {"train": 26447, "validation": 1000, "test": 1000}
+    assert zh_en["test"][7] == {"source": en_zh["test"][7]["target"], "target": en_zh["test"][7]["source"]}
+    assert (info.source_lang, info.target_lang, info.license) == ("zh", "en", "CC-BY 2.0 FR")
+    assert "tatoeba.org" in info.attribution
+    with pytest.raises(CorpusError, match="zh-en or en-zh; got de-en"):
+        load_corpus(f"tatoeba:{shared_data / 'tatoeba-cmn-eng'}:de-en")
 
 
 def test_dict_spec_carries_card_metadata(shared_data):
@@ -201,7 +214,8 @@ def _saved_hf_dataset(tmp_path: Path, layout: str, pairs: list[tuple[str, str]])
         return datasets.Dataset.from_dict({"german": [d for d, _ in rows], "english": [e for _, e in rows]})
 
     folder = tmp_path / f"hf_{layout}"
-    datasets.DatasetDict({"train": split(pairs[:40]), "validation": split(pairs[40:50]), "test": split(pairs[50:60])}).save_to_disk(str(folder))
+    splits = {"train": split(pairs[:40]), "validation": split(pairs[40:50]), "test": split(pairs[50:60])}
+    datasets.DatasetDict(splits).save_to_disk(str(folder))
     return folder
 
 
@@ -338,7 +352,7 @@ def test_overlong_pairs_truncated_when_asked(messy_corpus):
     corpus, info = load_corpus(messy_corpus, {"max_length": 4, "overlong": "truncate"}, return_info=True)
     assert info.counts["train"]["truncated"] == 2
     assert "a b c d" in corpus["train"]["source"] and "k l m n" in corpus["train"]["target"]
-    chars, _ = load_corpus(messy_corpus, {"max_length": 3, "length_unit": "chars", "overlong": "truncate"}, return_info=True)
+    chars = load_corpus(messy_corpus, {"max_length": 3, "length_unit": "chars", "overlong": "truncate"})
     assert all(len(s.replace(" ", "")) <= 3 for s in chars["train"]["source"])
 
 
@@ -401,7 +415,9 @@ def _have_bible_modules() -> bool:
         return False
 
 
-bible = pytest.mark.skipif(not _have_bible_modules(), reason="SWORD modules sword-text-sparv/sword-text-web not installed")
+bible = pytest.mark.skipif(
+    not _have_bible_modules(), reason="SWORD modules sword-text-sparv/sword-text-web not installed"
+)
 
 
 @pytest.fixture(scope="session")
@@ -453,7 +469,8 @@ def test_bible_chapters_never_straddle_splits(bible_with_refs):
         for ref, target_ref in zip(dataset["ref"], dataset["target_ref"]):
             split_of_chapter[ref.rsplit(".", 1)[0]].add(split)
             split_of_chapter[target_ref.rsplit(".", 1)[0]].add(split)
-    assert all(len(s) == 1 for s in split_of_chapter.values()), {c: s for c, s in split_of_chapter.items() if len(s) > 1}
+    straddling = {c: s for c, s in split_of_chapter.items() if len(s) > 1}
+    assert not straddling
     held_out = {c for c, s in split_of_chapter.items() if s != {"train"}}
     assert {c.split(".")[0] for c in held_out} & {"Gen", "Exod", "Ps", "Isa"}  # spread over the Bible ...
     assert {c.split(".")[0] for c in held_out} & {"Matt", "Luke", "John", "Acts", "Rom", "Rev"}  # ... both testaments
@@ -489,14 +506,17 @@ def test_bible_text_is_clean(bible_with_refs):
 @bible
 def test_bible_known_verses(bible_with_refs):
     corpus, _ = bible_with_refs
-    by_ref = {r: (s, t, tr) for d in corpus.values() for r, s, t, tr in zip(d["ref"], d["source"], d["target"], d["target_ref"])}
+    by_ref = {}
+    for d in corpus.values():
+        by_ref.update({r: (s, t, tr) for r, s, t, tr in zip(d["ref"], d["source"], d["target"], d["target_ref"])})
     assert by_ref["Gen.1.1"][:2] == ("EN el principio crió Dios los cielos y la tierra.",
                                       "In the beginning, God created the heavens and the earth.")
     assert "ejército se llamaba Sísara" in by_ref["Judg.4.2"][0]
     assert by_ref["Rev.22.21"][1] == "The grace of the Lord Jesus Christ be with all the saints. Amen."  # no glossary
     assert by_ref["Ps.3.1"][1].startswith("A Psalm by David, when he fled from Absalom his son.")
     # RV1909 numbers Numbers 13 one verse later than WEB: re-aligned, not paired by number.
-    assert by_ref["Num.13.2"] == ("Y Jehová habló á Moisés, diciendo:", "Yahweh spoke to Moses, saying,", "Num.13.1")
+    assert by_ref["Num.13.2"] == ("Y Jehová habló á Moisés, diciendo:", "Yahweh spoke to Moses, saying,",
+                                  "Num.13.1")
     assert by_ref["Num.13.1"][2] == "Num.12.16" and "Hazeroth" in by_ref["Num.13.1"][1]
     assert by_ref["Jonah.2.1"][2] == "Jonah.1.17"
     # WEB leaves out Acts 8:37: the Spanish verse is dropped and 8:38 still pairs with 8:38.
@@ -518,7 +538,8 @@ def test_kjv_is_selectable_and_cleaned():
 def test_missing_sword_module_names_the_debian_package(tmp_path, monkeypatch):
     (tmp_path / "mods.d").mkdir()
     monkeypatch.setenv("SWORD_PATH", str(tmp_path))
-    with pytest.raises(CorpusError, match=r"'spaRV1909eb' is not installed; install it with `apt-get install sword-text-sparv`"):
+    expected = r"'spaRV1909eb' is not installed; install it with `apt-get install sword-text-sparv`"
+    with pytest.raises(CorpusError, match=expected):
         load_corpus("bible", cache_dir=tmp_path / "cache")
     with pytest.raises(CorpusError, match=r"apt-get install sword-text-kjv"):
         load_corpus("bible:src=kjv,tgt=web", cache_dir=tmp_path / "cache")

@@ -75,7 +75,8 @@ def tokenizers(corpora) -> dict[tuple[str, str], PreTrainedTokenizerFast]:
 @pytest.mark.parametrize("model_type", MODEL_TYPES)
 def test_special_token_ids_and_eos(tokenizers, model_type):
     tok = tokenizers[("de-en", model_type)]
-    assert (tok.pad_token_id, tok.bos_token_id, tok.eos_token_id, tok.unk_token_id) == (PAD_ID, BOS_ID, EOS_ID, UNK_ID) == (0, 1, 2, 3)
+    ids = (tok.pad_token_id, tok.bos_token_id, tok.eos_token_id, tok.unk_token_id)
+    assert ids == (PAD_ID, BOS_ID, EOS_ID, UNK_ID) == (0, 1, 2, 3)
     assert tok.convert_ids_to_tokens([0, 1, 2, 3]) == ["<pad>", "<s>", "</s>", "<unk>"]
     encoded = tok("Ein Hund läuft.", text_target="A dog runs.")
     assert encoded["input_ids"][-1] == EOS_ID and encoded["labels"][-1] == EOS_ID
@@ -118,7 +119,8 @@ def test_chinese_is_segmented_by_the_subword_model(corpora, tokenizers):
     tok = tokenizers[("zh-en", "unigram")]
     chinese = [p[0] for p in corpora["zh-en"]["heldout"][:300]]
     pieces = [tok.convert_ids_to_tokens(tok(s, add_special_tokens=False)["input_ids"]) for s in chinese]
-    multi_char = {p.lstrip("▁") for row in pieces for p in row if len(p.lstrip("▁")) >= 2 and not p.startswith("<0x")}
+    words = {p.lstrip("▁") for row in pieces for p in row if not p.startswith("<0x")}
+    multi_char = {w for w in words if len(w) >= 2}
     assert len(multi_char) > 50, "no multi-character Chinese pieces learned: the text was pre-split into characters"
     chars = sum(len(s) for s in chinese)
     tokens = sum(len(row) for row in pieces)
@@ -193,4 +195,5 @@ def test_bad_arguments_are_errors(corpora):
     with pytest.raises(ValueError, match=r"missing \['target'\]"):
         train_tokenizer(datasets.Dataset.from_dict({"source": ["a"], "tgt": ["b"]}), 1000)
     with pytest.raises(ValueError, match="needs a 'train' split"):
-        train_tokenizer(datasets.DatasetDict({"test": datasets.Dataset.from_dict({"source": ["a"], "target": ["b"]})}), 1000)
+        only_test = datasets.DatasetDict({"test": datasets.Dataset.from_dict({"source": ["a"], "target": ["b"]})})
+        train_tokenizer(only_test, 1000)

@@ -7,7 +7,7 @@ from huggingface_hub import ModelCard
 from transformers import GenerationConfig
 
 from attention_seq2seq import RNNSeq2SeqConfig, TransformerSeq2SeqConfig
-from attention_seq2seq.hub.model_card import CITATIONS, ModelCardError, fill, render_model_card
+from attention_seq2seq.hub.model_card import CITATIONS, ModelCardError, fill, public_spec, render_model_card
 
 BLEU_SIG = "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.5.1"
 CHRF_SIG = "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.5.1"
@@ -136,14 +136,37 @@ def test_transformer_card_reads_sizes_from_the_config():
          "apache-2.0", ["public domain"]),  # fmt: skip
         (dict(), "other", ["non-commercial research", CITATIONS["multi30k"], "Elliott"]),
         (dict(spec="jsonl:/data/x.jsonl", name="In-house", license="CC0"), "apache-2.0",
-         ["`jsonl:/data/x.jsonl` (In-house)", "CC0", "Attribution: see the corpus README"]),  # fmt: skip
+         ["`jsonl:x.jsonl` (In-house)", "CC0", "Attribution: see the corpus README"]),  # fmt: skip
     ],
 )
 def test_training_data_carries_the_corpus_terms(corpus, license, required):
     card = ModelCard(_render(RNNSeq2SeqConfig(**RNN), _metrics(**corpus)))
     assert card.data.license == license
+    assert "/data/" not in card.content  # no local path anywhere in the card
     for text in required:
         assert text in card.text
+
+
+@pytest.mark.parametrize(
+    "spec, name, expected",
+    [
+        ("hf:someone/parallel-corpus", "Parallel", "someone/parallel-corpus"),
+        ("tsv:/data/tatoeba-cmn-eng/train.tsv", "Tatoeba cmn-eng", "tatoeba-cmn-eng"),
+        ("multi30k:/data/multi30k", "Multi30k", "bentrevett/multi30k"),
+        ("bible:es-en", "Bible RV1909-WEB", "bible-rv1909-web"),
+    ],
+)
+def test_dataset_ids_are_hub_ids_or_name_slugs(spec, name, expected):
+    card = ModelCard(_render(RNNSeq2SeqConfig(**RNN), _metrics(spec=spec, name=name)))
+    assert card.data.datasets == [expected]
+    assert {result.dataset_type for result in card.data.eval_results} == {expected}
+
+
+def test_public_spec_drops_local_folders():
+    assert public_spec("text:/home/me/d/train.de,/home/me/d/train.en") == "text:train.de,train.en"
+    assert public_spec("multi30k:/data/multi30k/") == "multi30k:multi30k"
+    assert public_spec("hf:bentrevett/multi30k") == "hf:bentrevett/multi30k"
+    assert public_spec("bible:es-en") == "bible:es-en"
 
 
 def test_card_without_metrics_or_recipe_is_still_valid():

@@ -28,7 +28,9 @@ VARIANTS = {
         attention="bahdanau", attention_mode="hard", bridge="zero", decoder_layers=2
     ),
     "luong-general-feed-gru": dict(attention="luong", score="general"),
-    "luong-dot-nofeed-lstm": dict(attention="luong", score="dot", input_feeding=False, cell_type="lstm"),
+    "luong-dot-nofeed-lstm-last-bridge": dict(
+        attention="luong", score="dot", input_feeding=False, cell_type="lstm", bridge="last"
+    ),
     "luong-concat-nofeed-coverage": dict(attention="luong", score="concat", input_feeding=False, coverage=True),
     "luong-cosine-feed-2layers": dict(attention="luong", score="cosine", encoder_layers=2, decoder_layers=2),
     "luong-scaled_dot-nofeed-local-m": dict(
@@ -343,7 +345,7 @@ def test_reorder_cache_selects_every_tensor_row(variant):
             assert torch.equal(new.select(dim, new_row), old.select(dim, old_row)), (name, new_row)
 
 
-@pytest.mark.parametrize("variant", ["bahdanau-gru", "luong-general-feed-gru", "luong-dot-nofeed-lstm"])
+@pytest.mark.parametrize("variant", ["bahdanau-gru", "luong-general-feed-gru", "luong-dot-nofeed-lstm-last-bridge"])
 @pytest.mark.parametrize("num_beams", [1, 3])
 def test_generate_returns_cross_attentions_in_the_documented_layout(variant, num_beams):
     model = make_model(variant)
@@ -407,23 +409,40 @@ def test_generation_defaults_live_in_generation_config():
     assert (out[:, 0] == BOS).all()
 
 
-def test_sampling_is_reproducible_with_a_seed():
-    model = make_model("luong-general-feed-gru")
+@pytest.mark.parametrize("variant", ["bahdanau-gru", "luong-dot-nofeed-lstm-last-bridge"])
+def test_sampling_with_top_k_1_equals_greedy(variant):
+    model = make_model(variant)
     input_ids, attention_mask = source_batch()
-    runs = []
-    for _ in range(2):
-        torch.manual_seed(123)
-        runs.append(
-            model.generate(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                do_sample=True,
-                num_beams=1,
-                top_k=5,
-                max_new_tokens=6,
-            )
-        )
-    assert torch.equal(runs[0], runs[1])
+    greedy = model.generate(input_ids=input_ids, attention_mask=attention_mask, num_beams=1, max_new_tokens=6)
+    sampled = model.generate(
+        input_ids=input_ids, attention_mask=attention_mask, do_sample=True, top_k=1, num_beams=1, max_new_tokens=6
+    )
+    assert torch.equal(sampled, greedy)
+
+
+@pytest.mark.parametrize("cell_type", ["gru", "lstm"])
+@pytest.mark.parametrize("bridge", ["zero", "last", "projection"])
+def test_bridge_builds_each_decoder_layer_from_the_same_encoder_layer(cell_type, bridge):
+    model = make_model("luong-general-feed-gru", cell_type=cell_type, bridge=bridge, encoder_layers=2, decoder_layers=2)
+    input_ids, attention_mask = source_batch()
+    encoder_outputs = model.get_encoder()(input_ids, attention_mask)
+    bridge_module = model.model.decoder.bridge
+    hidden, cell = bridge_module(encoder_outputs.final_hidden_state, encoder_outputs.final_cell_state)
+    assert hidden.shape == (2, 3, model.config.hidden_size)
+    assert (cell is not None) == (cell_type == "lstm")
+    finals = [(hidden, encoder_outputs.final_hidden_state, "hidden_proj")]
+    if cell_type == "lstm":
+        finals.append((cell, encoder_outputs.final_cell_state, "cell_proj"))
+    for state, final, projections in finals:
+        for layer in range(2):
+            if bridge == "zero":
+                expected = torch.zeros_like(state[layer])
+            elif bridge == "last":
+                expected = final[:, layer]  # [h→_S; h←_1] of encoder layer l
+            else:
+                linear = getattr(bridge_module, projections)[layer]
+                expected = torch.tanh(final[:, layer] @ linear.weight.T + linear.bias)
+            torch.testing.assert_close(state[layer], expected)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -469,13 +488,15 @@ def test_outputs_are_seq2seq_lm_outputs_with_hidden_states():
     assert not any(isinstance(item, RNNDecoderCache) for item in as_tuple)
 
 
-@pytest.mark.parametrize("variant", ["luong-dot-nofeed-lstm", "bahdanau-gru"])
+@pytest.mark.parametrize("variant", ["luong-dot-nofeed-lstm-last-bridge", "bahdanau-gru"])
 @pytest.mark.parametrize("output_hidden_states", [False, True])
 def test_encoder_outputs_may_be_passed_as_a_tuple(variant, output_hidden_states):
     model = make_model(variant)
     input_ids, attention_mask = source_batch()
     decoder_input_ids, _ = target_batch()
-    as_tuple = model.get_encoder()(input_ids, attention_mask, output_hidden_states=output_hidden_states, return_dict=False)
+    as_tuple = model.get_encoder()(
+        input_ids, attention_mask, output_hidden_states=output_hidden_states, return_dict=False
+    )
     assert isinstance(as_tuple, tuple)
     expected = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
     got = model(encoder_outputs=as_tuple, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
@@ -558,7 +579,7 @@ def test_coverage_enters_the_score():
     [
         ("luong-general-feed-gru", True, True),
         ("bahdanau-lstm-coverage", True, False),
-        ("luong-dot-nofeed-lstm", False, True),
+        ("luong-dot-nofeed-lstm-last-bridge", False, True),
         ("none-gru-last", False, False),
     ],
 )

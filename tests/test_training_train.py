@@ -217,6 +217,7 @@ def test_output_folder_follows_the_design_contract(shared_data, tmp_path):
     assert [v["step"] for v in metrics["validation"]] == [3, 6]
     (test,) = metrics["test"].values()
     assert test["num_sentences"] == 8 and test["num_beams"] == 2 and "tok:13a" in test["bleu_signature"]
+    assert len((run / "test_translations.txt").read_text().splitlines()) == 8
     assert (run / "plots" / "attention_test_0.png").stat().st_size > 1000
     assert (run / "plots" / "attention_val_step3_0.png").exists()
     assert _checkpoint_steps(run) == ["step_4", "step_6"]  # keep_last_checkpoints=2

@@ -11,7 +11,6 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from attention_seq2seq import (
     TransformerSeq2SeqConfig,
@@ -139,7 +138,8 @@ def test_causal_scaled_dot_product_attention_sees_only_the_past():
     query, key, value = torch.randn(1, 2, 4, 3), torch.randn(1, 2, 4, 3), torch.randn(1, 2, 4, 3)
     output, weights = scaled_dot_product_attention(query, key, value, is_causal=True)
     for t in range(4):
-        probs = _softmax64(query[0, :, t : t + 1].double() @ key[0, :, : t + 1].double().transpose(-1, -2) / math.sqrt(3))
+        q, k = query[0, :, t : t + 1].double(), key[0, :, : t + 1].double()
+        probs = _softmax64(q @ k.transpose(-1, -2) / math.sqrt(3))
         torch.testing.assert_close(output[0, :, t].double(), (probs @ value[0, :, : t + 1].double())[:, 0])
     assert torch.triu(weights[0, 0], diagonal=1).abs().max() == 0
 
@@ -257,12 +257,13 @@ def test_eager_and_sdpa_agree(norm_order, position_embedding_type):
     model = tiny_model(norm_order=norm_order, position_embedding_type=position_embedding_type)
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     labels = decoder_input_ids.roll(-1, dims=1)
-    sdpa = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids, labels=labels)
+    kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
+    sdpa = model(**kwargs, labels=labels)
     sdpa.loss.backward()
     sdpa_grads = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
     model.set_attn_implementation("eager")
-    eager = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids, labels=labels)
+    eager = model(**kwargs, labels=labels)
     eager.loss.backward()
     torch.testing.assert_close(eager.logits, sdpa.logits, rtol=0, atol=1e-5)
     for grad, sdpa_grad in zip((p.grad for p in model.parameters()), sdpa_grads):
@@ -325,7 +326,9 @@ def test_batch_equals_each_sentence_alone(norm_order, position_embedding_type):
     decoder_input_ids = shift_tokens_right(labels, PAD, BOS)
     batch = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).logits
     for n, (src_len, tgt_len) in enumerate([(7, 6), (4, 3)]):
-        alone = model(input_ids=input_ids[n : n + 1, :src_len], decoder_input_ids=decoder_input_ids[n : n + 1, :tgt_len])
+        alone = model(
+            input_ids=input_ids[n : n + 1, :src_len], decoder_input_ids=decoder_input_ids[n : n + 1, :tgt_len]
+        )
         torch.testing.assert_close(batch[n : n + 1, :tgt_len], alone.logits, rtol=0, atol=1e-5)
 
     generated = model.generate(input_ids=input_ids, attention_mask=attention_mask, num_beams=1, max_new_tokens=6)
@@ -404,7 +407,9 @@ def test_sampling_is_reproducible_under_a_seed():
     "share, tie", [(True, True), (True, False), (False, True), (False, False)], ids=lambda v: str(v)
 )
 def test_save_and_load_give_identical_logits_and_keep_tying(tmp_path, share, tie):
-    model = tiny_model(share_encoder_decoder_embeddings=share, tie_word_embeddings=tie, position_embedding_type="learned")
+    model = tiny_model(
+        share_encoder_decoder_embeddings=share, tie_word_embeddings=tie, position_embedding_type="learned"
+    )
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     logits = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
     model.save_pretrained(tmp_path)
@@ -635,3 +640,58 @@ def test_decoder_attention_mask_on_right_padding_changes_no_real_position(attn_i
     hidden_key = model(**kwargs, decoder_attention_mask=decoder_attention_mask).logits
     torch.testing.assert_close(hidden_key[0, :2], plain[0, :2], rtol=0, atol=1e-5)
     assert (hidden_key[0, 3:] - plain[0, 3:]).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_one_source_serves_several_consecutive_decoder_rows(attn_implementation):
+    """Decoder batch = k × source batch (how generate() runs beams) equals repeating each source k times."""
+    model = tiny_model(attn_implementation)
+    input_ids, attention_mask, decoder_input_ids = padded_batch()
+    decoder_input_ids = torch.cat([decoder_input_ids, decoder_input_ids.flip(1)])[[0, 2, 1, 3]]  # 2 rows per source
+    weights = attn_implementation == "eager"
+    shared = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        decoder_input_ids=decoder_input_ids,
+        output_attentions=weights,
+    )
+    repeated = model(
+        input_ids=input_ids.repeat_interleave(2, 0),
+        attention_mask=attention_mask.repeat_interleave(2, 0),
+        decoder_input_ids=decoder_input_ids,
+        output_attentions=weights,
+    )
+    torch.testing.assert_close(shared.logits, repeated.logits, rtol=0, atol=1e-5)
+    assert shared.cache.cross_attention_cache.layers[0].keys.size(0) == 2  # one copy per source
+    if weights:
+        for mine, reference in zip(shared.cross_attentions, repeated.cross_attentions):
+            torch.testing.assert_close(mine, reference, rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match="split evenly"):
+        model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids[:3])
+
+
+def test_beam_search_keeps_one_encoder_copy_per_source_and_matches_the_repeated_reference():
+    from transformers import GenerationMixin
+
+    model = tiny_model("eager")
+    input_ids, attention_mask, _ = padded_batch()
+    kwargs = dict(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        num_beams=3,
+        num_return_sequences=2,
+        max_new_tokens=8,
+        output_scores=True,
+        output_attentions=True,
+        return_dict_in_generate=True,
+    )
+    ours = model.generate(**kwargs)
+    assert ours.cache.cross_attention_cache.layers[0].keys.size(0) == 2  # not 2 × 3 beams
+    assert [a.shape for a in ours.cross_attentions[1]] == [(6, 4, 1, 7)] * 2  # per beam, as usual
+
+    # transformers' own expansion (the encoder output repeated per beam, as for Marian/BART)
+    model._expand_inputs_for_generation = GenerationMixin._expand_inputs_for_generation.__get__(model)
+    reference = model.generate(**kwargs)
+    assert reference.cache.cross_attention_cache.layers[0].keys.size(0) == 6
+    assert ours.sequences.tolist() == reference.sequences.tolist()
+    torch.testing.assert_close(ours.sequences_scores, reference.sequences_scores, rtol=1e-5, atol=1e-6)

@@ -513,7 +513,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, comments: dict[str, st
                                 help=f"{text}(default: {f.default})")
         else:
             kind = {"int": int, "float": float}.get(str(f.type), str)
-            parser.add_argument(flag, dest=f.name, type=kind, default=None, metavar=f.name.upper(),
+            parser.add_argument(flag, dest=f.name, type=kind, default=None, metavar={int: "N", float: "X"}.get(kind, "TEXT"),
                                 help=f"{text}(default: {f.default!r})".replace("%", "%%"))
 
 

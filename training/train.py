@@ -661,7 +661,7 @@ def train(config: TrainConfig) -> Path:
     loss_acc = torch.zeros((), device=device)  # summed smoothed loss since the last log (this rank)
     tokens_acc = torch.zeros((), device=device)  # target tokens since the last log (all ranks)
     first_bad = torch.full((), -1, dtype=torch.long, device=device)  # first update with a non-finite loss
-    last_log_time, last_loss, session_start = time.perf_counter(), float("nan"), time.perf_counter()
+    last_log_time = session_start = time.perf_counter()
     earlier_sessions_s = state.wall_time_s
     progress = tqdm(total=total_steps, initial=state.step, disable=not is_main, desc="train", unit="upd", dynamic_ncols=True)
     stop_reason = None
@@ -695,7 +695,7 @@ def train(config: TrainConfig) -> Path:
             state.target_tokens += int(tokens_all)
             state.train_time_s += now - last_log_time
             state.wall_time_s = earlier_sessions_s + now - session_start
-            last_loss = loss_sum_all / max(1.0, tokens_all)
+            last_loss = loss_sum_all / max(1.0, tokens_all)  # mean smoothed loss per target token
             state.train_loss.append([state.step, last_loss])
             logs = {"train/loss": last_loss, "train/lr": scheduler.get_last_lr()[0],
                     "train/target_tokens_per_s": tokens_all / max(1e-9, now - last_log_time), "train/epoch": state.epochs}
@@ -770,7 +770,7 @@ def train(config: TrainConfig) -> Path:
                 "train_time_s": round(state.train_time_s, 2),
                 "target_tokens": state.target_tokens,
                 "target_tokens_per_s": round(state.target_tokens / max(1e-9, state.train_time_s), 2),
-                "final_train_loss": last_loss,
+                "final_train_loss": state.train_loss[-1][1] if state.train_loss else None,
                 "loss_history": state.train_loss,
                 "world_size": world,
                 "stopped_by": stop_reason,
@@ -789,6 +789,8 @@ def train(config: TrainConfig) -> Path:
             },
         }
         (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, ensure_ascii=False), encoding="utf-8")
+        # The beam output behind the test scores, one line per test sentence, for inspection.
+        (output_dir / "test_translations.txt").write_text("".join(h + "\n" for h in test["hypotheses"]), encoding="utf-8")
         logger.info("test: BLEU %.2f, chrF %.2f (%s)", test["bleu"], test["chrf"], test["bleu_signature"])
     accelerator.wait_for_everyone()
     accelerator.end_training()

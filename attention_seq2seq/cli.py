@@ -1,7 +1,7 @@
 """The ``attention-seq2seq`` command: train, export, push, translate, evaluate, plot-attention,
 average-checkpoints and finetune.
 
-Each subcommand is a ``cmd_<name>(args)`` function that wires the package's own functions
+Each subcommand is a ``cmd_<name>(parser, args)`` function that wires the package's own functions
 together (training/train.py, hub/, training/metrics.py, training/plotting.py,
 training/averaging.py, training/finetune_trainer.py); heavy imports happen inside them so
 ``attention-seq2seq --help`` answers at once.
@@ -362,6 +362,7 @@ def cmd_evaluate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
         "split": args.split if args.corpus else "files",
         "num_sentences": len(sources),
         "num_beams": generate_kwargs.get("num_beams", generation_config.num_beams or 1),
+        "max_new_tokens": generate_kwargs.get("max_new_tokens", generation_config.max_new_tokens),
         **scores,
         "model": str(args.model),
         "source": args.corpus or str(args.src),

@@ -13,7 +13,8 @@
       pipeline_translation.py      ``from .configuration_x import C``; flat siblings it imports too
       README.md                    the model card (``attention_seq2seq.hub.model_card``)
       attention_heatmap.png        the card's image, when the source has one
-      metrics.json, recipe.yaml    copied from the source, when it has them
+      metrics.json, recipe.yaml    copied from the source, when it has them (published as they are:
+                                   check them for local paths you would rather not share)
 
 The export is deterministic (same input, byte-identical files) and written to a temporary folder
 that replaces ``export_dir`` only once complete, so a failed export leaves nothing behind and an
@@ -356,7 +357,8 @@ def _load_model_and_tokenizer(family: ModelFamily, model_dir: Path):
     modeling = importlib.import_module(f"attention_seq2seq.modeling.{family.modeling_module}")
     model = getattr(modeling, family.lm_class).from_pretrained(model_dir)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        # The package's own config class reads config.json; an export's auto_map is not needed here.
+        tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
     except (OSError, ValueError) as error:
         raise ExportError(
             f"cannot load a tokenizer from {model_dir} ({error}); save the tokenizer next to the model "
@@ -436,6 +438,18 @@ def export_model(
     model.config.auto_map = auto_map(family)
     model.config.custom_pipelines = custom_pipelines()
 
+    card = _render_card(
+        config=model.config,
+        generation_config=model.generation_config,
+        metrics=metrics_data,
+        recipe=recipe_data,
+        repo_id=repo_id or f"<your-username>/{export_dir.name}",
+        heatmap=HEATMAP_NAME if heatmap_bytes is not None else None,
+        base_model=base_model,
+        license=license,
+        num_parameters=sum(p.numel() for p in model.parameters()),
+    )
+
     export_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{export_dir.name}.", suffix=".partial", dir=export_dir.parent))
     try:
@@ -451,17 +465,6 @@ def export_model(
             )
         if sources.recipe is not None:
             shutil.copyfile(sources.recipe, staging / "recipe.yaml")
-        card = _render_card(
-            config=model.config,
-            generation_config=model.generation_config,
-            metrics=metrics_data,
-            recipe=recipe_data,
-            repo_id=repo_id or f"<your-username>/{export_dir.name}",
-            heatmap=HEATMAP_NAME if heatmap_bytes is not None else None,
-            base_model=base_model,
-            license=license,
-            num_parameters=sum(p.numel() for p in model.parameters()),
-        )
         (staging / "README.md").write_text(card, encoding="utf-8")
         _replace_folder(staging, export_dir)
     except BaseException:
@@ -520,48 +523,3 @@ def _read_recipe(path: Path | None) -> dict | None:
     if not isinstance(data, dict):
         raise ExportError(f"recipe file {path} must hold a YAML mapping of hyperparameters")
     return data
-
-
-# ---------------------------------------------------------------------------- command line
-
-
-def build_parser(parser=None):
-    """The arguments of ``attention-seq2seq export`` (added to ``parser`` if given)."""
-    import argparse
-
-    parser = parser or argparse.ArgumentParser(
-        prog="attention-seq2seq export", description="Write a Hub-ready folder (remote code, card) for a trained model."
-    )
-    parser.add_argument("src", help="training output folder, or a save_pretrained model folder with its tokenizer")
-    parser.add_argument("export_dir", help="folder to write (must be empty or absent unless --overwrite)")
-    parser.add_argument("--metrics", help="metrics.json to use instead of the one found in src")
-    parser.add_argument("--recipe", help="recipe.yaml to use instead of the one found in src")
-    parser.add_argument("--heatmap", help="PNG attention heat-map for the card")
-    parser.add_argument("--repo-id", help="Hub id used in the card's snippets, e.g. user/rnn-de-en")
-    parser.add_argument("--base-model", help="Hub id of the model this one was fine-tuned from")
-    parser.add_argument("--license", help="license id for the card (default: from the training corpus)")
-    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty export folder")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run the export from the command line; prints one ``error: ...`` line and returns 2 on failure."""
-    args = build_parser().parse_args(argv)
-    try:
-        out = export_model(
-            args.src,
-            args.export_dir,
-            metrics=args.metrics,
-            recipe=args.recipe,
-            heatmap=args.heatmap,
-            repo_id=args.repo_id,
-            base_model=args.base_model,
-            license=args.license,
-            overwrite=args.overwrite,
-        )
-    except ExportError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(f"exported to {out}")
-    return 0
-

@@ -192,26 +192,3 @@ def build_parser(parser=None):
     parser.add_argument("--dry-run", action="store_true", help="list the files and sizes; no network")
     parser.add_argument("--commit-message", default="Upload model exported with attention_seq2seq")
     return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run the push from the command line; prints one ``error: ...`` line and returns 2 on failure."""
-    import sys
-
-    args = build_parser().parse_args(argv)
-    try:
-        result = push_to_hub(
-            args.folder,
-            args.repo_id,
-            private=args.private,
-            revision=args.revision,
-            token=args.token,
-            dry_run=args.dry_run,
-            commit_message=args.commit_message,
-        )
-    except PushError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(result.describe())
-    return 0
-

@@ -372,6 +372,34 @@ class RNNSeq2SeqDecoder(nn.Module):
         context, weights = self.attention(rnn_outputs, cache.keys, encoder_hidden_states, attention_mask, positions)
         return luong_attentional_state(context, rnn_outputs, self.attn_combine), weights, rnn_outputs
 
+    def _rnn_step(self, rnn_input: torch.Tensor, cache: RNNDecoderCache) -> torch.Tensor:
+        """One step of the stacked decoder RNN: (batch, 1, input_size) -> top layer (batch, 1, hidden_size).
+
+        Same parameters and arithmetic as ``self.rnn`` (dropout between layers while training), but
+        through torch's fused single-step kernels: calling the stacked ``nn.LSTM`` once per token
+        goes through a whole-sequence kernel (oneDNN on CPU) and measured 1.5-2x slower per step.
+        """
+        x = rnn_input.squeeze(1)  # (batch, input_size)
+        hiddens, cells = [], []
+        for layer in range(self.rnn.num_layers):
+            weights = (
+                getattr(self.rnn, f"weight_ih_l{layer}"),
+                getattr(self.rnn, f"weight_hh_l{layer}"),
+                getattr(self.rnn, f"bias_ih_l{layer}"),
+                getattr(self.rnn, f"bias_hh_l{layer}"),
+            )
+            if cache.cell is not None:
+                h, c = torch.lstm_cell(x, (cache.hidden[layer], cache.cell[layer]), *weights)
+                cells.append(c)
+            else:
+                h = torch.gru_cell(x, cache.hidden[layer], *weights)
+            hiddens.append(h)
+            x = h if layer == self.rnn.num_layers - 1 else F.dropout(h, self.rnn.dropout, self.training)
+        cache.hidden = torch.stack(hiddens)  # (decoder_layers, batch, hidden_size)
+        if cells:
+            cache.cell = torch.stack(cells)
+        return x.unsqueeze(1)
+
     def _coverage_step(self, cache, weights_t, penalties):
         # See et al. (2017), eq. 12 penalises overlap with the coverage *before* this step (eq. 10).
         penalties.append(torch.minimum(weights_t, cache.coverage.unsqueeze(1)).sum(-1))  # (batch, 1)
@@ -391,7 +419,7 @@ class RNNSeq2SeqDecoder(nn.Module):
             if self.use_coverage:
                 self._coverage_step(cache, weights_t, penalties)
             rnn_input = torch.cat([embed_t, context], dim=-1)
-            state_t, cache.rnn_state = self.rnn(rnn_input, cache.rnn_state)  # (batch, 1, hidden_size)
+            state_t = self._rnn_step(rnn_input, cache)  # s_i, (batch, 1, hidden_size)
             states.append(state_t)
             contexts.append(context)
             weights.append(weights_t)
@@ -408,7 +436,7 @@ class RNNSeq2SeqDecoder(nn.Module):
         for t, rnn_input in enumerate(embeds.split(1, dim=1)):  # split once, see _forward_bahdanau
             if self.input_feeding:
                 rnn_input = torch.cat([rnn_input, cache.attentional_state.unsqueeze(1)], dim=-1)
-            state_t, cache.rnn_state = self.rnn(rnn_input, cache.rnn_state)  # h_t, (batch, 1, hidden_size)
+            state_t = self._rnn_step(rnn_input, cache)  # h_t, (batch, 1, hidden_size)
             context, weights_t = self.attention(
                 state_t, cache.keys, encoder_hidden_states, attention_mask, positions[t : t + 1], cache.coverage
             )

@@ -477,3 +477,20 @@ def test_commands_on_a_run_of_the_training_script(shared_data, tmp_path, capsys)
     assert main(["evaluate", str(run), "--corpus", f"multi30k:{shared_data / 'multi30k'}:de-en", "--limit", "4",
                  "--greedy", "--no-progress", "--output", str(tmp_path / "eval.json")]) == 0
     assert "BLEU signature: nrefs:1" in capsys.readouterr().out
+
+    # Fine-tune it on a corpus spec, then export: the card names the base model.
+    finetuned, export = tmp_path / "finetuned", tmp_path / "export"
+    assert main(["finetune", "--base-model", str(run), "--base-model-id", "someone/base",
+                 "--corpus", f"multi30k:{shared_data / 'multi30k'}:de-en", "--max-train-samples", "64",
+                 "--max-eval-samples", "4", "--max-test-samples", "4", "--max-steps", "4", "--eval-steps", "4",
+                 "--per-device-train-batch-size", "16", "--generation-max-new-tokens", "8",
+                 "--output-dir", str(finetuned)]) == 0
+    metrics = json.loads((finetuned / "metrics.json").read_text())
+    assert metrics["corpus"]["source_lang"] == "de" and metrics["corpus"]["target_lang"] == "en"
+    assert metrics["train"]["train_samples"] == 64
+    assert list(metrics["test"]) == [f"{metrics['corpus']['name']}-test".replace(" ", "-")]
+    assert next(iter(metrics["test"].values()))["num_sentences"] == 4
+    assert main(["export", str(finetuned), "--output", str(export)]) == 0
+    from huggingface_hub import ModelCard
+
+    assert ModelCard.load(export / "README.md").data.base_model == "someone/base"

@@ -344,11 +344,14 @@ def test_finetune_recipes_are_valid_and_start_from_a_shipped_training_recipe(rec
     config = ft.FinetuneConfig(**ft.load_recipe(recipe))
     config.validate()
     trained = {
-        yaml.safe_load(path.read_text()).get("output_dir"): path
+        Path(yaml.safe_load(path.read_text()).get("output_dir")): path
         for path in recipe.parent.glob("*.yaml")
         if not path.name.startswith("finetune-")
     }
-    assert config.base_model in trained, f"{recipe.name}: base_model {config.base_model} is no training recipe's output_dir"
+    assert Path(config.base_model) in trained, f"{recipe.name}: base_model {config.base_model} is no training recipe's output_dir"
+    # Written as a path, so a base that was not trained yet is reported as a missing folder.
+    with pytest.raises(FileNotFoundError, match="base_model: folder not found"):
+        ft.resolve_model_path(config.base_model)
     from attention_seq2seq.data import CorpusSpec
 
     CorpusSpec.coerce(config.corpus)  # a valid spec

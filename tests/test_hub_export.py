@@ -22,6 +22,7 @@ from safetensors import safe_open
 
 import attention_seq2seq
 
+from attention_seq2seq.cli import main as cli_main
 from attention_seq2seq.hub import export as export_module
 from attention_seq2seq.hub.export import (
     ExportError,
@@ -437,9 +438,9 @@ def test_export_refuses_to_overwrite_and_replaces_only_when_asked(trained, tmp_p
     (target / "keep.txt").write_text("mine")
     with pytest.raises(ExportError, match="not empty.*overwrite"):
         export_model(root, target)
-    assert export_module.main([str(root), str(target)]) == 2  # the command line: one line, no traceback
+    assert cli_main(["export", str(root), "-o", str(target)]) == 2  # the command line: one line, no traceback
     err = capsys.readouterr().err
-    assert err.startswith("error: export folder") and err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("attention-seq2seq export: error: export folder") and err.count("\n") == 1
     assert (target / "keep.txt").read_text() == "mine"
     assert [p.name for p in tmp_path.iterdir()] == ["target"]  # no partial folder left behind
 

@@ -95,6 +95,7 @@ def test_metadata_and_model_index_come_from_metrics(config):
             [r"p_t = S \cdot \mathrm{sigmoid}", r"v_a^\top \tanh\left(W_a [h_t; \bar{h}_s]\right)", "Hard attention"],
             ["luong2015"],
         ),
+        (dict(attention="luong", score="cosine"), [r"\beta_t \dfrac{h_t^\top \bar{h}_s}", "Input feeding"], ["luong2015"]),
         (dict(attention="none", bridge="last"), ["No attention", r"s_0 = \mathrm{bridge}(h_S)"], ["sutskever2014"]),
     ],
 )

@@ -9,7 +9,8 @@ import pytest
 from huggingface_hub import constants
 
 from attention_seq2seq.hub import push as push_module
-from attention_seq2seq.hub.push import PushError, list_upload_files, main, push_to_hub
+from attention_seq2seq.cli import main as cli_main
+from attention_seq2seq.hub.push import PushError, list_upload_files, push_to_hub
 
 
 @pytest.fixture
@@ -42,7 +43,7 @@ def test_dry_run_lists_paths_and_sizes_without_network(folder, no_network, capsy
     assert [(f.path_in_repo, f.size) for f in result.files] == sorted((k, len(v)) for k, v in files.items())
     assert result.dry_run and result.revision == "v1" and result.total_size == sum(map(len, files.values()))
 
-    assert main([str(root), "someone/model", "--dry-run"]) == 0
+    assert cli_main(["push", str(root), "someone/model", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("would upload 5 files (2.0 KiB) to someone/model@main")
     for name in files:
@@ -56,9 +57,9 @@ def test_offline_push_fails_at_once_with_one_line(folder, no_network, monkeypatc
     with pytest.raises(PushError, match="offline: HF_HUB_OFFLINE=1 is set; use --dry-run"):
         push_to_hub(root, "someone/model")
 
-    assert main([str(root), "someone/model"]) == 2
+    assert cli_main(["push", str(root), "someone/model"]) == 2
     captured = capsys.readouterr()
-    assert captured.err.startswith("error: cannot push to the Hub while offline")
+    assert captured.err.startswith("attention-seq2seq push: error: cannot push to the Hub while offline")
     assert captured.err.count("\n") == 1 and "Traceback" not in captured.err
     assert captured.out == ""
 

@@ -19,6 +19,7 @@ from attention_seq2seq import (
 )
 from attention_seq2seq.modeling.modeling_transformer_seq2seq import (
     TransformerSeq2SeqAttention,
+    label_smoothed_cross_entropy,
     scaled_dot_product_attention,
     shift_tokens_right,
     sinusoidal_position_encoding,
@@ -695,3 +696,25 @@ def test_beam_search_keeps_one_encoder_copy_per_source_and_matches_the_repeated_
     assert reference.cache.cross_attention_cache.layers[0].keys.size(0) == 6
     assert ours.sequences.tolist() == reference.sequences.tolist()
     torch.testing.assert_close(ours.sequences_scores, reference.sequences_scores, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0.1])
+def test_label_smoothed_cross_entropy_matches_torch_in_value_and_gradient(epsilon):
+    logits = torch.randn(9, 13, dtype=torch.float64, requires_grad=True)
+    labels = torch.randint(0, 13, (9,))
+    labels[[2, 5]] = -100
+    loss = label_smoothed_cross_entropy(logits, labels, epsilon)
+    (grad,) = torch.autograd.grad(2.5 * loss, logits)
+    reference = torch.nn.functional.cross_entropy(logits, labels, label_smoothing=epsilon)
+    (reference_grad,) = torch.autograd.grad(2.5 * reference, logits)
+    torch.testing.assert_close(loss, reference, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(grad, reference_grad, rtol=1e-12, atol=1e-12)
+    assert grad[[2, 5]].abs().max() == 0  # ignored positions get no gradient
+    assert torch.autograd.gradcheck(lambda x: label_smoothed_cross_entropy(x, labels, epsilon), (logits,))
+
+
+def test_label_smoothed_cross_entropy_is_zero_when_every_label_is_ignored():
+    logits = torch.randn(3, 5, requires_grad=True)
+    loss = label_smoothed_cross_entropy(logits, torch.full((3,), -100), 0.1)
+    loss.backward()
+    assert loss.item() == 0.0 and logits.grad.abs().max() == 0

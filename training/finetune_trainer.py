@@ -192,24 +192,36 @@ def decode_ids(tokenizer, ids, pad_id: int) -> list[str]:
 # Model and data
 
 
-def resolve_model_path(base_model: str) -> tuple[str, Path | None]:
-    """The folder (or Hub id) ``from_pretrained`` takes, and the training run folder if it is one."""
+def resolve_model_path(base_model: str) -> str:
+    """What ``from_pretrained`` takes: ``<run>/model`` for a training output folder, else the
+    folder or Hub id as given.
+
+    A name that is not a local folder is a Hub id, unless it is written as a path (``./runs/x``,
+    ``/abs/x``, ``~/x`` or with two slashes or more): then it is a missing folder.
+    """
     path = Path(base_model).expanduser()
     if (path / "model" / "config.json").is_file():
-        return str(path / "model"), path
+        return str(path / "model")
     if path.is_dir() and not (path / "config.json").is_file():
-        raise FileNotFoundError(f"{path} holds no model (no config.json, no model/config.json)")
-    return base_model, None
+        raise FileNotFoundError(f"base_model: {path} holds no model (no config.json, no model/config.json)")
+    if not path.exists() and (base_model.startswith((".", "/", "~")) or base_model.count("/") > 1):
+        raise FileNotFoundError(f"base_model: folder not found: {base_model}")
+    return base_model
 
 
 def load_model_and_tokenizer(config: FinetuneConfig):
+    """Model and tokenizer of ``config.base_model`` (remote code only with ``trust_remote_code``)."""
     try:  # registers both families with the Auto classes; absent where only the export is used
         import attention_seq2seq  # noqa: F401
     except ImportError:
         pass
-    model_path, _ = resolve_model_path(config.base_model)
-    tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=config.trust_remote_code)
-    model = AutoModelForSeq2SeqLM.from_pretrained(model_path, trust_remote_code=config.trust_remote_code)
+    model_path = resolve_model_path(config.base_model)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=config.trust_remote_code)
+        model = AutoModelForSeq2SeqLM.from_pretrained(model_path, trust_remote_code=config.trust_remote_code)
+    except OSError as err:  # an offline or unknown Hub id, a half-written folder
+        first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise FileNotFoundError(f"base_model: cannot load {config.base_model}: {first_line}") from None
     return model, tokenizer
 
 
@@ -449,7 +461,8 @@ def write_run_files(config, trainer, train_result, wall_time, test_scores, raw, 
         "test": {},
     }
     if test_scores:
-        name = Path(config.test_file).stem if config.test_file else f"{metrics['corpus']['name']}-test"
+        corpus_test = f"{metrics['corpus']['name']}-test".replace(" ", "-")
+        name = Path(config.test_file).stem if config.test_file else corpus_test
         metrics["test"][name] = {
             "split": "test",
             "num_sentences": len(raw["test"]),

@@ -40,20 +40,20 @@ commands:
 
 examples:
   attention-seq2seq train --recipe training/recipes/multi30k-transformer-small.yaml
-  echo "Ein Hund läuft im Schnee." | attention-seq2seq translate runs/multi30k
-  attention-seq2seq evaluate runs/multi30k --corpus multi30k:../shared/data/multi30k --split test
+  echo "Ein Hund läuft im Schnee." | attention-seq2seq translate -m runs/multi30k
+  attention-seq2seq evaluate -m runs/multi30k --corpus multi30k:../shared/data/multi30k --split test
   attention-seq2seq <command> --help
 """
 
 _TRANSLATE_EPILOG = """\
-MODEL is a training output folder, an export folder, a model folder or a Hub id.
+MODEL (-m) is a training output folder, an export folder, a model folder or a Hub id.
 
 examples:
-  attention-seq2seq translate runs/multi30k "Ein Hund läuft im Schnee." "Zwei Männer lachen."
-  echo "Ein Hund läuft im Schnee." | attention-seq2seq translate runs/multi30k
-  attention-seq2seq translate runs/multi30k --input test.de --output test.hyp.en --num-beams 5
-  attention-seq2seq translate someone/rnn-bahdanau-de-en --input test.de --greedy
-  attention-seq2seq translate export/ --do-sample --top-p 0.9 --temperature 0.8 --seed 1 "Hallo!"
+  attention-seq2seq translate -m runs/multi30k "Ein Hund läuft im Schnee." "Zwei Männer lachen."
+  echo "Ein Hund läuft im Schnee." | attention-seq2seq translate -m runs/multi30k
+  attention-seq2seq translate -m runs/multi30k --input test.de --output test.hyp.en --num-beams 5
+  attention-seq2seq translate -m someone/rnn-bahdanau-de-en --input test.de --greedy
+  attention-seq2seq translate -m export/ --do-sample --top-p 0.9 --temperature 0.8 --seed 1 "Hallo!"
 """
 
 _EVALUATE_EPILOG = """\
@@ -61,10 +61,10 @@ The test set is a corpus spec and a split (--corpus/--split) or two line-aligned
 (--src/--ref). Scores are sacreBLEU's BLEU and chrF on detokenized output, with signatures.
 
 examples:
-  attention-seq2seq evaluate runs/multi30k --corpus multi30k:../shared/data/multi30k --split test
-  attention-seq2seq evaluate export/ --src test2016.de --ref test2016.en --num-beams 5 \\
+  attention-seq2seq evaluate -m runs/multi30k --corpus multi30k:../shared/data/multi30k --split test
+  attention-seq2seq evaluate -m export/ --src test2016.de --ref test2016.en --num-beams 5 \\
       --output eval.json --hypotheses test2016.hyp.en
-  attention-seq2seq evaluate runs/tatoeba --src test.zh --ref test.en --update-metrics
+  attention-seq2seq evaluate -m runs/tatoeba --src test.zh --ref test.en --update-metrics
 """
 
 _PLOT_EPILOG = """\
@@ -73,9 +73,9 @@ layer's head average (and, unless --no-per-head, every head of each layer in
 <output stem>_layer<L>_heads.png). Without --reference the model translates the source first.
 
 examples:
-  attention-seq2seq plot-attention runs/rnn-bahdanau --source "Ein Hund läuft im Schnee." \\
+  attention-seq2seq plot-attention -m runs/rnn-bahdanau --source "Ein Hund läuft im Schnee." \\
       --output dog.png
-  attention-seq2seq plot-attention runs/transformer --source "Ein Hund läuft im Schnee." \\
+  attention-seq2seq plot-attention -m runs/transformer --source "Ein Hund läuft im Schnee." \\
       --reference "A dog runs in the snow." --output dog_forced.png
 """
 
@@ -170,7 +170,8 @@ def _float_in(low: float, high: float, *, low_open: bool = False) -> Callable[[s
 
 
 def _add_model_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", metavar="MODEL", help="training output folder, export folder, model folder or Hub id")
+    parser.add_argument("-m", "--model", required=True, metavar="MODEL",
+                        help="training output folder, export folder, model folder or Hub id")
     parser.add_argument("--device", help="cpu, cuda, cuda:1, mps (default: the first accelerator, else cpu)")
     parser.add_argument("--trust-remote-code", action="store_true",
                         help="run the code shipped in an export instead of the installed package")
@@ -179,21 +180,21 @@ def _add_model_argument(parser: argparse.ArgumentParser) -> None:
 
 def _add_generation_arguments(parser: argparse.ArgumentParser, *, sampling: bool = True) -> None:
     group = parser.add_argument_group("decoding (default: the model's generation_config)")
-    group.add_argument("--num-beams", type=_positive_int, help="beam size")
+    group.add_argument("--num-beams", metavar="N", type=_positive_int, help="beam size")
     group.add_argument("--greedy", action="store_true", help="greedy search (beam size 1, no sampling)")
-    group.add_argument("--max-new-tokens", type=_positive_int,
+    group.add_argument("--max-new-tokens", metavar="N", type=_positive_int,
                        help="longest output in tokens (default: the model's generation_config)")
     if sampling:
         group.add_argument("--do-sample", action="store_true", help="sample instead of searching")
-        group.add_argument("--top-k", type=_positive_int, help="sample from the k likeliest tokens")
-        group.add_argument("--top-p", type=_float_in(0.0, 1.0, low_open=True),
+        group.add_argument("--top-k", metavar="K", type=_positive_int, help="sample from the k likeliest tokens")
+        group.add_argument("--top-p", metavar="P", type=_float_in(0.0, 1.0, low_open=True),
                            help="nucleus sampling: the smallest set with probability >= p")
-        group.add_argument("--temperature", type=_float_in(0.0, 100.0, low_open=True),
+        group.add_argument("--temperature", metavar="T", type=_float_in(0.0, 100.0, low_open=True),
                            help="divide the logits by this before sampling")
-        group.add_argument("--seed", type=int, help="random seed (makes sampling repeatable)")
-    group.add_argument("--batch-size", type=_positive_int, default=32,
+        group.add_argument("--seed", metavar="N", type=int, help="random seed (makes sampling repeatable)")
+    group.add_argument("--batch-size", metavar="N", type=_positive_int, default=32,
                        help="sentences per batch (default: 32)")
-    group.add_argument("--max-source-length", type=_positive_int,
+    group.add_argument("--max-source-length", metavar="N", type=_positive_int,
                        help="truncate longer inputs to this many tokens")
 
 
@@ -347,7 +348,7 @@ def cmd_evaluate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
     name, sources, references, target_lang = _test_set(parser, args)
     loaded = _load(args)
     if args.update_metrics and loaded.location.run_dir is None:
-        parser.error("--update-metrics needs a training output folder as MODEL (one with metrics.json)")
+        parser.error("--update-metrics needs a training output folder as --model (one with metrics.json)")
 
     from .inference import translate
     from .training.metrics import corpus_scores
@@ -621,9 +622,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("translate", "translate sentences from arguments, a file or stdin", _TRANSLATE_EPILOG, cmd_translate)
     _add_model_argument(p)
-    p.add_argument("text", nargs="*", help="sentences to translate (default: --input or stdin, one per line)")
-    p.add_argument("-i", "--input", help="file with one sentence per line")
-    p.add_argument("-o", "--output", help="write translations here (default: stdout)")
+    p.add_argument("text", nargs="*", metavar="TEXT", help="sentences to translate (default: --input or stdin, one per line)")
+    p.add_argument("-i", "--input", metavar="FILE", help="file with one sentence per line")
+    p.add_argument("-o", "--output", metavar="FILE", help="write translations here (default: stdout)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr for --input")
     _add_generation_arguments(p)
 
@@ -638,7 +639,7 @@ def build_parser() -> argparse.ArgumentParser:
     test.add_argument("--name", help="test set name in the JSON (default: from the spec or --src)")
     test.add_argument("--target-lang", help="target language code; zh/ja/ko switch BLEU's tokenizer "
                       "(default: from the corpus, or the --ref file suffix)")
-    test.add_argument("--limit", type=_positive_int, help="score only the first N sentences")
+    test.add_argument("--limit", metavar="N", type=_positive_int, help="score only the first N sentences")
     out = p.add_argument_group("output")
     out.add_argument("-o", "--output", help="JSON file (default: eval_<name>.json)")
     out.add_argument("--hypotheses", help="also write the translations to this file")
@@ -659,7 +660,7 @@ def build_parser() -> argparse.ArgumentParser:
             cmd_average_checkpoints)
     p.add_argument("checkpoints", nargs="*", metavar="CHECKPOINT", help="checkpoint folders or .safetensors files")
     p.add_argument("--run", help="a training output folder: average its newest checkpoints")
-    p.add_argument("--last", type=_positive_int, default=5, help="with --run: how many (default: 5)")
+    p.add_argument("--last", metavar="K", type=_positive_int, default=5, help="with --run: how many (default: 5)")
     p.add_argument("--config-from", help="model folder giving config, generation config and tokenizer")
     p.add_argument("-o", "--output", required=True, help="folder for the averaged model")
     p.add_argument("--trust-remote-code", action="store_true", help="--config-from is an export: run its code")

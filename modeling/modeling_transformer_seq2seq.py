@@ -510,7 +510,7 @@ def _upcast_half(tensor: torch.Tensor) -> torch.Tensor:
 
 
 class _LabelSmoothedCrossEntropy(torch.autograd.Function):
-    """Mean label-smoothed cross-entropy whose backward writes softmax − target straight into one
+    """Label-smoothed cross-entropy whose backward writes softmax − target straight into one
     (tokens, vocab_size) gradient.
 
     `F.cross_entropy` keeps the log-softmax output for backward and builds two more full-vocab
@@ -520,7 +520,9 @@ class _LabelSmoothedCrossEntropy(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, logits: torch.Tensor, labels: torch.Tensor, epsilon: float, ignore_index: int) -> torch.Tensor:
+    def forward(
+        ctx, logits: torch.Tensor, labels: torch.Tensor, epsilon: float, ignore_index: int, mean: bool
+    ) -> torch.Tensor:
         keep = labels != ignore_index
         targets = labels.masked_fill(~keep, 0)[:, None]  # (tokens, 1)
         logits32 = _upcast_half(logits)
@@ -529,7 +531,7 @@ class _LabelSmoothedCrossEntropy(torch.autograd.Function):
         if epsilon > 0.0:
             # −(1/V) Σ_v log p(v) = log Σ exp − mean(logits)
             per_token = (1.0 - epsilon) * per_token + epsilon * (log_normalizer - logits32.mean(dim=-1))
-        count = keep.sum().clamp(min=1)
+        count = keep.sum().clamp(min=1) if mean else torch.ones((), device=logits.device)
         ctx.save_for_backward(logits, log_normalizer, targets, keep, count)
         ctx.epsilon = epsilon
         return (per_token * keep).sum() / count
@@ -539,29 +541,41 @@ class _LabelSmoothedCrossEntropy(torch.autograd.Function):
         logits, log_normalizer, targets, keep, count = ctx.saved_tensors
         epsilon, vocab_size = ctx.epsilon, logits.size(-1)
         scale = (keep * (grad_output / count))[:, None]  # (tokens, 1): 0 on ignored tokens
-        grad = _upcast_half(logits).sub(log_normalizer[:, None]).exp_()  # softmax, the one full-vocab tensor
+        # softmax, the one full-vocab tensor (float32 for half-precision logits: type promotion)
+        grad = logits.sub(log_normalizer[:, None]).exp_()
         if epsilon > 0.0:
             grad.sub_(epsilon / vocab_size)
         grad.scatter_add_(-1, targets, torch.full_like(log_normalizer[:, None], epsilon - 1.0))
         grad.mul_(scale)
-        return grad.to(logits.dtype), None, None, None
+        return grad.to(logits.dtype), None, None, None, None
 
 
 def label_smoothed_cross_entropy(
-    logits: torch.Tensor, labels: torch.Tensor, epsilon: float = 0.0, ignore_index: int = -100
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    epsilon: float = 0.0,
+    ignore_index: int = -100,
+    reduction: str = "mean",
 ) -> torch.Tensor:
-    """Mean over kept tokens of (1 − ε)·(−log p(y)) + ε·(−(1/V) Σ_v log p(v)): cross-entropy with
-    label smoothing ε_ls (Vaswani et al. 2017, §5.4; Szegedy et al. 2016, §7), the value of
-    `F.cross_entropy(logits, labels, ignore_index=ignore_index, label_smoothing=epsilon)`.
+    """Σ over kept tokens of (1 − ε)·(−log p(y)) + ε·(−(1/V) Σ_v log p(v)), divided by their count
+    for `reduction="mean"`: cross-entropy with label smoothing ε_ls (Vaswani et al. 2017, §5.4;
+    Szegedy et al. 2016, §7), the value of `F.cross_entropy(logits, labels,
+    ignore_index=ignore_index, label_smoothing=epsilon, reduction=reduction)`.
 
     Args:
-        logits: (tokens, vocab_size); half-precision logits are upcast row-wise to float32.
+        logits: (tokens, vocab_size); half-precision logits are upcast to float32 for the softmax.
         labels: (tokens,) target ids, `ignore_index` where a position does not count.
+        reduction: `"mean"` or `"sum"` (e.g. to normalise by the tokens of an accumulated batch).
 
     Returns:
-        A scalar (0 when every label is ignored).
+        A float32 (float64 for float64 logits) scalar; 0 when every label is ignored.
+
+    Raises:
+        ValueError: an unknown `reduction`.
     """
-    return _LabelSmoothedCrossEntropy.apply(logits, labels, epsilon, ignore_index)
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"reduction must be one of 'mean', 'sum'; got {reduction!r}")
+    return _LabelSmoothedCrossEntropy.apply(logits, labels, epsilon, ignore_index, reduction == "mean")
 
 
 # --------------------------------------------------------------------------------------------

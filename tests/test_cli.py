@@ -94,24 +94,26 @@ def test_main_help_lists_every_command(capsys):
 
 
 BAD_ARGUMENTS = [
-    (["translate", "m", "--num-beams", "0", "x"], ["--num-beams", "positive integer"]),
-    (["translate", "m", "--top-p", "1.5", "--do-sample", "x"], ["--top-p", "(0.0, 1.0]"]),
-    (["translate", "m", "--temperature", "hot", "--do-sample"], ["--temperature", "number"]),
-    (["translate", "m", "--greedy", "--do-sample", "x"], ["--greedy", "--do-sample"]),
-    (["translate", "m", "--greedy", "--num-beams", "4", "x"], ["--greedy", "--num-beams 4"]),
-    (["translate", "m", "--top-k", "5", "x"], ["--top-k", "--do-sample"]),
-    (["translate", "m", "--input", "in.txt", "x"], ["--input", "arguments"]),
-    (["evaluate", "m", "--split", "dev"], ["--split", "'train', 'validation', 'test'"]),
-    (["evaluate", "m"], ["--corpus", "--src", "--ref"]),
-    (["evaluate", "m", "--corpus", "multi30k:x", "--src", "a"], ["--corpus", "--src"]),
-    (["plot-attention", "m", "--source", "x", "--output", "a.jpg"], ["--output", ".png"]),
-    (["plot-attention", "m", "--output", "a.png"], ["--source", "required"]),
+    (["translate", "-m", "m", "--num-beams", "0", "x"], ["--num-beams", "positive integer"]),
+    (["translate", "-m", "m", "--top-p", "1.5", "--do-sample", "x"], ["--top-p", "(0.0, 1.0]"]),
+    (["translate", "-m", "m", "--temperature", "hot", "--do-sample"], ["--temperature", "number"]),
+    (["translate", "-m", "m", "--greedy", "--do-sample", "x"], ["--greedy", "--do-sample"]),
+    (["translate", "-m", "m", "--greedy", "--num-beams", "4", "x"], ["--greedy", "--num-beams 4"]),
+    (["translate", "-m", "m", "--top-k", "5", "x"], ["--top-k", "--do-sample"]),
+    (["translate", "-m", "m", "--input", "in.txt", "x"], ["--input", "arguments"]),
+    (["evaluate", "-m", "m", "--split", "dev"], ["--split", "'train', 'validation', 'test'"]),
+    (["evaluate", "-m", "m"], ["--corpus", "--src", "--ref"]),
+    (["evaluate", "-m", "m", "--corpus", "multi30k:x", "--src", "a"], ["--corpus", "--src"]),
+    (["plot-attention", "-m", "m", "--source", "x", "--output", "a.jpg"], ["--output", ".png"]),
+    (["plot-attention", "-m", "m", "--output", "a.png"], ["--source", "required"]),
     (["average-checkpoints", "--output", "o"], ["--run", "checkpoint"]),
     (["average-checkpoints", "a", "--output", "o"], ["at least two"]),
     (["average-checkpoints", "--run", "r", "--last", "-1", "--output", "o"], ["--last", "positive integer"]),
     (["finetune", "--base-model", "b", "--output-dir", "o"], ["corpus", "train_file"]),
     (["finetune", "--base-model", "b", "--output-dir", "o", "--train-file", "t", "--max-steps", "0"], ["max_steps", ">= 1"]),
     (["finetune", "--max-steps", "many"], ["--max-steps", "int"]),
+    (["finetune", "--base-model", "./no/such/run", "--output-dir", "o", "--train-file", "t"],
+     ["base_model: folder not found: ./no/such/run"]),
     (["frobnicate"], ["invalid choice", "translate", "evaluate"]),
 ]
 
@@ -133,10 +135,10 @@ def test_unknown_recipe_field_is_named_with_the_valid_ones(tmp_path, capsys):
 
 def test_user_errors_exit_2_with_one_line(tmp_path, capsys):
     missing = tmp_path / "no-such-run"
-    assert "model folder not found" in _one_line_error(capsys, ["translate", str(missing), "Hallo"])
-    assert "holds no model" in _one_line_error(capsys, ["translate", str(tmp_path), "Hallo"])
+    assert "model folder not found" in _one_line_error(capsys, ["translate", "-m", str(missing), "Hallo"])
+    assert "holds no model" in _one_line_error(capsys, ["translate", "-m", str(tmp_path), "Hallo"])
     assert "--src: file not found" in _one_line_error(
-        capsys, ["evaluate", str(tmp_path), "--src", str(missing), "--ref", str(missing)]
+        capsys, ["evaluate", "-m", str(tmp_path), "--src", str(missing), "--ref", str(missing)]
     )
     assert "folder not found" in _one_line_error(capsys, ["export", str(missing), "--output", str(tmp_path / "e")])
     (tmp_path / "run").mkdir()
@@ -144,7 +146,7 @@ def test_user_errors_exit_2_with_one_line(tmp_path, capsys):
         capsys, ["average-checkpoints", "--run", str(tmp_path / "run"), "--output", str(tmp_path / "avg")]
     )
     assert "unknown corpus kind" in _one_line_error(
-        capsys, ["evaluate", str(tmp_path), "--corpus", "nosuchkind:x"]
+        capsys, ["evaluate", "-m", str(tmp_path), "--corpus", "nosuchkind:x"]
     )
 
 
@@ -169,9 +171,9 @@ def test_train_bad_option_exits_2_naming_it(capsys):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_unavailable_or_unknown_device_is_named(run, capsys):
     assert "--device cuda: CUDA is not available" in _one_line_error(
-        capsys, ["translate", str(run), "Hallo", "--device", "cuda"]
+        capsys, ["translate", "-m", str(run), "Hallo", "--device", "cuda"]
     )
-    assert "--device: unknown device 'gpu'" in _one_line_error(capsys, ["translate", str(run), "Hallo", "--device", "gpu"])
+    assert "--device: unknown device 'gpu'" in _one_line_error(capsys, ["translate", "-m", str(run), "Hallo", "--device", "gpu"])
 
 
 def test_push_offline_fails_in_one_line(run, tmp_path, capsys, monkeypatch):
@@ -215,17 +217,17 @@ def test_translate_arguments_stdin_and_file_agree_with_unbatched_generate(run, t
     expected = _reference_translations(run, SENTENCES, num_beams=1, do_sample=False, max_new_tokens=16)
     options = ["--greedy", "--max-new-tokens", "16", "--batch-size", "2"]
 
-    assert main(["translate", str(run), *SENTENCES, *options]) == 0
+    assert main(["translate", "-m", str(run), *SENTENCES, *options]) == 0
     assert capsys.readouterr().out.splitlines() == expected
 
     monkeypatch.setattr(sys, "stdin", io.StringIO("".join(s + "\n" for s in SENTENCES)))
-    assert main(["translate", str(run), *options]) == 0
+    assert main(["translate", "-m", str(run), *options]) == 0
     assert capsys.readouterr().out.splitlines() == expected
 
     # A file with an empty line: the output stays line-aligned with the input.
     source, target = tmp_path / "in.de", tmp_path / "out.en"
     source.write_text(f"{SENTENCES[0]}\n\n{SENTENCES[1]}\n{SENTENCES[2]}\n", encoding="utf-8")
-    assert main(["translate", str(run / "model"), "--input", str(source), "--output", str(target), *options]) == 0
+    assert main(["translate", "-m", str(run / "model"), "--input", str(source), "--output", str(target), *options]) == 0
     captured = capsys.readouterr()
     assert captured.out == ""
     assert target.read_text(encoding="utf-8").splitlines() == [expected[0], "", *expected[1:]]
@@ -240,7 +242,7 @@ def test_translate_from_an_export_folder_with_installed_or_shipped_code(runs_roo
     capsys.readouterr()
     expected = _reference_translations(run, SENTENCES, num_beams=2, max_new_tokens=16)
     for extra in ([], ["--trust-remote-code"]):
-        assert main(["translate", str(export), *SENTENCES, "--num-beams", "2", "--max-new-tokens", "16", *extra]) == 0
+        assert main(["translate", "-m", str(export), *SENTENCES, "--num-beams", "2", "--max-new-tokens", "16", *extra]) == 0
         assert capsys.readouterr().out.splitlines() == expected
 
 
@@ -249,17 +251,17 @@ def test_translate_from_a_hub_id_offline_fails_in_one_line(capsys, monkeypatch, 
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # read once, at import
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))  # empty
-    line = _one_line_error(capsys, ["translate", "someone/no-such-model", "Hallo"])
+    line = _one_line_error(capsys, ["translate", "-m", "someone/no-such-model", "Hallo"])
     assert line.startswith("attention-seq2seq translate: error: cannot load model someone/no-such-model")
 
 
 def test_translate_decoding_options_reach_generate(runs_root, capsys):
     run = build_tiny_run("transformer_seq2seq", runs_root)
-    assert main(["translate", str(run), SENTENCES[0], "--num-beams", "3", "--max-new-tokens", "12"]) == 0
+    assert main(["translate", "-m", str(run), SENTENCES[0], "--num-beams", "3", "--max-new-tokens", "12"]) == 0
     beam = capsys.readouterr().out.splitlines()
     assert beam == _reference_translations(run, SENTENCES[:1], num_beams=3, max_new_tokens=12)
 
-    assert main(["translate", str(run), SENTENCES[0], "--greedy", "--max-new-tokens", "3"]) == 0
+    assert main(["translate", "-m", str(run), SENTENCES[0], "--greedy", "--max-new-tokens", "3"]) == 0
     from transformers import AutoTokenizer
 
     short = capsys.readouterr().out.strip()
@@ -267,7 +269,7 @@ def test_translate_decoding_options_reach_generate(runs_root, capsys):
 
     sampled = []
     for _ in range(2):
-        argv = ["translate", str(run), *SENTENCES, "--do-sample", "--top-k", "20", "--top-p", "0.9",
+        argv = ["translate", "-m", str(run), *SENTENCES, "--do-sample", "--top-k", "20", "--top-p", "0.9",
                 "--temperature", "1.5", "--seed", "7", "--max-new-tokens", "12"]
         assert main(argv) == 0
         sampled.append(capsys.readouterr().out)
@@ -286,7 +288,7 @@ def test_evaluate_two_files_writes_json_and_prints_a_table(run, tmp_path, capsys
     src.write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
     ref.write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
     output, hypotheses = tmp_path / "scores.json", tmp_path / "val.hyp"
-    argv = ["evaluate", str(run), "--src", str(src), "--ref", str(ref), "--output", str(output),
+    argv = ["evaluate", "-m", str(run), "--src", str(src), "--ref", str(ref), "--output", str(output),
             "--hypotheses", str(hypotheses), "--num-beams", "2", "--no-progress"]
     assert main(argv) == 0
     table = capsys.readouterr().out
@@ -309,7 +311,7 @@ def test_evaluate_a_corpus_split_and_update_the_run_metrics(runs_root, tmp_path,
     run = tmp_path / "run"
     shutil.copytree(build_tiny_run("rnn_seq2seq", runs_root), run)
     spec = f"multi30k:{shared_data / 'multi30k'}:de-en"
-    argv = ["evaluate", str(run), "--corpus", spec, "--split", "validation", "--limit", "8",
+    argv = ["evaluate", "-m", str(run), "--corpus", spec, "--split", "validation", "--limit", "8",
             "--output", str(tmp_path / "e.json"), "--update-metrics", "--greedy", "--no-progress"]
     assert main(argv) == 0
     name, result = next(iter(json.loads((tmp_path / "e.json").read_text()).items()))
@@ -325,7 +327,7 @@ def test_evaluate_picks_the_chinese_bleu_tokenizer_from_the_target_language(runs
     src, ref = tmp_path / "t.en", tmp_path / "t.zh"
     src.write_text("Hi.\nRun.\n", encoding="utf-8")
     ref.write_text("你好。\n你用跑的。\n", encoding="utf-8")
-    assert main(["evaluate", str(run), "--src", str(src), "--ref", str(ref), "-o", str(tmp_path / "zh.json"),
+    assert main(["evaluate", "-m", str(run), "--src", str(src), "--ref", str(ref), "-o", str(tmp_path / "zh.json"),
                  "--greedy", "--max-new-tokens", "4", "--no-progress"]) == 0
     assert "|tok:zh|" in json.loads((tmp_path / "zh.json").read_text())["t"]["bleu_signature"]
 
@@ -345,7 +347,7 @@ def _read_png(path: Path) -> np.ndarray:
 def test_plot_attention_of_a_translation_and_of_a_reference(run, tmp_path, capsys):
     family = json.loads((run / "model" / "config.json").read_text())["model_type"]
     own = tmp_path / "own.png"
-    assert main(["plot-attention", str(run), "--source", SENTENCES[0], "--output", str(own)]) == 0
+    assert main(["plot-attention", "-m", str(run), "--source", SENTENCES[0], "--output", str(own)]) == 0
     written = capsys.readouterr().out.split()
     assert written[0] == str(own)
     _read_png(own)
@@ -356,7 +358,7 @@ def test_plot_attention_of_a_translation_and_of_a_reference(run, tmp_path, capsy
         assert written[1:] == []
 
     forced = tmp_path / "forced.png"
-    argv = ["plot-attention", str(run), "--source", SENTENCES[0], "--reference", "A dog runs in the snow.",
+    argv = ["plot-attention", "-m", str(run), "--source", SENTENCES[0], "--reference", "A dog runs in the snow.",
             "--output", str(forced), "--no-per-head"]
     assert main(argv) == 0
     assert capsys.readouterr().out.split() == [str(forced)]
@@ -406,7 +408,7 @@ def test_averaging_two_checkpoints_of_a_run_gives_their_mean_and_a_working_model
         torch.testing.assert_close(averaged[name], (first[name] + second[name]) / 2, rtol=0, atol=1e-7)
     capsys.readouterr()
     # The result is a complete model folder (config, generation config, tokenizer): it translates.
-    assert main(["translate", str(out), SENTENCES[0], "--greedy"]) == 0
+    assert main(["translate", "-m", str(out), SENTENCES[0], "--greedy"]) == 0
     assert capsys.readouterr().out.strip()
 
 
@@ -425,7 +427,7 @@ def test_console_script_translates_from_stdin(runs_root):
     run = build_tiny_run("transformer_seq2seq", runs_root)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     result = subprocess.run(
-        [_console_script(), "translate", str(run), "--greedy", "--max-new-tokens", "16"],
+        [_console_script(), "translate", "-m", str(run), "--greedy", "--max-new-tokens", "16"],
         input="".join(s + "\n" for s in SENTENCES), capture_output=True, text=True, env=env, timeout=300,
     )
     assert result.returncode == 0, result.stderr
@@ -434,7 +436,7 @@ def test_console_script_translates_from_stdin(runs_root):
 
 
 def test_console_script_bad_argument_exits_2_without_traceback():
-    result = subprocess.run([_console_script(), "translate", "m", "--num-beams", "zero", "x"],
+    result = subprocess.run([_console_script(), "translate", "-m", "m", "--num-beams", "zero", "x"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
@@ -461,7 +463,7 @@ def test_commands_on_a_run_of_the_training_script(shared_data, tmp_path, capsys)
     assert main(argv) == 0
     capsys.readouterr()
 
-    assert main(["translate", str(run), *SENTENCES, "--greedy", "--max-new-tokens", "8"]) == 0
+    assert main(["translate", "-m", str(run), *SENTENCES, "--greedy", "--max-new-tokens", "8"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == len(SENTENCES)
 
     averaged = tmp_path / "averaged"
@@ -471,10 +473,10 @@ def test_commands_on_a_run_of_the_training_script(shared_data, tmp_path, capsys)
         torch.testing.assert_close(tensor, (first[name] + second[name]) / 2, rtol=0, atol=1e-7)
 
     png = tmp_path / "attention.png"
-    assert main(["plot-attention", str(run), "--source", SENTENCES[0], "--output", str(png)]) == 0
+    assert main(["plot-attention", "-m", str(run), "--source", SENTENCES[0], "--output", str(png)]) == 0
     _read_png(png)
 
-    assert main(["evaluate", str(run), "--corpus", f"multi30k:{shared_data / 'multi30k'}:de-en", "--limit", "4",
+    assert main(["evaluate", "-m", str(run), "--corpus", f"multi30k:{shared_data / 'multi30k'}:de-en", "--limit", "4",
                  "--greedy", "--no-progress", "--output", str(tmp_path / "eval.json")]) == 0
     assert "BLEU signature: nrefs:1" in capsys.readouterr().out
 

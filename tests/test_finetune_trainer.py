@@ -338,7 +338,7 @@ RECIPES = sorted((REPO_ROOT / "training" / "recipes").glob("finetune-*.yaml"))
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=[r.stem for r in RECIPES])
-def test_finetune_recipes_are_valid_and_start_from_a_shipped_training_recipe(recipe):
+def test_finetune_recipes_are_valid_and_start_from_a_shipped_training_recipe(recipe, tmp_path, monkeypatch):
     import yaml
 
     config = ft.FinetuneConfig(**ft.load_recipe(recipe))
@@ -350,6 +350,7 @@ def test_finetune_recipes_are_valid_and_start_from_a_shipped_training_recipe(rec
     }
     assert Path(config.base_model) in trained, f"{recipe.name}: base_model {config.base_model} is no training recipe's output_dir"
     # Written as a path, so a base that was not trained yet is reported as a missing folder.
+    monkeypatch.chdir(tmp_path)
     with pytest.raises(FileNotFoundError, match="base_model: folder not found"):
         ft.resolve_model_path(config.base_model)
     from attention_seq2seq.data import CorpusSpec

@@ -357,32 +357,36 @@ def test_two_cpu_ranks_equal_one_process_accumulating_their_batches(shared_data,
     assert_same_weights(load_file(str(single / "debug" / "weights_rank0.safetensors")), w0, atol=1e-5)
 
 
-REAL_DATA_MODELS = {
-    "transformer": {"d_model": 64, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
-                    "decoder_attention_heads": 4, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128, "dropout": 0.1},
-    # The Luong recipe's architecture (general score, input feeding, LSTM), at toy width.
-    "rnn": {"cell_type": "lstm", "embedding_size": 64, "hidden_size": 96, "attention": "luong", "score": "general",
-            "input_feeding": True, "dropout": 0.1},
+# Toy widths of two shipped architectures, and the updates each needs on 3,000 Multi30k pairs to
+# translate a little (about 40 s each on one CPU core).
+REAL_DATA_RUNS = {
+    "transformer": ({"d_model": 64, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
+                     "decoder_attention_heads": 4, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128, "dropout": 0.1},
+                    {"learning_rate": 5e-3}),
+    # RNNsearch (the Bahdanau recipe): GRU, additive attention, maxout deep output.
+    "rnn": ({"cell_type": "gru", "embedding_size": 64, "hidden_size": 96, "attention": "bahdanau", "dropout": 0.1},
+            {"learning_rate": 1e-2}),
 }
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("family", ["transformer", "rnn"])
 def test_short_real_data_run_learns_to_translate(family, shared_data, tmp_path):
+    model_config, optimisation = REAL_DATA_RUNS[family]
     config = tiny_config(
-        shared_data, tmp_path / family, model_family=family, model_config=REAL_DATA_MODELS[family],
-        max_train_examples=3000, vocab_size=1000, max_source_length=40, max_target_length=40, max_tokens=2500,
-        learning_rate=5e-3, warmup_steps=20, max_steps=80, eval_every=40, save_every=80, log_every=10,
+        shared_data, tmp_path / family, model_family=family, model_config=model_config, **optimisation,
+        max_train_examples=3000, vocab_size=1000, max_source_length=40, max_target_length=40, max_tokens=1500,
+        warmup_steps=20, max_steps=150, eval_every=75, save_every=150, log_every=10,
         eval_max_examples=60, eval_batch_size=60, test_max_examples=60,
     )
     metrics = json.loads((train(config) / "metrics.json").read_text())
     losses = [loss for _, loss in metrics["train"]["loss_history"]]
-    assert losses[0] > 5.5 and losses[-1] < losses[0] - 1.0, losses  # from about ln(1000) = 6.9 downwards
+    assert losses[0] > 6.0 and losses[-1] < losses[0] - 1.5, losses  # from about ln(1000) = 6.9 downwards
     first, last = metrics["validation"]
     assert last["loss"] < first["loss"] and last["perplexity"] < first["perplexity"]
-    assert last["bleu"] > 0.0 and last["chrf"] > first["chrf"]
+    assert last["bleu"] > first["bleu"] and last["bleu"] > 2.0, metrics["validation"]
     (test,) = metrics["test"].values()
-    assert test["bleu"] > 0.0
+    assert test["bleu"] > 2.0 and test["num_sentences"] == 60
 
 
 def test_early_stopping_keeps_the_best_k_and_averages_them(shared_data, tmp_path, monkeypatch):

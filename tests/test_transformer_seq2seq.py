@@ -711,6 +711,12 @@ def test_label_smoothed_cross_entropy_matches_torch_in_value_and_gradient(epsilo
     torch.testing.assert_close(grad, reference_grad, rtol=1e-12, atol=1e-12)
     assert grad[[2, 5]].abs().max() == 0  # ignored positions get no gradient
     assert torch.autograd.gradcheck(lambda x: label_smoothed_cross_entropy(x, labels, epsilon), (logits,))
+    summed = label_smoothed_cross_entropy(logits, labels, epsilon, reduction="sum")
+    (summed_grad,) = torch.autograd.grad(summed, logits)
+    reference = torch.nn.functional.cross_entropy(logits, labels, label_smoothing=epsilon, reduction="sum")
+    (reference_grad,) = torch.autograd.grad(reference, logits)
+    torch.testing.assert_close(summed, reference, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(summed_grad, reference_grad, rtol=1e-12, atol=1e-12)
 
 
 def test_label_smoothed_cross_entropy_is_zero_when_every_label_is_ignored():

@@ -15,9 +15,10 @@ Variants (all chosen in ``RNNSeq2SeqConfig``):
   local-m/local-p windows (§3.2), input feeding (§3.3) on or off.
 
 Speed: a decoder whose step t does not depend on step t-1's attention (no attention, or Luong
-without input feeding and without coverage) runs its RNN over the whole target in one cuDNN/MKL
+without input feeding and without coverage) runs its RNN over the whole target in one cuDNN/oneDNN
 call and attends every position with one batched matmul. The other variants loop over target
-positions with the key projections precomputed once per source.
+positions with the key projections precomputed once per source, torch's fused single-step
+LSTM/GRU cell kernels, and the output layers (deep output, ``lm_head``) applied once to all steps.
 """
 
 from __future__ import annotations

@@ -10,8 +10,9 @@ stacks, and the transformers wrappers (`TransformerSeq2SeqModel`,
 Design choices that differ from Marian/BART in transformers (each for speed, each noted where it
 happens):
 
-* projections that read the same input are one Linear: `self_attn.qkv_proj` (W^Q, W^K, W^V
-  stacked) and `encoder_attn.kv_proj` (W^K, W^V), beside `encoder_attn.q_proj`;
+* projections that read the same input run as one matrix multiply (`fused_linear`): Q, K, V of
+  self-attention and K, V of cross-attention, with the parameters kept as Marian's `q_proj`,
+  `k_proj`, `v_proj`;
 * the decoder's self-attention needs no mask tensor in training (`is_causal` lets SDPA pick its
   fastest kernel);
 * no `final_logits_bias`: an extra (batch, tgt_len, vocab_size) tensor the paper does not have;
@@ -149,14 +150,24 @@ def eager_attention_forward(
 # --------------------------------------------------------------------------------------------
 
 
-class TransformerSeq2SeqFusedProjection(nn.Linear):
-    """`num_blocks` stacked d_model → d_model projections computed as one Linear: weight
-    (num_blocks·d_model, d_model), rows [block_0; block_1; ...]. Initialised block by block (each
-    block gets the Xavier bound of a d_model × d_model matrix)."""
+def fused_linear(hidden_states: torch.Tensor, *projections: nn.Linear) -> torch.Tensor:
+    """Apply several Linear layers that read the same input as one matrix multiply.
 
-    def __init__(self, d_model: int, num_blocks: int):
-        super().__init__(d_model, num_blocks * d_model)
-        self.num_blocks = num_blocks
+    [x W_1ᵀ + b_1; x W_2ᵀ + b_2; ...] = x [W_1; W_2; ...]ᵀ + [b_1; b_2; ...]. Concatenating the
+    (d_model, d_model) weights costs O(d_model²) per call, negligible next to the
+    O(tokens · d_model²) multiply it fuses, and keeps the parameters separate and named as in
+    transformers' Marian/BART (`q_proj`, `k_proj`, `v_proj`).
+
+    Args:
+        hidden_states: (batch, len, d_model).
+        projections: Linear layers d_model → d_model, all with biases.
+
+    Returns:
+        (batch, len, len(projections) · d_model), the outputs side by side.
+    """
+    weight = torch.cat([p.weight for p in projections])  # (parts · d_model, d_model)
+    bias = torch.cat([p.bias for p in projections])
+    return F.linear(hidden_states, weight, bias)
 
 
 class TransformerSeq2SeqAttention(nn.Module):
@@ -166,11 +177,10 @@ class TransformerSeq2SeqAttention(nn.Module):
     All heads are projected at once: W^Q (d_model × d_model) holds the h blocks W_i^Q side by
     side, and the result is viewed as (batch, num_heads, len, head_dim); no loop over heads.
 
-    Departure from Marian/BART naming, for speed: projections that read the same input share one
-    Linear. Self-attention has `qkv_proj` (weight (3·d_model, d_model), rows [W^Q; W^K; W^V], i.e.
-    Marian's q_proj, k_proj, v_proj stacked; the same for the bias): one matrix multiply instead of
-    three. Cross-attention has `q_proj` for the decoder states and `kv_proj` (rows [W^K; W^V]) for
-    the encoder output, which is projected once per source. `out_proj` is W^O.
+    Parameters are named as in Marian/BART: `q_proj` (W^Q), `k_proj` (W^K), `v_proj` (W^V),
+    `out_proj` (W^O). For speed, projections that read the same input run as one matrix multiply
+    (`fused_linear`): Q, K and V in self-attention, K and V of the encoder output in
+    cross-attention, which is projected once per source.
 
     Args:
         config: the model config (`d_model`, `attention_dropout`).
@@ -198,11 +208,9 @@ class TransformerSeq2SeqAttention(nn.Module):
         self.is_causal = is_causal
         self.is_cross_attention = is_cross_attention
         self.layer_idx = layer_idx
-        if is_cross_attention:
-            self.q_proj = nn.Linear(config.d_model, config.d_model)
-            self.kv_proj = TransformerSeq2SeqFusedProjection(config.d_model, num_blocks=2)
-        else:
-            self.qkv_proj = TransformerSeq2SeqFusedProjection(config.d_model, num_blocks=3)
+        self.q_proj = nn.Linear(config.d_model, config.d_model)
+        self.k_proj = nn.Linear(config.d_model, config.d_model)
+        self.v_proj = nn.Linear(config.d_model, config.d_model)
         self.out_proj = nn.Linear(config.d_model, config.d_model)
 
     def _split_heads(self, states: torch.Tensor, parts: int) -> tuple[torch.Tensor, ...]:
@@ -216,7 +224,7 @@ class TransformerSeq2SeqAttention(nn.Module):
     ) -> tuple[torch.Tensor, ...]:
         """Query, key and value (batch, num_heads, len, head_dim), reading and filling the cache."""
         if not self.is_cross_attention:
-            query, key, value = self._split_heads(self.qkv_proj(hidden_states), 3)
+            query, key, value = self._split_heads(fused_linear(hidden_states, self.q_proj, self.k_proj, self.v_proj), 3)
             if cache is not None:
                 self_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
                 key, value = self_cache.update(key, value, self.layer_idx)  # grows by tgt_len each step
@@ -228,7 +236,7 @@ class TransformerSeq2SeqAttention(nn.Module):
             # The encoder output is fixed during decoding: its keys/values were projected once.
             layer = cross_cache.layers[self.layer_idx]
             return query, layer.keys, layer.values
-        key, value = self._split_heads(self.kv_proj(key_value_states), 2)
+        key, value = self._split_heads(fused_linear(key_value_states, self.k_proj, self.v_proj), 2)
         if cross_cache is not None:
             key, value = cross_cache.update(key, value, self.layer_idx)
             cache.is_updated[self.layer_idx] = True
@@ -597,9 +605,8 @@ class TransformerSeq2SeqPreTrainedModel(PreTrainedModel):
     """Weight initialisation and transformers capabilities shared by the Transformer models.
 
     Initialisation (the paper does not state one; this follows the reference tensor2tensor/fairseq
-    setup): Xavier-uniform linear weights (each d_model × d_model block of a fused projection
-    separately), zero biases, token and learned position embeddings ~ N(0, init_std²) with
-    init_std = d_model^-0.5 by default (unit variance after the √d_model scaling), the padding row
+    setup): Xavier-uniform linear weights, zero biases, token and learned position embeddings
+    ~ N(0, init_std²) with init_std = d_model^-0.5 by default (unit variance after the √d_model scaling), the padding row
     zero, LayerNorms at (1, 0).
     """
 
@@ -617,11 +624,7 @@ class TransformerSeq2SeqPreTrainedModel(PreTrainedModel):
     def _init_weights(self, module: nn.Module) -> None:
         d_model = self.config.d_model
         std = self.config.init_std if self.config.init_std is not None else d_model**-0.5
-        if isinstance(module, TransformerSeq2SeqFusedProjection):
-            # The Xavier bound of one block, not of the whole (num_blocks·d_model, d_model) matrix.
-            bound = math.sqrt(6.0 / (module.in_features + module.out_features // module.num_blocks))
-            init.uniform_(module.weight, -bound, bound)
-        elif isinstance(module, nn.Linear):
+        if isinstance(module, nn.Linear):
             init.xavier_uniform_(module.weight)
         elif isinstance(module, nn.Embedding):
             init.normal_(module.weight, mean=0.0, std=std)

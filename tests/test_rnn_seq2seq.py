@@ -225,6 +225,23 @@ def test_luong_scores_the_current_state_and_feeds_h_tilde_back(input_feeding):
         h_prev, h_tilde_prev = h_t, h_tilde
 
 
+@pytest.mark.parametrize("cell_type", ["gru", "lstm"])
+def test_fused_decoder_step_equals_the_stacked_torch_rnn(cell_type):
+    # The step-wise decoders run torch's single-step cell kernels on the stacked RNN's parameters.
+    model = make_model("luong-general-feed-gru", cell_type=cell_type, decoder_layers=2, bridge="zero")
+    decoder = model.model.decoder
+    inputs = torch.randn(3, 5, decoder.rnn.input_size)
+    hidden = torch.randn(2, 3, model.config.hidden_size)
+    cell = torch.randn(2, 3, model.config.hidden_size) if cell_type == "lstm" else None
+    expected, expected_state = decoder.rnn(inputs, hidden if cell is None else (hidden, cell))
+    cache = RNNDecoderCache(hidden=hidden, cell=cell)
+    steps = torch.cat([decoder._rnn_step(x, cache) for x in inputs.split(1, dim=1)], 1)
+    torch.testing.assert_close(steps, expected)
+    torch.testing.assert_close(cache.hidden, expected_state if cell is None else expected_state[0])
+    if cell is not None:
+        torch.testing.assert_close(cache.cell, expected_state[1])
+
+
 @pytest.mark.parametrize("variant", ALL)
 def test_incremental_decoding_with_cache_equals_teacher_forcing(variant):
     model = make_model(variant)

@@ -160,8 +160,9 @@ def test_multi_head_attention_with_identity_projections_is_per_head_softmax_xxt_
     config._attn_implementation = attn_implementation
     attention = TransformerSeq2SeqAttention(config, num_heads=2).eval()
     with torch.no_grad():
-        attention.qkv_proj.weight.copy_(torch.eye(8).repeat(3, 1))
-        attention.qkv_proj.bias.zero_()
+        for projection in (attention.q_proj, attention.k_proj, attention.v_proj):
+            projection.weight.copy_(torch.eye(8))
+            projection.bias.zero_()
         attention.out_proj.weight.copy_(torch.eye(8))
         attention.out_proj.bias.zero_()
     x = torch.randn(1, 5, 8)
@@ -183,8 +184,8 @@ def test_multi_head_cross_attention_layer_equals_float64_hand_computation():
     output, weights = attention(queries, key_value_states=memory, attention_mask=mask)
 
     w_q, b_q = attention.q_proj.weight.double(), attention.q_proj.bias.double()
-    w_k, w_v = attention.kv_proj.weight.double().split(12)
-    b_k, b_v = attention.kv_proj.bias.double().split(12)
+    w_k, w_v = attention.k_proj.weight.double(), attention.v_proj.weight.double()
+    b_k, b_v = attention.k_proj.bias.double(), attention.v_proj.bias.double()
     expected = torch.empty(2, 4, 12, dtype=torch.float64)
     for n in range(2):
         src = 6 if n == 0 else 3
@@ -611,11 +612,11 @@ def test_missing_inputs_raise():
 def test_initialisation_gives_each_projection_block_its_own_xavier_scale():
     model = tiny_model(d_model=64, vocab_size=500, encoder_ffn_dim=256)
     attention = model.model.encoder.layers[0].self_attn
-    for block in attention.qkv_proj.weight.split(64):  # W^Q, W^K, W^V: Xavier for 64 × 64 each
-        assert block.std().item() == pytest.approx(64**-0.5, rel=0.1)
-    assert attention.qkv_proj.bias.abs().max() == 0
+    for projection in (attention.q_proj, attention.k_proj, attention.v_proj):  # Xavier for 64 × 64 each
+        assert projection.weight.std().item() == pytest.approx(64**-0.5, rel=0.1)
+        assert projection.bias.abs().max() == 0
     cross_attention = model.model.decoder.layers[0].encoder_attn
-    for block in (cross_attention.q_proj.weight, *cross_attention.kv_proj.weight.split(64)):
+    for block in (cross_attention.q_proj.weight, cross_attention.k_proj.weight, cross_attention.v_proj.weight):
         assert block.std().item() == pytest.approx(64**-0.5, rel=0.1)
     fc1 = model.model.encoder.layers[0].feed_forward.fc1.weight
     assert fc1.std().item() == pytest.approx(math.sqrt(2 / (64 + 256)), rel=0.1)

@@ -9,26 +9,18 @@ installed. Hub exports (``attention-seq2seq export``) carry their own flattened 
 
 __version__ = "0.1.0"
 
-# TEMPORARY (integration in progress): tolerate a model family that is not written yet.
-try:
-    from .configuration.configuration_rnn_seq2seq import RNNSeq2SeqConfig
-    from .modeling.modeling_rnn_seq2seq import (
-        RNNSeq2SeqForConditionalGeneration,
-        RNNSeq2SeqModel,
-        RNNSeq2SeqPreTrainedModel,
-    )
-except ImportError:  # pragma: no cover
-    RNNSeq2SeqConfig = RNNSeq2SeqModel = RNNSeq2SeqForConditionalGeneration = RNNSeq2SeqPreTrainedModel = None
-try:
-    from .configuration.configuration_transformer_seq2seq import TransformerSeq2SeqConfig
-    from .modeling.modeling_transformer_seq2seq import (
-        TransformerSeq2SeqForConditionalGeneration,
-        TransformerSeq2SeqModel,
-        TransformerSeq2SeqPreTrainedModel,
-    )
-except ImportError:  # pragma: no cover
-    TransformerSeq2SeqConfig = TransformerSeq2SeqModel = None
-    TransformerSeq2SeqForConditionalGeneration = TransformerSeq2SeqPreTrainedModel = None
+from .configuration.configuration_rnn_seq2seq import RNNSeq2SeqConfig
+from .configuration.configuration_transformer_seq2seq import TransformerSeq2SeqConfig
+from .modeling.modeling_rnn_seq2seq import (
+    RNNSeq2SeqForConditionalGeneration,
+    RNNSeq2SeqModel,
+    RNNSeq2SeqPreTrainedModel,
+)
+from .modeling.modeling_transformer_seq2seq import (
+    TransformerSeq2SeqForConditionalGeneration,
+    TransformerSeq2SeqModel,
+    TransformerSeq2SeqPreTrainedModel,
+)
 
 
 def _register_auto_classes() -> None:
@@ -39,8 +31,6 @@ def _register_auto_classes() -> None:
         (RNNSeq2SeqConfig, RNNSeq2SeqModel, RNNSeq2SeqForConditionalGeneration),
         (TransformerSeq2SeqConfig, TransformerSeq2SeqModel, TransformerSeq2SeqForConditionalGeneration),
     ):
-        if config_cls is None:
-            continue
         AutoConfig.register(config_cls.model_type, config_cls, exist_ok=True)
         AutoModel.register(config_cls, base_cls, exist_ok=True)
         AutoModelForSeq2SeqLM.register(config_cls, lm_cls, exist_ok=True)

@@ -7,11 +7,12 @@ exactly the same number of new tokens on both sides: `min_new_tokens = max_new_t
 sentence finishes early on either side. N is the mean length (pieces + `</s>`) of the Multi30k
 test2016 references, rounded up. Both sides receive one identical `GenerationConfig`.
 
-Sources are the Multi30k test2016 German sentences in file order, in fixed-size batches. Each
-round translates all of them on one side, then on the other (order alternating per round).
+Sources are the first 256 (`--sentences`) Multi30k test2016 German sentences in file order, in
+batches of 64. Each round translates all of them on one side, then on the other (order
+alternating per round).
 Reported: sentences/s, median and IQR over rounds, and the ratio ours/Marian paired per round.
 
-    python benchmarks/bench_generate.py [--quick] [--threads 2] [--rounds 3] [--sentences 1000]
+    python benchmarks/bench_generate.py [--quick] [--threads 2] [--rounds 3] [--sentences 256]
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--beams", type=int, nargs="+", default=[1, 5])
     args = parser.parse_args(argv)
     rounds = args.rounds or (2 if args.quick else 3)
-    n_sentences = args.sentences or (32 if args.quick else 1000)
+    n_sentences = args.sentences or (32 if args.quick else 256)
     batch_size = min(args.batch_size, 16) if args.quick else args.batch_size
     threads = set_threads(args.threads)
 

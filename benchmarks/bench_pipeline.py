@@ -16,8 +16,8 @@ data loading and collation between updates are inside the window; model building
 and tokenization before the loop are not. Each run is a fresh subprocess with fixed threads and
 stops after `--seconds` of training; runs alternate ours, Marian, Marian, ours, ...
 
-    python benchmarks/bench_pipeline.py [--quick] [--seconds 90] [--runs 2] [--threads 2]
-    python benchmarks/bench_pipeline.py --side ours|marian --seconds 90 --out run.json   (one run)
+    python benchmarks/bench_pipeline.py [--quick] [--seconds 60] [--runs 2] [--threads 2]
+    python benchmarks/bench_pipeline.py --side ours|marian --seconds 60 --out run.json   (one run)
 """
 
 from __future__ import annotations
@@ -236,7 +236,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--batch-size", type=int, default=None, help="peer's sentences per step (default: matched)")
     args = parser.parse_args(argv)
-    seconds = args.seconds or (20.0 if args.quick else 90.0)
+    seconds = args.seconds or (20.0 if args.quick else 60.0)
     runs = args.runs or (1 if args.quick else 2)
 
     dims = TransformerDims()

@@ -19,7 +19,7 @@ sorted longest source first as JoeyNMT's packed encoder requires) and answers on
 round; rounds alternate between the two sides, so they never run at the same time.
 One step on both sides: forward, the mean cross-entropy over target tokens, backward, AdamW, zero_grad.
 
-    python benchmarks/bench_rnn.py [--quick] [--threads 2] [--rounds 5] [--batches 6]
+    python benchmarks/bench_rnn.py [--quick] [--threads 2] [--rounds 4] [--batches 4]
 """
 
 from __future__ import annotations
@@ -127,8 +127,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--max-tokens", type=int, default=4096)
     parser.add_argument("--attentions", nargs="+", default=["luong", "bahdanau"])
     args = parser.parse_args(argv)
-    rounds = args.rounds or (2 if args.quick else 5)
-    n_batches = args.batches or (2 if args.quick else 6)
+    rounds = args.rounds or (2 if args.quick else 4)
+    n_batches = args.batches or (2 if args.quick else 4)
     threads = set_threads(args.threads)
     if not JOEYNMT_PYTHON.exists():
         raise SystemExit(f"{JOEYNMT_PYTHON} not found: run `bash benchmarks/joeynmt_env.sh` first")

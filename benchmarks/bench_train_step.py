@@ -11,7 +11,7 @@ Reported: target tokens/s (non-padding labels) per round, median and IQR over ro
 ours/Marian (paired per round), and MFU = achieved training FLOP/s (formula in
 `common.transformer_train_flops`) / reference matmul FLOP/s of the same round.
 
-    python benchmarks/bench_train_step.py [--quick] [--threads 2] [--rounds 7] [--batches 8]
+    python benchmarks/bench_train_step.py [--quick] [--threads 2] [--rounds 7] [--batches 6]
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--max-tokens", type=int, default=4096)
     args = parser.parse_args(argv)
     rounds = args.rounds or (2 if args.quick else 7)
-    n_batches = args.batches or (2 if args.quick else 8)
+    n_batches = args.batches or (2 if args.quick else 6)
     threads = set_threads(args.threads)
 
     dims = TransformerDims()

@@ -645,6 +645,12 @@ class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, GenerationMi
     def get_decoder(self) -> RNNSeq2SeqDecoder:
         return self.model.decoder
 
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        """Teacher-forcing inputs for ``labels`` (batch, tgt_len): shifted right behind the start
+        token, -100 replaced by padding. ``DataCollatorForSeq2Seq`` and ``Seq2SeqTrainer``'s label
+        smoothing call this when they take the labels away from the model."""
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -667,9 +673,7 @@ class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, GenerationMi
         if labels is not None:
             use_cache = False if use_cache is None else use_cache
             if decoder_input_ids is None:
-                decoder_input_ids = shift_tokens_right(
-                    labels, self.config.pad_token_id, self.config.decoder_start_token_id
-                )
+                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
         outputs = self.model(
             input_ids,
             attention_mask=attention_mask,

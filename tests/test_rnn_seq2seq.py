@@ -745,3 +745,34 @@ def test_every_decoder_variant_overfits_20_multi30k_pairs(shared_data, variant):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
     assert loss.item() < 0.1, f"{variant}: loss {first:.2f} -> {loss.item():.3f} after {step + 1} steps"
+
+
+def test_data_collator_for_seq2seq_builds_the_decoder_inputs_the_model_would():
+    """DataCollatorForSeq2Seq(model=...) calls prepare_decoder_input_ids_from_labels; the batch it
+    builds must give the same loss as handing the model only the labels."""
+    from transformers import DataCollatorForSeq2Seq
+
+    model = make_model("luong-general-feed-gru")
+
+    class _Tok:  # the collator only needs the padding behaviour of a tokenizer
+        pad_token_id = PAD
+        padding_side = "right"
+
+        def pad(self, features, padding, max_length, pad_to_multiple_of, return_tensors):
+            width = max(len(f["input_ids"]) for f in features)
+            return {
+                "input_ids": torch.tensor([f["input_ids"] + [PAD] * (width - len(f["input_ids"])) for f in features]),
+                "attention_mask": torch.tensor([[1] * len(f["input_ids"]) + [0] * (width - len(f["input_ids"])) for f in features]),
+            }
+
+    features = [
+        {"input_ids": [5, 6, 7, EOS], "labels": [13, 14, 15, EOS]},
+        {"input_ids": [9, EOS], "labels": [18, EOS]},
+    ]
+    batch = DataCollatorForSeq2Seq(_Tok(), model=model, label_pad_token_id=-100)(features)
+    expected = torch.tensor([[BOS, 13, 14, 15], [BOS, 18, EOS, PAD]])
+    assert torch.equal(batch["decoder_input_ids"], expected)
+    with torch.no_grad():
+        with_inputs = model(**batch).loss
+        labels_only = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]).loss
+    torch.testing.assert_close(with_inputs, labels_only, rtol=0, atol=0)

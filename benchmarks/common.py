@@ -387,7 +387,7 @@ def matmul_reference_flops_per_s(dims: TransformerDims, stats: dict, repeats: in
         ops.append((count, 2.0 * Bh * M * K * N, lambda a=a, g=g: torch.matmul(a.transpose(1, 2), g)))
     for _, _, op in ops:  # warm-up
         op()
-    samples = []
+    samples, flops_total, seconds_total = [], 0.0, 0.0
     for _ in range(repeats):
         total_flops, total_time = 0.0, 0.0
         for count, flops, op in ops:
@@ -397,7 +397,9 @@ def matmul_reference_flops_per_s(dims: TransformerDims, stats: dict, repeats: in
             total_time += time.perf_counter() - start
             total_flops += count * flops
         samples.append(total_flops / total_time)
-    return {"flops_per_s": statistics.median(samples), "samples": samples}
+        flops_total += total_flops
+        seconds_total += total_time
+    return {"flops_per_s": statistics.median(samples), "samples": samples, "flops": flops_total, "seconds": seconds_total}
 
 
 # ----------------------------------------------------------------------------------------------

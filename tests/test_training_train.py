@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import socket
 import subprocess
@@ -116,6 +117,13 @@ def test_wrong_types_and_inconsistent_limits_are_rejected():
         validate_config(TrainConfig(max_steps=1, model_family="lstm"))
 
 
+def test_model_config_keys_and_values_are_checked_before_any_data_is_loaded():
+    with pytest.raises(RecipeError, match=r"unknown key 'd_modle' for TransformerSeq2SeqConfig \(did you mean 'd_model'"):
+        validate_config(TrainConfig(max_steps=1, model_config={"d_modle": 128}))
+    with pytest.raises(RecipeError, match="model_config: window must be one of 'global', 'local-m', 'local-p'; got 'local-x'"):
+        validate_config(TrainConfig(max_steps=1, model_family="rnn", model_config={"attention": "luong", "window": "local-x"}))
+
+
 # Every recipe of train.py; finetune-*.yaml belong to training/finetune_trainer.py.
 TRAIN_RECIPES = sorted(p.name for p in RECIPES.glob("*.yaml") if not p.name.startswith("finetune-"))
 
@@ -191,6 +199,39 @@ def test_two_accumulated_micro_batches_equal_one_batch_of_both(family):
     # Negative control: the per-micro-batch mean (HF's default loss) moves the weights elsewhere.
     naive = _one_update(family, [pairs[:2], pairs[2:]], mean_per_micro=True)
     assert max((naive[k] - whole[k]).abs().max().item() for k in whole) > 1e-4
+
+
+def test_update_with_coverage_follows_the_models_own_loss_gradient():
+    """The trainer's summed loss keeps the RNN's coverage term (See et al. 2017): its gradient,
+    divided by the target tokens, equals the gradient of the model's own mean loss."""
+    from accelerate import Accelerator
+
+    import attention_seq2seq as pkg
+
+    pairs = _random_pairs(4, vocab=40, seed=3)
+    config = pkg.RNNSeq2SeqConfig(
+        vocab_size=40, dropout=0.0, attention="bahdanau", coverage=True, coverage_loss_weight=2.0,
+        label_smoothing=0.1, **{k: v for k, v in TINY_RNN.items() if k not in ("attention", "input_feeding", "score")},
+    )
+    batch = {k: v for k, v in Collate(pad_token_id=0, decoder_start_token_id=1)(pairs).items() if k != "id"}
+
+    def grads(use_trainer: bool) -> dict[str, torch.Tensor]:
+        torch.manual_seed(0)
+        model = pkg.RNNSeq2SeqForConditionalGeneration(config)
+        if use_trainer:
+            accelerator = Accelerator(cpu=True)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+            scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+            optimizer.zero_grad = lambda *a, **k: None  # keep the gradients for the comparison
+            optimizer_update(accelerator, model, optimizer, scheduler, [batch], 0.1, max_grad_norm=0.0)
+        else:
+            model(**batch).loss.backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    ours, reference = grads(True), grads(False)
+    assert ours.keys() == reference.keys()
+    for name in reference:
+        torch.testing.assert_close(ours[name], reference[name], atol=1e-6, rtol=1e-4, msg=name)
 
 
 def test_collate_shifts_labels_behind_the_start_token():
@@ -320,11 +361,9 @@ def _free_port() -> int:
 
 @pytest.mark.slow
 def test_two_cpu_ranks_equal_one_process_accumulating_their_batches(shared_data, tmp_path):
-    # Adam's update of a parameter whose gradient is zero in exact arithmetic (attention key
-    # biases) is lr * noise / (|noise| + eps): a larger eps keeps float noise from dominating it.
     # No dropout: each rank draws its own masks, which one process cannot reproduce.
-    overrides = dict(model_config={**TINY_TRANSFORMER, "dropout": 0.0}, max_train_examples=200, max_steps=4, eval_every=4, save_every=4, num_plot_sentences=0,
-                     learning_rate=1e-3, adam_epsilon=1e-6, debug_dump_batches=True, test_max_examples=4)
+    overrides = dict(model_config={**TINY_TRANSFORMER, "dropout": 0.0}, max_train_examples=200, max_steps=4,
+                     eval_every=4, save_every=4, num_plot_sentences=0, debug_dump_batches=True, test_max_examples=4)
     ddp = tiny_config(shared_data, tmp_path / "ddp", **overrides)
     (tmp_path / "ddp.yaml").write_text(yaml.safe_dump(dataclasses.asdict(ddp)))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -437,3 +476,18 @@ def test_help_lists_every_field_with_its_comment(capsys):
     for f in dataclasses.fields(TrainConfig):
         assert f"--{f.name}" in out
     assert "peak learning rate (AdamW)" in out
+
+
+def test_bf16_mixed_precision_path_trains(shared_data, tmp_path):
+    # On a GPU this is the recipes' --mixed_precision bf16; CPU autocast runs the same code path.
+    # A fresh process: Accelerate keeps one mixed-precision setting per process.
+    config = tiny_config(shared_data, tmp_path / "run", mixed_precision="bf16", eval_every=6, num_plot_sentences=1)
+    (tmp_path / "bf16.yaml").write_text(yaml.safe_dump(dataclasses.asdict(config)))
+    proc = subprocess.run([sys.executable, "-m", "attention_seq2seq.training.train", "--recipe", str(tmp_path / "bf16.yaml")],
+                          cwd=REPO_ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "mixed precision bf16" in proc.stderr
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    losses = [loss for _, loss in metrics["train"]["loss_history"]]
+    assert all(map(math.isfinite, losses)) and losses[-1] < losses[0]
+    assert (tmp_path / "run" / "plots" / "attention_val_step6_0.png").exists()

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import json
 import logging
 import math
@@ -96,7 +97,7 @@ class TrainConfig:
     # ---- length of the run (the first limit reached ends it) -----------------------------------
     max_steps: int | None = None  # optimizer updates
     max_epochs: float | None = None  # passes over the training set
-    max_time_minutes: float | None = None  # wall-clock budget of the training loop, checked every log_every updates
+    max_time_minutes: float | None = None  # wall-clock budget of the training loop, checked after every update (every log_every updates on several ranks)
     # ---- validation ----------------------------------------------------------------------------
     eval_every: int = 1000  # validate every N updates (and at the end)
     eval_max_examples: int | None = 500  # validate on the first N validation pairs (None: all)
@@ -159,6 +160,35 @@ def validate_config(config: TrainConfig) -> None:
         )
     if config.average_best_k and config.average_last_k:
         raise RecipeError("set average_best_k or average_last_k, not both")
+    # model_config: every key must be a field of the family's config class (a misspelt key would
+    # otherwise be stored and ignored), and the values must pass the class's own checks, before
+    # minutes go into loading data.
+    config_cls = _model_classes(config.model_family)[0]
+    fields = [n for n in getattr(config_cls, "__dataclass_fields__", {}) if not n.startswith("_")]
+    for key in config.model_config:
+        if fields and key not in fields:
+            close = difflib.get_close_matches(key, fields, n=3, cutoff=0.6)
+            hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
+            raise RecipeError(f"model_config has unknown key {key!r} for {config_cls.__name__}{hint}")
+    try:
+        config_cls(**config.model_config)
+    except (ValueError, TypeError) as err:
+        raise RecipeError(f"model_config: {err}") from None
+
+
+def _model_classes(family: str):
+    """``(config class, model class)`` of ``family`` ("rnn" or "transformer")."""
+    from .. import (
+        RNNSeq2SeqConfig,
+        RNNSeq2SeqForConditionalGeneration,
+        TransformerSeq2SeqConfig,
+        TransformerSeq2SeqForConditionalGeneration,
+    )
+
+    return {
+        "rnn": (RNNSeq2SeqConfig, RNNSeq2SeqForConditionalGeneration),
+        "transformer": (TransformerSeq2SeqConfig, TransformerSeq2SeqForConditionalGeneration),
+    }[family]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -293,8 +323,15 @@ def optimizer_update(accelerator, model, optimizer, scheduler, micro: list[dict]
     for i, mb in enumerate(micro):
         sync = i == len(micro) - 1  # DDP all-reduces the gradients on the last micro-batch only
         with contextlib.nullcontext() if sync else accelerator.no_sync(model):
-            logits = model(input_ids=mb["input_ids"], attention_mask=mb["attention_mask"], decoder_input_ids=mb["decoder_input_ids"]).logits
-            loss_sum = token_loss_sum(logits, mb["labels"], label_smoothing)
+            out = model(input_ids=mb["input_ids"], attention_mask=mb["attention_mask"],
+                        decoder_input_ids=mb["decoder_input_ids"], use_cache=False)
+            loss_sum = token_loss_sum(out.logits, mb["labels"], label_smoothing)
+            coverage_penalty = getattr(out, "coverage_penalty", None)
+            if coverage_penalty is not None:
+                # RNN coverage (See et al. 2017, eq. 12): the summed penalty of the real target
+                # tokens, weighted like the model's own loss does it.
+                weight = accelerator.unwrap_model(model).config.coverage_loss_weight
+                loss_sum = loss_sum + weight * coverage_penalty[mb["labels"] != -100].sum()
             # DDP averages gradients over ranks; scaling by the world size turns that average into
             # a sum, so the update is d(summed loss)/d(weights) / (global target tokens).
             accelerator.backward(loss_sum * (world / num_tokens))
@@ -312,8 +349,9 @@ def optimizer_update(accelerator, model, optimizer, scheduler, micro: list[dict]
 # Building blocks: accelerator, data, model
 # ---------------------------------------------------------------------------------------------
 def build_accelerator(config: TrainConfig, output_dir: Path) -> Accelerator:
-    # Without CUDA, Accelerate puts a multi-process launch on CPU only when told so; otherwise
-    # every rank would silently train its own copy (docs: /work/shared/guides/hf-v5.md).
+    """The Accelerator of this run. ``accelerate launch --multi_gpu --num_processes N`` on a
+    machine without CUDA starts N ranks that form one gloo group only if the Accelerator is built
+    with ``cpu=True``; without it each rank would silently train its own copy of the model."""
     multi_process = int(os.environ.get("WORLD_SIZE", "1")) > 1
     cpu = multi_process and not torch.cuda.is_available()
     return Accelerator(
@@ -337,6 +375,10 @@ def load_data(config: TrainConfig, accelerator: Accelerator, output_dir: Path):
     from ..data.corpora import load_corpus
     from ..data.tokenization import train_tokenizer
 
+    if not accelerator.is_main_process:
+        import datasets
+
+        datasets.disable_progress_bars()  # one set of "tokenize ..." bars, not one per rank
     with accelerator.main_process_first():  # the Bible corpus prepares a cached copy once
         raw, info = load_corpus(config.corpus, filters=config.corpus_filters or None, return_info=True)
     if config.max_train_examples is not None:
@@ -357,17 +399,7 @@ def load_data(config: TrainConfig, accelerator: Accelerator, output_dir: Path):
 
 
 def build_model(config: TrainConfig, tokenizer):
-    from .. import (
-        RNNSeq2SeqConfig,
-        RNNSeq2SeqForConditionalGeneration,
-        TransformerSeq2SeqConfig,
-        TransformerSeq2SeqForConditionalGeneration,
-    )
-
-    config_cls, model_cls = {
-        "rnn": (RNNSeq2SeqConfig, RNNSeq2SeqForConditionalGeneration),
-        "transformer": (TransformerSeq2SeqConfig, TransformerSeq2SeqForConditionalGeneration),
-    }[config.model_family]
+    config_cls, model_cls = _model_classes(config.model_family)
     reserved = {"vocab_size", "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "label_smoothing"}
     clash = sorted(reserved & set(config.model_config))
     if clash:
@@ -537,7 +569,8 @@ def train(config: TrainConfig) -> Path:
     """Run a whole training (or resume one) and return the output folder.
 
     Writes ``model/``, ``metrics.json``, ``recipe.yaml``, ``plots/``, ``checkpoints/``, ``best/``
-    and ``logs/`` under ``config.output_dir`` (docs/DESIGN.md). Safe to call in-process.
+    and ``logs/`` under ``config.output_dir`` (docs/DESIGN.md). Safe to call in-process, several
+    times; Accelerate keeps one state per process, so those calls must share ``mixed_precision``.
 
     Raises:
         RecipeError: invalid hyperparameters (the message names the field).
@@ -663,7 +696,8 @@ def train(config: TrainConfig) -> Path:
     first_bad = torch.full((), -1, dtype=torch.long, device=device)  # first update with a non-finite loss
     last_log_time = session_start = time.perf_counter()
     earlier_sessions_s = state.wall_time_s
-    progress = tqdm(total=total_steps, initial=state.step, disable=not is_main, desc="train", unit="upd", dynamic_ncols=True)
+    progress = tqdm(total=total_steps, initial=state.step, disable=not is_main, desc="train", unit="upd", dynamic_ncols=True,
+                    mininterval=0.5 if sys.stderr.isatty() else 30.0)  # a log file gets a line per 30 s
     stop_reason = None
     while stop_reason is None and (total_steps is None or state.step < total_steps):
         # One optimizer update: draw the micro-batches first, to know the global token count.
@@ -682,7 +716,14 @@ def train(config: TrainConfig) -> Path:
         # ---- logging (the only per-interval host sync), NaN check and time budget -------------
         evaluating = state.step % config.eval_every == 0 or state.step == total_steps
         saving = state.step % config.save_every == 0 or state.step == total_steps
-        if state.step % config.log_every == 0 or evaluating or saving:
+        # One process checks the time budget after every update (no host sync needed); ranks of
+        # a distributed run agree on it at the log interval, where they synchronise anyway.
+        over_budget = (
+            world == 1
+            and config.max_time_minutes is not None
+            and earlier_sessions_s + time.perf_counter() - session_start > 60 * config.max_time_minutes
+        )
+        if state.step % config.log_every == 0 or evaluating or saving or over_budget:
             stats = torch.stack([loss_acc, tokens_acc / world, first_bad.float()])
             stats = accelerator.gather(stats[None]) if world > 1 else stats[None]
             loss_sum_all, tokens_all = stats[:, 0].sum().item(), stats[:, 1].sum().item()

@@ -16,7 +16,9 @@ JoeyNMT's `bahdanau` decoder, the closest thing a JoeyNMT user would pick.
 JoeyNMT runs in its own virtual environment (`benchmarks/joeynmt_env.sh`) in a long-lived
 subprocess (`joeynmt_worker.py`) that receives the very same batches (saved with torch.save,
 sorted longest source first as JoeyNMT's packed encoder requires) and answers one JSON line per
-round; rounds alternate between the two sides, so they never run at the same time.
+step. Every batch runs on both sides back to back (order alternating from batch to batch; the
+JoeyNMT step is timed inside the worker), so the two never run at the same time and load changes
+hit both alike.
 One step on both sides: forward, the mean cross-entropy over target tokens, backward, AdamW, zero_grad.
 
     python benchmarks/bench_rnn.py [--quick] [--threads 2] [--rounds 4] [--batches 4]
@@ -152,17 +154,19 @@ def main(argv=None) -> dict:
             step(batch)
         joey.ask("warmup 2")
 
-        def ours_round() -> float:
-            start = time.perf_counter()
-            for batch in batches:
-                step(batch)
-            return time.perf_counter() - start
-
         seconds = {"ours": [], "joeynmt": []}
         for r in range(rounds):
-            order = ["ours", "joeynmt"] if r % 2 == 0 else ["joeynmt", "ours"]
-            for side in order:
-                seconds[side].append(ours_round() if side == "ours" else joey.ask("round")["seconds"])
+            spent = {"ours": 0.0, "joeynmt": 0.0}
+            for i, batch in enumerate(batches):  # both sides back to back on every batch
+                for side in (["ours", "joeynmt"] if (r + i) % 2 == 0 else ["joeynmt", "ours"]):
+                    if side == "ours":
+                        start = time.perf_counter()
+                        step(batch)
+                        spent[side] += time.perf_counter() - start
+                    else:
+                        spent[side] += joey.ask(f"step {i}")["seconds"]
+            for side in spent:
+                seconds[side].append(spent[side])
             log(f"{attention} round {r + 1}/{rounds}: "
                 + ", ".join(f"{n} {tgt_tokens / seconds[n][-1]:.0f} tok/s" for n in seconds))
         joey.close()

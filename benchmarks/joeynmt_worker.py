@@ -14,6 +14,7 @@ encoder packs sequences and needs that order).
 Protocol (one JSON object per line on stdout):
     start                   -> {"ready": true, "params": N, "torch": ..., "joeynmt": ...}
     stdin "warmup K"        -> runs K steps,               {"ok": true}
+    stdin "step I"          -> batch I once, timed,         {"seconds": s, "loss": loss}
     stdin "round"           -> every batch once, timed,     {"seconds": s, "loss": mean loss}
     stdin "quit"            -> exits
 One step: model(return_type="loss") (summed cross-entropy over non-pad targets, JoeyNMT's own
@@ -139,6 +140,11 @@ def main() -> None:
                 step(batches[(done + i) % len(batches)])
             done += int(command[1])
             print(json.dumps({"ok": True}), flush=True)
+        elif command[0] == "step":
+            batch = batches[int(command[1]) % len(batches)]
+            start = time.perf_counter()
+            loss = step(batch)
+            print(json.dumps({"seconds": time.perf_counter() - start, "loss": loss}), flush=True)
         elif command[0] == "round":
             start = time.perf_counter()
             losses = [step(b) for b in batches]

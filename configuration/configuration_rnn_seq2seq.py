@@ -8,9 +8,9 @@ constructor, so a misspelt or meaningless combination fails before a model is bu
 
 from __future__ import annotations
 
-import difflib
-
 from transformers import PreTrainedConfig
+
+from .configuration_checks import check_choice, reject_misspelt_options
 
 CELL_TYPES = ("gru", "lstm")
 BRIDGES = ("zero", "last", "projection")
@@ -18,12 +18,6 @@ ATTENTIONS = ("none", "bahdanau", "luong")
 LUONG_SCORES = ("dot", "general", "concat", "cosine", "scaled_dot")
 WINDOWS = ("global", "local-m", "local-p")
 ATTENTION_MODES = ("soft", "hard")
-
-
-def _one_of(name: str, value, valid: tuple[str, ...]) -> None:
-    if value not in valid:
-        choices = ", ".join(repr(v) for v in valid)
-        raise ValueError(f"{name} must be one of {choices}; got {value!r}")
 
 
 class RNNSeq2SeqConfig(PreTrainedConfig):
@@ -115,7 +109,7 @@ class RNNSeq2SeqConfig(PreTrainedConfig):
     use_cache: bool = True
 
     def __post_init__(self, **kwargs):
-        self._reject_misspelt_options(kwargs)
+        reject_misspelt_options(self, kwargs)
         self._resolve_and_validate()
         super().__post_init__(**kwargs)
 
@@ -141,21 +135,10 @@ class RNNSeq2SeqConfig(PreTrainedConfig):
         step's attention): Bahdanau attention, Luong input feeding, coverage."""
         return self.attention == "bahdanau" or bool(self.input_feeding) or self.coverage
 
-    def _reject_misspelt_options(self, kwargs: dict) -> None:
-        # The base class stores unknown keys silently (config.json carries bookkeeping keys such as
-        # "architectures"); a key that is one typo away from one of our options is a mistake.
-        fields = [name for name in type(self).__dataclass_fields__ if not name.startswith("_")]
-        for key in kwargs:
-            if key in fields:
-                continue
-            close = difflib.get_close_matches(key, fields, n=1, cutoff=0.85)
-            if close:
-                raise ValueError(f"unknown option {key!r} for {type(self).__name__}; did you mean {close[0]!r}?")
-
     def _resolve_and_validate(self) -> None:
-        _one_of("cell_type", self.cell_type, CELL_TYPES)
-        _one_of("bridge", self.bridge, BRIDGES)
-        _one_of("attention", self.attention, ATTENTIONS)
+        check_choice("cell_type", self.cell_type, CELL_TYPES)
+        check_choice("bridge", self.bridge, BRIDGES)
+        check_choice("attention", self.attention, ATTENTIONS)
         for name in ("vocab_size", "embedding_size", "hidden_size", "encoder_layers", "decoder_layers"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -218,7 +201,7 @@ class RNNSeq2SeqConfig(PreTrainedConfig):
             )
         if self.attention == "luong":
             self.score = "general" if self.score is None else self.score
-            _one_of("score", self.score, LUONG_SCORES)
+            check_choice("score", self.score, LUONG_SCORES)
             if self.score in ("dot", "cosine", "scaled_dot") and self.encoder_output_size != self.hidden_size:
                 raise ValueError(
                     f"score={self.score!r} compares h_t ({self.hidden_size} units) with the encoder outputs "
@@ -227,7 +210,7 @@ class RNNSeq2SeqConfig(PreTrainedConfig):
 
         if attending:
             self.window = "global" if self.window is None else self.window
-            _one_of("window", self.window, WINDOWS)
+            check_choice("window", self.window, WINDOWS)
             if self.window != "global" and self.attention != "luong":
                 raise ValueError(
                     f"window={self.window!r} is Luong's local attention (§3.2) and needs attention='luong'; "
@@ -243,7 +226,7 @@ class RNNSeq2SeqConfig(PreTrainedConfig):
                 if isinstance(self.window_size, bool) or not isinstance(self.window_size, int) or self.window_size < 1:
                     raise ValueError(f"window_size (D) must be a positive integer; got {self.window_size!r}")
             self.attention_mode = "soft" if self.attention_mode is None else self.attention_mode
-            _one_of("attention_mode", self.attention_mode, ATTENTION_MODES)
+            check_choice("attention_mode", self.attention_mode, ATTENTION_MODES)
 
         if self.attention == "luong":
             self.input_feeding = True if self.input_feeding is None else self.input_feeding

@@ -10,15 +10,11 @@ from __future__ import annotations
 
 from transformers import PreTrainedConfig
 
+from .configuration_checks import check_choice, reject_misspelt_options
+
 POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned")
 NORM_ORDERS = ("post", "pre")
 ACTIVATION_FUNCTIONS = ("relu", "gelu")
-
-
-def _check_choice(name: str, value: object, valid: tuple[str, ...]) -> None:
-    if value not in valid:
-        choices = ", ".join(repr(v) for v in valid)
-        raise ValueError(f"{name} must be one of {choices}; got {value!r}")
 
 
 def _check_divisible(d_model: int, num_heads: int, name: str) -> None:
@@ -103,11 +99,12 @@ class TransformerSeq2SeqConfig(PreTrainedConfig):
     decoder_start_token_id: int | None = 1
 
     def __post_init__(self, **kwargs):
+        reject_misspelt_options(self, kwargs)
         _check_divisible(self.d_model, self.encoder_attention_heads, "encoder_attention_heads")
         _check_divisible(self.d_model, self.decoder_attention_heads, "decoder_attention_heads")
-        _check_choice("position_embedding_type", self.position_embedding_type, POSITION_EMBEDDING_TYPES)
-        _check_choice("norm_order", self.norm_order, NORM_ORDERS)
-        _check_choice("activation_function", self.activation_function, ACTIVATION_FUNCTIONS)
+        check_choice("position_embedding_type", self.position_embedding_type, POSITION_EMBEDDING_TYPES)
+        check_choice("norm_order", self.norm_order, NORM_ORDERS)
+        check_choice("activation_function", self.activation_function, ACTIVATION_FUNCTIONS)
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1); got {self.label_smoothing}")
         if self.max_position_embeddings <= 0:

@@ -83,6 +83,7 @@ def padded_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         (dict(norm_order="sandwich"), "'post', 'pre'; got 'sandwich'"),
         (dict(activation_function="swish"), "'relu', 'gelu'; got 'swish'"),
         (dict(label_smoothing=1.0), "label_smoothing"),
+        (dict(d_modle=64), "unknown option 'd_modle'.*did you mean 'd_model'"),
     ],
 )
 def test_invalid_config_raises_naming_valid_values(overrides, message):

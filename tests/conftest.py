@@ -45,3 +45,25 @@ def shared_data() -> Path:
     if not (path / "multi30k" / "train.en").exists():
         pytest.skip(f"shared corpora not found at {path} (set ATTN_SEQ2SEQ_SHARED_DATA)")
     return path
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Any attempt to open a network connection from this process fails the test."""
+    import socket
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"a test tried to use the network: {args}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+@pytest.fixture(scope="module")
+def quiet_datasets():
+    """No `datasets` progress bars in the test output."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    yield
+    datasets.enable_progress_bars()

@@ -24,11 +24,7 @@ from attention_seq2seq.data import (
 from attention_seq2seq.data.tokenization import EOS_ID, PAD_ID
 
 
-@pytest.fixture(autouse=True, scope="module")
-def quiet_datasets():
-    datasets.disable_progress_bars()
-    yield
-    datasets.enable_progress_bars()
+pytestmark = pytest.mark.usefixtures("quiet_datasets")  # fixture in conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -29,23 +28,8 @@ from attention_seq2seq.data.bible import (
 
 BIBLE_MODULES = ("spaRV1909eb", "engWEB2015eb")
 
-
-@pytest.fixture(autouse=True, scope="module")
-def quiet_datasets():
-    datasets.disable_progress_bars()
-    yield
-    datasets.enable_progress_bars()
-
-
-@pytest.fixture(autouse=True)
-def no_network(monkeypatch):
-    """Any attempt to open a network connection fails the test."""
-
-    def refuse(*args, **kwargs):
-        raise AssertionError(f"a data test tried to use the network: {args}")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
+# Every test here runs offline and without progress bars (fixtures in conftest.py).
+pytestmark = pytest.mark.usefixtures("no_network", "quiet_datasets")
 
 
 def write_lines(path: Path, lines: list[str]) -> Path:

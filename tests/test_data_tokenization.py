@@ -6,7 +6,6 @@ tested on held-out sentences. No test touches the network.
 
 from __future__ import annotations
 
-import socket
 import time
 
 import datasets
@@ -19,21 +18,8 @@ from attention_seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 MODEL_TYPES = ("unigram", "bpe")
 
-
-@pytest.fixture(autouse=True, scope="module")
-def quiet_datasets():
-    datasets.disable_progress_bars()
-    yield
-    datasets.enable_progress_bars()
-
-
-@pytest.fixture(autouse=True)
-def no_network(monkeypatch):
-    def refuse(*args, **kwargs):
-        raise AssertionError(f"a tokenizer test tried to use the network: {args}")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
+# Every test here runs offline and without progress bars (fixtures in conftest.py).
+pytestmark = pytest.mark.usefixtures("no_network", "quiet_datasets")
 
 
 def _every(dataset: datasets.Dataset, step: int, n: int) -> list[tuple[str, str]]:

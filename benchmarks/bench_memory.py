@@ -17,8 +17,9 @@ two sides are measured under identical allocator settings. Reported: the first s
 creating the optimizer state) and a steady-state step (the second one, measured from the RSS
 just before it). A cross-check from inside torch: the profiler's allocator events of a third step
 (every tensor allocation and free with its size) summed in time order give that step's peak of
-live tensor bytes; on this machine it agrees with the RSS method within a few MiB. The batch is the same on both sides: a token-budget batch of Multi30k train
-with about 4,000 padded tokens; threads fixed.
+live tensor bytes; on this machine it agrees with the RSS method within a few MiB. The batch is
+the same on both sides: a token-budget batch of Multi30k train with about 4,000 padded tokens;
+threads fixed.
 
     python benchmarks/bench_memory.py [--quick] [--repeats 3] [--threads 2]
 """

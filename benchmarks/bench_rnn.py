@@ -21,7 +21,7 @@ JoeyNMT step is timed inside the worker), so the two never run at the same time 
 hit both alike.
 One step on both sides: forward, the mean cross-entropy over target tokens, backward, AdamW, zero_grad.
 
-    python benchmarks/bench_rnn.py [--quick] [--threads 2] [--rounds 4] [--batches 4]
+    python benchmarks/bench_rnn.py [--quick] [--threads 2] [--rounds 4] [--batches 3]
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--attentions", nargs="+", default=["luong", "bahdanau"])
     args = parser.parse_args(argv)
     rounds = args.rounds or (2 if args.quick else 4)
-    n_batches = args.batches or (2 if args.quick else 4)
+    n_batches = args.batches or (2 if args.quick else 3)
     threads = set_threads(args.threads)
     if not JOEYNMT_PYTHON.exists():
         raise SystemExit(f"{JOEYNMT_PYTHON} not found: run `bash benchmarks/joeynmt_env.sh` first")

@@ -17,7 +17,6 @@ ours/Marian (paired per round), and MFU = achieved training FLOP/s (formula in
 
 from __future__ import annotations
 
-import statistics
 import time
 
 from common import (

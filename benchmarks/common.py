@@ -18,7 +18,6 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -441,31 +440,6 @@ def make_train_step(model, lr: float = 3e-4, fused: bool | None = None, zero_gra
 # ----------------------------------------------------------------------------------------------
 
 
-def timed(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
-def interleave(sides: dict[str, Callable[[int], object]], rounds: int, per_round: int = 1) -> dict[str, list[float]]:
-    """Run each side `per_round` times per round, alternating the order (A B, B A, A B, ...).
-
-    `sides[name](i)` does one unit of work (i counts calls per side); returns the wall times of
-    every call per side.
-    """
-    names = list(sides)
-    times: dict[str, list[float]] = {n: [] for n in names}
-    counters = {n: 0 for n in names}
-    for r in range(rounds):
-        order = names if r % 2 == 0 else names[::-1]
-        for name in order:
-            for _ in range(per_round):
-                i = counters[name]
-                counters[name] += 1
-                times[name].append(timed(lambda: sides[name](i)))
-    return times
-
-
 def summarize(values: list[float]) -> dict:
     """Median, inter-quartile range, min and max of a list of samples."""
     vals = sorted(values)
@@ -475,15 +449,6 @@ def summarize(values: list[float]) -> dict:
     else:
         q1, q3 = vals[0], vals[-1]
     return {"median": statistics.median(vals), "q1": q1, "q3": q3, "min": vals[0], "max": vals[-1], "n": len(vals)}
-
-
-def rate_summary(work: list[float], seconds: list[float]) -> dict:
-    """Summary of per-sample rates work_i / seconds_i."""
-    return summarize([w / s for w, s in zip(work, seconds)])
-
-
-def ratio_of_medians(ours: dict, peer: dict) -> float:
-    return ours["median"] / peer["median"]
 
 
 def paired_ratio_summary(ours_rates: list[float], peer_rates: list[float]) -> dict:
@@ -551,5 +516,3 @@ def base_argparser(description: str):
 
 def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-

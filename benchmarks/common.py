@@ -244,13 +244,10 @@ class TransformerDims:
     max_positions: int = 256
 
 
-def build_ours(dims: TransformerDims, tokenizer=None, seed: int = 0):
-    import torch
-    from attention_seq2seq.configuration.configuration_transformer_seq2seq import TransformerSeq2SeqConfig
-    from attention_seq2seq.modeling.modeling_transformer_seq2seq import TransformerSeq2SeqForConditionalGeneration
-
-    torch.manual_seed(seed)
-    config = TransformerSeq2SeqConfig(
+def shared_config_kwargs(dims: TransformerDims) -> dict:
+    """The config fields both peers take under the same names: one place, so ours and Marian
+    cannot drift apart in size, dropout or special-token ids."""
+    return dict(
         vocab_size=dims.vocab_size,
         d_model=dims.d_model,
         encoder_layers=dims.layers,
@@ -263,8 +260,6 @@ def build_ours(dims: TransformerDims, tokenizer=None, seed: int = 0):
         dropout=dims.dropout,
         attention_dropout=0.0,
         activation_dropout=0.0,
-        position_embedding_type="sinusoidal",
-        norm_order="post",
         scale_embedding=True,
         max_position_embeddings=dims.max_positions,
         share_encoder_decoder_embeddings=True,
@@ -273,6 +268,17 @@ def build_ours(dims: TransformerDims, tokenizer=None, seed: int = 0):
         bos_token_id=1,
         eos_token_id=2,
         decoder_start_token_id=1,
+    )
+
+
+def build_ours(dims: TransformerDims, tokenizer=None, seed: int = 0):
+    import torch
+    from attention_seq2seq.configuration.configuration_transformer_seq2seq import TransformerSeq2SeqConfig
+    from attention_seq2seq.modeling.modeling_transformer_seq2seq import TransformerSeq2SeqForConditionalGeneration
+
+    torch.manual_seed(seed)
+    config = TransformerSeq2SeqConfig(
+        **shared_config_kwargs(dims), position_embedding_type="sinusoidal", norm_order="post"
     )
     return TransformerSeq2SeqForConditionalGeneration(config)
 
@@ -284,29 +290,7 @@ def build_marian(dims: TransformerDims, seed: int = 0):
     from transformers import MarianConfig, MarianMTModel
 
     torch.manual_seed(seed)
-    config = MarianConfig(
-        vocab_size=dims.vocab_size,
-        d_model=dims.d_model,
-        encoder_layers=dims.layers,
-        decoder_layers=dims.layers,
-        encoder_attention_heads=dims.heads,
-        decoder_attention_heads=dims.heads,
-        encoder_ffn_dim=dims.ffn,
-        decoder_ffn_dim=dims.ffn,
-        activation_function="relu",
-        dropout=dims.dropout,
-        attention_dropout=0.0,
-        activation_dropout=0.0,
-        scale_embedding=True,
-        max_position_embeddings=dims.max_positions,
-        share_encoder_decoder_embeddings=True,
-        tie_word_embeddings=True,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-        decoder_start_token_id=1,
-        forced_eos_token_id=None,
-    )
+    config = MarianConfig(**shared_config_kwargs(dims), forced_eos_token_id=None)
     return MarianMTModel(config)
 
 

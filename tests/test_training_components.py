@@ -182,3 +182,11 @@ def test_transformer_attention_writes_average_and_per_head_figures(tmp_path):
 def test_plot_rejects_weights_that_do_not_match_tokens(tmp_path):
     with pytest.raises(ValueError, match="3 target x 2 source"):
         plot_cross_attentions([np.ones((1, 3, 4))], ["a", "b"], ["x", "y", "z"], tmp_path, "bad")
+
+
+def test_lowercased_bleu_ignores_case_and_cased_bleu_does_not():
+    hyps, refs = ["THE CAT SAT ON THE MAT ."], ["the cat sat on the mat ."]
+    scores = corpus_scores(hyps, refs, target_lang="en")
+    assert scores["bleu_lowercase"] == pytest.approx(100.0)
+    assert scores["bleu"] < 10.0  # only "." matches when case counts
+    assert "case:lc" in scores["bleu_lowercase_signature"] and "case:mixed" in scores["bleu_signature"]

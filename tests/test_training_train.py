@@ -124,6 +124,12 @@ def test_model_config_keys_and_values_are_checked_before_any_data_is_loaded():
         validate_config(TrainConfig(max_steps=1, model_family="rnn", model_config={"attention": "luong", "window": "local-x"}))
 
 
+def test_num_threads_must_be_positive_or_null():
+    with pytest.raises(RecipeError, match=r"num_threads must be >= 1 or null \(torch's default\); got 0"):
+        validate_config(TrainConfig(max_steps=1, num_threads=0))
+    validate_config(TrainConfig(max_steps=1, num_threads=None))
+
+
 # Every recipe of train.py; finetune-*.yaml belong to training/finetune_trainer.py.
 TRAIN_RECIPES = sorted(p.name for p in RECIPES.glob("*.yaml") if not p.name.startswith("finetune-"))
 
@@ -491,3 +497,37 @@ def test_bf16_mixed_precision_path_trains(shared_data, tmp_path):
     losses = [loss for _, loss in metrics["train"]["loss_history"]]
     assert all(map(math.isfinite, losses)) and losses[-1] < losses[0]
     assert (tmp_path / "run" / "plots" / "attention_val_step6_0.png").exists()
+
+
+def test_test_greedy_adds_a_greedy_entry_scored_like_the_translations_it_writes(shared_data, tmp_path):
+    from attention_seq2seq.training.metrics import corpus_scores
+
+    config = tiny_config(shared_data, tmp_path / "run", test_greedy=True, num_threads=1)
+    threads_before = torch.get_num_threads()
+    try:
+        run = train(config)
+        assert torch.get_num_threads() == 1  # num_threads reached torch
+    finally:
+        torch.set_num_threads(threads_before)
+    metrics = json.loads((run / "metrics.json").read_text())
+    beam, greedy = metrics["test"]["multi30k-test"], metrics["test"]["multi30k-test-greedy"]
+    assert beam["num_beams"] == 2 and greedy["num_beams"] == 1
+    hyps = (run / "test_translations_greedy.txt").read_text(encoding="utf-8").splitlines()
+    assert len(hyps) == greedy["num_sentences"] == 8
+    from attention_seq2seq.data import load_corpus
+
+    refs = list(load_corpus(config.corpus)["test"]["target"][:8])
+    rescored = corpus_scores(hyps, refs, "en")
+    assert greedy["bleu"] == pytest.approx(rescored["bleu"]) and greedy["chrf"] == pytest.approx(rescored["chrf"])
+    assert "case:lc" in greedy["bleu_lowercase_signature"] and greedy["bleu_lowercase"] >= 0.0
+
+
+def test_rnn_without_attention_trains_validates_and_tests_without_heat_maps(shared_data, tmp_path):
+    # attention="none" has no cross-attention to draw: validation and the final test must still
+    # run (this crashed at the first validation before plot_attention learned to skip it).
+    model_config = {"embedding_size": 32, "hidden_size": 32, "attention": "none"}
+    run = train(tiny_config(shared_data, tmp_path / "run", model_family="rnn", model_config=model_config))
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert [v["step"] for v in metrics["validation"]] == [3, 6]
+    assert metrics["test"]["multi30k-test"]["num_sentences"] == 8
+    assert not list((run / "plots").glob("*.png"))

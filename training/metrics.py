@@ -33,8 +33,10 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str], target_l
         target_lang: language code of the target; picks sacreBLEU's tokenizer for BLEU.
 
     Returns:
-        ``{"bleu": float, "chrf": float, "bleu_signature": str, "chrf_signature": str}``
-        (scores on sacreBLEU's 0-100 scale).
+        ``{"bleu": float, "bleu_lowercase": float, "chrf": float, "bleu_signature": str,
+        "bleu_lowercase_signature": str, "chrf_signature": str}`` (scores on sacreBLEU's 0-100
+        scale). ``bleu`` is cased; ``bleu_lowercase`` lower-cases both sides first, which is the
+        closest sacreBLEU comes to the lower-cased word-level BLEU of many published tables.
 
     Raises:
         ValueError: the two lists differ in length or are empty.
@@ -45,12 +47,13 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str], target_l
         raise ValueError("cannot score an empty corpus")
     hyps, refs = list(hypotheses), [list(references)]
     bleu = BLEU(tokenize=bleu_tokenizer_for(target_lang))
+    bleu_lc = BLEU(tokenize=bleu_tokenizer_for(target_lang), lowercase=True)
     chrf = CHRF()
-    bleu_score = bleu.corpus_score(hyps, refs)
-    chrf_score = chrf.corpus_score(hyps, refs)
     return {
-        "bleu": float(bleu_score.score),
-        "chrf": float(chrf_score.score),
+        "bleu": float(bleu.corpus_score(hyps, refs).score),
+        "bleu_lowercase": float(bleu_lc.corpus_score(hyps, refs).score),
+        "chrf": float(chrf.corpus_score(hyps, refs).score),
         "bleu_signature": str(bleu.get_signature()),
+        "bleu_lowercase_signature": str(bleu_lc.get_signature()),
         "chrf_signature": str(chrf.get_signature()),
     }

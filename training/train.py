@@ -112,6 +112,7 @@ class TrainConfig:
     # ---- test ----------------------------------------------------------------------------------
     test_num_beams: int = 5  # beam size of the final test-set evaluation (also saved in generation_config)
     test_max_examples: int | None = None  # evaluate on the first N test pairs (None: all)
+    test_greedy: bool = False  # also score greedy decoding on the test set (metrics.json entry "<corpus>-test-greedy")
     # ---- checkpoints and output ----------------------------------------------------------------
     output_dir: str = "runs/train"  # the run folder (docs/DESIGN.md, "Training output folder")
     save_every: int = 1000  # accelerator.save_state every N updates (and at the end)
@@ -119,6 +120,7 @@ class TrainConfig:
     resume: bool = False  # continue from the newest checkpoint in output_dir/checkpoints
     # ---- system --------------------------------------------------------------------------------
     seed: int = 1234  # model init, dropout and data order
+    num_threads: int | None = None  # torch intra-op CPU threads of each process (None: torch's default, one per core)
     mixed_precision: str | None = None  # "no", "fp16" or "bf16" (GPU); None: what `accelerate launch/config` says, else "no"
     log_every: int = 50  # updates between progress/TensorBoard logs (each costs one host sync)
     log_with: str = "tensorboard"  # "tensorboard" or "none"
@@ -152,6 +154,8 @@ def validate_config(config: TrainConfig) -> None:
     for name in ("max_tokens", "gradient_accumulation_steps", "eval_every", "save_every", "log_every", "keep_last_checkpoints"):
         if getattr(config, name) < 1:
             raise RecipeError(f"{name} must be >= 1; got {getattr(config, name)}")
+    if config.num_threads is not None and config.num_threads < 1:
+        raise RecipeError(f"num_threads must be >= 1 or null (torch's default); got {config.num_threads}")
     if config.average_best_k > config.keep_best_k:
         raise RecipeError(f"average_best_k ({config.average_best_k}) needs keep_best_k >= it; got keep_best_k={config.keep_best_k}")
     if config.average_last_k > config.keep_last_checkpoints:
@@ -423,6 +427,9 @@ def build_model(config: TrainConfig, tokenizer):
 # ---------------------------------------------------------------------------------------------
 # Validation, test and attention plots
 # ---------------------------------------------------------------------------------------------
+_SCORE_KEYS = ("bleu", "bleu_lowercase", "chrf", "bleu_signature", "bleu_lowercase_signature", "chrf_signature")
+
+
 def _eval_batches(dataset, tokenizer, config: TrainConfig, max_examples: int | None, accelerator):
     """This rank's share of length-sorted evaluation batches: (example indices, batch on device)."""
     n = len(dataset) if max_examples is None else min(max_examples, len(dataset))
@@ -466,7 +473,11 @@ def evaluate(model, dataset, tokenizer, config: TrainConfig, accelerator, num_be
 @torch.no_grad()
 def plot_attention(model, tokenizer, sources: list[str], out_dir: Path, prefix: str, config: TrainConfig, device) -> None:
     """Translate each source greedily, re-read the output teacher-forced with
-    ``output_attentions=True`` and write its cross-attention heat-maps as ``<prefix>_<i>.png``."""
+    ``output_attentions=True`` and write its cross-attention heat-maps as ``<prefix>_<i>.png``.
+
+    Writes nothing for a model without cross-attention (the RNN with ``attention="none"``)."""
+    if getattr(model.config, "attention", None) == "none":
+        return
     was_training = model.training
     model.eval()
     implementation = getattr(model.config, "_attn_implementation", None)
@@ -588,6 +599,8 @@ def train(config: TrainConfig) -> Path:
     if is_main:
         output_dir.mkdir(parents=True, exist_ok=True)
         dump_recipe(config, output_dir / "recipe.yaml")
+    if config.num_threads is not None:
+        torch.set_num_threads(config.num_threads)
     set_seed(config.seed)
 
     # ---- data and model -----------------------------------------------------------------------
@@ -796,6 +809,9 @@ def train(config: TrainConfig) -> Path:
 
     # ---- test set and the card's heat-map -------------------------------------------------------
     test = evaluate(unwrapped, data["test"], tokenizer, config, accelerator, config.test_num_beams, config.test_max_examples, target_lang)
+    greedy = None
+    if config.test_greedy and config.test_num_beams != 1:
+        greedy = evaluate(unwrapped, data["test"], tokenizer, config, accelerator, 1, config.test_max_examples, target_lang)
     if is_main:
         plot_attention(unwrapped, tokenizer, data["test"]["source"][:1], plots_dir, "attention_test", config, accelerator.device)
         n_test = len(data["test"]) if config.test_max_examples is None else min(config.test_max_examples, len(data["test"]))
@@ -812,25 +828,32 @@ def train(config: TrainConfig) -> Path:
                 "final_train_loss": state.train_loss[-1][1] if state.train_loss else None,
                 "loss_history": state.train_loss,
                 "world_size": world,
+                "num_threads": torch.get_num_threads(),  # torch intra-op threads of each process
                 "stopped_by": stop_reason,
                 "final_model": final_desc,
                 "num_parameters": num_params,
             },
             "validation": state.validation,
             "test": {
-                f"{config.corpus.split(':')[0]}-test": {
+                f"{config.corpus.split(':')[0]}-test{suffix}": {
                     "split": "test",
                     "num_sentences": n_test,
-                    "num_beams": config.test_num_beams,
-                    **{k: test[k] for k in ("bleu", "chrf", "bleu_signature", "chrf_signature")},
-                    "loss": test["loss"],
+                    "num_beams": beams,
+                    **{k: result[k] for k in _SCORE_KEYS},
+                    "loss": result["loss"],
                 }
+                for suffix, beams, result in [("", config.test_num_beams, test), ("-greedy", 1, greedy)]
+                if result is not None
             },
         }
         (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, ensure_ascii=False), encoding="utf-8")
         # The beam output behind the test scores, one line per test sentence, for inspection.
         (output_dir / "test_translations.txt").write_text("".join(h + "\n" for h in test["hypotheses"]), encoding="utf-8")
-        logger.info("test: BLEU %.2f, chrF %.2f (%s)", test["bleu"], test["chrf"], test["bleu_signature"])
+        logger.info("test (beam %d): BLEU %.2f, lower-cased BLEU %.2f, chrF %.2f (%s)", config.test_num_beams, test["bleu"],
+                    test["bleu_lowercase"], test["chrf"], test["bleu_signature"])
+        if greedy is not None:
+            (output_dir / "test_translations_greedy.txt").write_text("".join(h + "\n" for h in greedy["hypotheses"]), encoding="utf-8")
+            logger.info("test (greedy): BLEU %.2f, lower-cased BLEU %.2f, chrF %.2f", greedy["bleu"], greedy["bleu_lowercase"], greedy["chrf"])
     accelerator.wait_for_everyone()
     accelerator.end_training()
     return output_dir

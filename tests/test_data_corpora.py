@@ -203,7 +203,7 @@ def _saved_hf_dataset(tmp_path: Path, layout: str, pairs: list[tuple[str, str]])
     return folder
 
 
-def test_hf_translation_layout_from_disk(tmp_path):
+def test_hf_translation_layout_from_disk(tmp_path, shared_data):  # shared_data: skip without the corpora
     from conftest import read_multi30k_pairs
 
     pairs = read_multi30k_pairs(60)
@@ -215,7 +215,7 @@ def test_hf_translation_layout_from_disk(tmp_path):
         load_corpus(f"hf:{folder}::fr-en")
 
 
-def test_hf_two_column_layout_and_split_names(tmp_path):
+def test_hf_two_column_layout_and_split_names(tmp_path, shared_data):  # shared_data: skip without the corpora
     from conftest import read_multi30k_pairs
 
     pairs = read_multi30k_pairs(60)

@@ -475,9 +475,8 @@ def plot_attention(model, tokenizer, sources: list[str], out_dir: Path, prefix: 
     """Translate each source greedily, re-read the output teacher-forced with
     ``output_attentions=True`` and write its cross-attention heat-maps as ``<prefix>_<i>.png``.
 
-    Writes nothing for a model without cross-attention (the RNN with ``attention="none"``)."""
-    if getattr(model.config, "attention", None) == "none":
-        return
+    Writes nothing for a model without cross-attention (the RNN with ``attention="none"``
+    returns ``cross_attentions=None``)."""
     was_training = model.training
     model.eval()
     implementation = getattr(model.config, "_attn_implementation", None)
@@ -488,6 +487,8 @@ def plot_attention(model, tokenizer, sources: list[str], out_dir: Path, prefix: 
             enc = tokenizer([text], return_tensors="pt", truncation=True, max_length=config.max_source_length).to(device)
             hyp = model.generate(**enc, num_beams=1, max_new_tokens=config.max_target_length)[0]
             out = model(**enc, decoder_input_ids=hyp[None, :-1], output_attentions=True)
+            if out.cross_attentions is None:  # nothing to draw
+                return
             layers = [a[0].float().cpu().numpy() for a in out.cross_attentions]  # (num_heads, tgt_len, src_len)
             src_tokens = tokenizer.convert_ids_to_tokens(enc["input_ids"][0].tolist())
             tgt_tokens = tokenizer.convert_ids_to_tokens(hyp[1:].tolist())

@@ -35,6 +35,10 @@ from transformers.modeling_outputs import ModelOutput, Seq2SeqLMOutput, Seq2SeqM
 
 from ..configuration.configuration_rnn_seq2seq import RNNSeq2SeqConfig
 from .rnn_attention import BahdanauAttention, LuongAttention, luong_attentional_state, maxout
+# Imported for its side effect on save_pretrained, which copies the model file and the flat
+# siblings it imports: a re-saved remote-code model then keeps the pipeline that
+# config.custom_pipelines names, and pipeline("translation", model=<re-saved folder>) still loads.
+from .pipeline_translation import Seq2SeqTranslationPipeline  # noqa: F401
 
 _RNN_CLASSES = {"gru": nn.GRU, "lstm": nn.LSTM}
 # Bahdanau et al. (2015), A.2.2: the deep output is a maxout layer with pools of two units.

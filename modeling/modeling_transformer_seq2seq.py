@@ -42,6 +42,10 @@ from transformers.modeling_outputs import (
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 
 from ..configuration.configuration_transformer_seq2seq import TransformerSeq2SeqConfig
+# Imported for its side effect on save_pretrained, which copies the model file and the flat
+# siblings it imports: a re-saved remote-code model then keeps the pipeline that
+# config.custom_pipelines names, and pipeline("translation", model=<re-saved folder>) still loads.
+from .pipeline_translation import Seq2SeqTranslationPipeline  # noqa: F401
 
 # --------------------------------------------------------------------------------------------
 # Token ids and masks

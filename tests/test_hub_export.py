@@ -277,6 +277,10 @@ result = {
 }
 model.save_pretrained(args["resave"])
 tokenizer.save_pretrained(args["resave"])
+# The re-saved folder still serves the shipped pipeline (save_pretrained copied its file).
+resaved_translator = pipeline("translation", model=args["resave"], trust_remote_code=True)
+result["resaved_pipeline_module"] = type(resaved_translator).__module__
+result["resaved_pipe_single"] = resaved_translator(args["sources"][0])
 with open(args["result"], "w", encoding="utf-8") as f:
     json.dump(result, f)
 """
@@ -347,6 +351,8 @@ def test_export_loads_as_remote_code_without_the_package(exported, tokenizer, tm
     assert child["pipe_single"] == [{"translation_text": translator(SOURCES[0])[0]["translation_text"]}]
     assert child["pipe_attention"] == translator(SOURCES, batch_size=2, return_attention=True, max_new_tokens=5)
     assert [set(r) for r in child["text2text"]] == [{"generated_text"}, {"generated_text"}]
+    assert child["resaved_pipeline_module"].startswith("transformers_modules")
+    assert child["resaved_pipe_single"] == child["pipe_single"]
 
     # Re-exporting what the remote-code model saved gives the original export back.
     reexport = export_model(

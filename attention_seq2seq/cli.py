@@ -184,6 +184,9 @@ def _add_generation_arguments(parser: argparse.ArgumentParser, *, sampling: bool
     group.add_argument("--greedy", action="store_true", help="greedy search (beam size 1, no sampling)")
     group.add_argument("--max-new-tokens", metavar="N", type=_positive_int,
                        help="longest output in tokens (default: the model's generation_config)")
+    group.add_argument("--length-penalty", metavar="ALPHA", type=_float_in(-10.0, 10.0),
+                       help="beam search: score = log-probability / length^ALPHA (default 1.0; 0: no "
+                            "normalisation; larger favours longer outputs, negative shorter ones)")
     if sampling:
         group.add_argument("--do-sample", action="store_true", help="sample instead of searching")
         group.add_argument("--top-k", metavar="K", type=_positive_int, help="sample from the k likeliest tokens")
@@ -207,6 +210,8 @@ def _generation_kwargs(parser: argparse.ArgumentParser, args: argparse.Namespace
         parser.error("--greedy and --do-sample exclude each other; choose one")
     if args.greedy and args.num_beams not in (None, 1):
         parser.error(f"--greedy means --num-beams 1; got --num-beams {args.num_beams}")
+    if args.length_penalty is not None and (args.greedy or do_sample or args.num_beams == 1):
+        parser.error("--length-penalty only applies to beam search; drop it, or --greedy / --do-sample / --num-beams 1")
     for option in ("top_k", "top_p", "temperature"):
         if getattr(args, option, None) is not None and not do_sample:
             parser.error(f"--{option.replace('_', '-')} only applies with --do-sample")
@@ -222,6 +227,7 @@ def _generation_kwargs(parser: argparse.ArgumentParser, args: argparse.Namespace
         top_p=getattr(args, "top_p", None),
         temperature=getattr(args, "temperature", None),
         max_new_tokens=args.max_new_tokens,
+        length_penalty=args.length_penalty,
     )
 
 
@@ -364,6 +370,9 @@ def cmd_evaluate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
         "num_sentences": len(sources),
         "num_beams": generate_kwargs.get("num_beams", generation_config.num_beams or 1),
         "max_new_tokens": generate_kwargs.get("max_new_tokens", generation_config.max_new_tokens),
+        "length_penalty": generate_kwargs.get(
+            "length_penalty", 1.0 if generation_config.length_penalty is None else generation_config.length_penalty
+        ),
         **scores,
         "model": str(args.model),
         "source": args.corpus or str(args.src),

@@ -151,10 +151,14 @@ def generation_kwargs(
     top_p: float | None = None,
     temperature: float | None = None,
     max_new_tokens: int | None = None,
+    length_penalty: float | None = None,
 ) -> dict:
     """Translate the command-line decoding options into ``generate`` keyword arguments.
 
     Options left at ``None`` are not passed, so the model's own ``generation_config`` decides.
+    ``length_penalty`` is transformers' beam-search exponent α: a finished hypothesis scores
+    log p(y | x) / |y|^α (default α = 1, the per-token mean; α = 0 no normalisation; a larger α
+    favours longer translations, a negative one shorter; Wu et al. 2016, §7, use a related one).
     """
     kwargs: dict = {}
     if greedy:
@@ -168,6 +172,8 @@ def generation_kwargs(
             kwargs[name] = value
     if max_new_tokens is not None:
         kwargs["max_new_tokens"] = max_new_tokens
+    if length_penalty is not None:
+        kwargs["length_penalty"] = length_penalty
     return kwargs
 
 

@@ -331,7 +331,7 @@ def transformer_train_flops(dims: TransformerDims, stats: dict) -> float:
     return 3.0 * (enc + dec + head)
 
 
-def matmul_reference_flops_per_s(dims: TransformerDims, stats: dict, repeats: int = 3) -> dict:
+def matmul_reference_flops_per_s(dims: TransformerDims, stats: dict, repeats: int = 3, dtype=None) -> dict:
     """FLOP/s torch.matmul reaches on the model's own GEMM shapes, forward and backward.
 
     For every linear layer of the model (M tokens x K in -> N out) we time the three GEMMs of its
@@ -339,8 +339,11 @@ def matmul_reference_flops_per_s(dims: TransformerDims, stats: dict, repeats: in
     many times as the model has such layers. The reference is total FLOPs / total time, i.e. what
     a perfect implementation built only from these matmuls would reach; MFU divides the model's
     achieved FLOP/s by it. The attention score/mix batched GEMMs are included the same way.
+    `dtype` (default float32): torch.bfloat16 gives the reference of a bf16 mixed-precision step.
     """
     import torch
+
+    dtype = dtype or torch.float32
 
     d, f, V, L, H = dims.d_model, dims.ffn, dims.vocab_size, dims.layers, dims.heads
     B, S, T = stats["batch_size"], stats["src_len"], stats["tgt_len"]
@@ -359,12 +362,14 @@ def matmul_reference_flops_per_s(dims: TransformerDims, stats: dict, repeats: in
     gen = torch.Generator().manual_seed(0)
     ops = []
     for count, M, K, N in shapes:
-        x, w, dy = (torch.randn(M, K, generator=gen), torch.randn(N, K, generator=gen), torch.randn(M, N, generator=gen))
+        x, w, dy = (torch.randn(M, K, generator=gen).to(dtype), torch.randn(N, K, generator=gen).to(dtype),
+                     torch.randn(M, N, generator=gen).to(dtype))
         ops.append((count, 2.0 * M * K * N, lambda x=x, w=w: torch.matmul(x, w.t())))
         ops.append((count, 2.0 * M * K * N, lambda dy=dy, w=w: torch.matmul(dy, w)))
         ops.append((count, 2.0 * M * K * N, lambda dy=dy, x=x: torch.matmul(dy.t(), x)))
     for count, Bh, M, K, N in bmm_shapes:
-        a, b, g = (torch.randn(Bh, M, K, generator=gen), torch.randn(Bh, K, N, generator=gen), torch.randn(Bh, M, N, generator=gen))
+        a, b, g = (torch.randn(Bh, M, K, generator=gen).to(dtype), torch.randn(Bh, K, N, generator=gen).to(dtype),
+                   torch.randn(Bh, M, N, generator=gen).to(dtype))
         ops.append((count, 2.0 * Bh * M * K * N, lambda a=a, b=b: torch.matmul(a, b)))
         ops.append((count, 2.0 * Bh * M * K * N, lambda g=g, b=b: torch.matmul(g, b.transpose(1, 2))))
         ops.append((count, 2.0 * Bh * M * K * N, lambda a=a, g=g: torch.matmul(a.transpose(1, 2), g)))
@@ -390,13 +395,22 @@ def matmul_reference_flops_per_s(dims: TransformerDims, stats: dict, repeats: in
 # ----------------------------------------------------------------------------------------------
 
 
-def make_train_step(model, lr: float = 3e-4, fused: bool | None = None, zero_grad_set_to_none: bool = True):
+def make_train_step(
+    model, lr: float = 3e-4, fused: bool | None = None, zero_grad_set_to_none: bool = True, mixed_precision: str = "no"
+):
     """forward (sum of model loss) + backward + AdamW step + zero_grad on one batch.
 
     Both sides get the same step: the models' own `labels=` loss (mean over target tokens), the
     same AdamW (torch's default implementation for CPU tensors) and `zero_grad(set_to_none=True)`.
+    `mixed_precision="bf16"` runs the forward under `torch.autocast("cpu", torch.bfloat16)`, as
+    Accelerate's `mixed_precision="bf16"` does on a CPU (float32 weights and optimizer).
     """
+    import contextlib
+
     import torch
+
+    if mixed_precision not in ("no", "bf16"):
+        raise ValueError(f"mixed_precision must be 'no' or 'bf16'; got {mixed_precision!r}")
 
     model.train()
     kwargs = {"lr": lr, "betas": (0.9, 0.98), "eps": 1e-9, "weight_decay": 0.0}
@@ -404,13 +418,19 @@ def make_train_step(model, lr: float = 3e-4, fused: bool | None = None, zero_gra
         kwargs["fused"] = fused
     optimizer = torch.optim.AdamW(model.parameters(), **kwargs)
 
+    def autocast():
+        if mixed_precision == "bf16":
+            return torch.autocast("cpu", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
     def step(batch: dict) -> float:
-        out = model(
-            input_ids=batch["input_ids"],
-            attention_mask=batch["attention_mask"],
-            decoder_input_ids=batch["decoder_input_ids"],
-            labels=batch["labels"],
-        )
+        with autocast():
+            out = model(
+                input_ids=batch["input_ids"],
+                attention_mask=batch["attention_mask"],
+                decoder_input_ids=batch["decoder_input_ids"],
+                labels=batch["labels"],
+            )
         out.loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=zero_grad_set_to_none)

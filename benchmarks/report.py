@@ -46,6 +46,17 @@ def main() -> None:
                      f"{100 * m['ours']['median']:.1f}% ({100 * m['ours']['q1']:.1f}–{100 * m['ours']['q3']:.1f})",
                      f"{100 * m['marian']['median']:.1f}% ({100 * m['marian']['q1']:.1f}–{100 * m['marian']['q3']:.1f})",
                      "Marian", "—", "≥ 65%", status(m["ours"]["median"], 0.65)])
+    r = load("train_step_bf16", args.quick)
+    if r:
+        machine = machine or r["machine"]
+        t, ratio = r["tokens_per_s"], r["ratio_ours_over_marian"]["median"]
+        rows.append(["1b. same, both under CPU bf16 autocast (for information)", iqr(t["ours"]), iqr(t["marian"]),
+                     "Marian, bf16 autocast", rq(r["ratio_ours_over_marian"]), "(≥ 1.1×)", status(ratio, 1.1)])
+        m = r["mfu"]
+        rows.append(["5b. MFU under bf16 autocast, against bf16 matmul (for information)",
+                     f"{100 * m['ours']['median']:.1f}% ({100 * m['ours']['q1']:.1f}–{100 * m['ours']['q3']:.1f})",
+                     f"{100 * m['marian']['median']:.1f}% ({100 * m['marian']['q1']:.1f}–{100 * m['marian']['q3']:.1f})",
+                     "Marian, bf16 autocast", "—", "(≥ 65%)", status(m["ours"]["median"], 0.65)])
     r = load("pipeline", args.quick)
     if r:
         machine = machine or r["machine"]

@@ -18,12 +18,13 @@ import traceback
 
 from common import DEFAULT_THREADS, machine_info, print_table, set_threads, write_result
 
-BENCHMARKS = {  # issue numbering in the comments; the longest one last
-    "train_step": "bench_train_step",  # 1 and 5
-    "generate": "bench_generate",  # 3
-    "rnn": "bench_rnn",  # 4
-    "memory": "bench_memory",  # 6
-    "pipeline": "bench_pipeline",  # 2
+BENCHMARKS = {  # name: (module, extra arguments); issue numbering in the comments; the longest one last
+    "train_step": ("bench_train_step", []),  # 1 and 5
+    "train_step_bf16": ("bench_train_step", ["--mixed-precision", "bf16"]),  # 1 and 5 under CPU bf16 autocast (information)
+    "generate": ("bench_generate", []),  # 3
+    "rnn": ("bench_rnn", []),  # 4
+    "memory": ("bench_memory", []),  # 6
+    "pipeline": ("bench_pipeline", []),  # 2
 }
 
 
@@ -37,8 +38,9 @@ def main() -> None:
 
     goals, errors, durations = [], {}, {}
     for name in args.only:
-        module = importlib.import_module(BENCHMARKS[name])
-        argv = ["--threads", str(args.threads)] + (["--quick"] if args.quick else [])
+        module_name, extra = BENCHMARKS[name]
+        module = importlib.import_module(module_name)
+        argv = ["--threads", str(args.threads)] + (["--quick"] if args.quick else []) + extra
         print(f"\n=== {name} ({module.__name__}) ===", flush=True)
         start = time.perf_counter()
         try:

@@ -23,6 +23,7 @@ happens):
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 
@@ -42,6 +43,7 @@ from transformers.modeling_outputs import (
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 
 from ..configuration.configuration_transformer_seq2seq import TransformerSeq2SeqConfig
+from .fast_dropout import dropout
 # Imported for its side effect on save_pretrained, which copies the model file and the flat
 # siblings it imports: a re-saved remote-code model then keeps the pipeline that
 # config.custom_pipelines names, and pipeline("translation", model=<re-saved folder>) still loads.
@@ -50,6 +52,9 @@ from .pipeline_translation import Seq2SeqTranslationPipeline  # noqa: F401
 # --------------------------------------------------------------------------------------------
 # Token ids and masks
 # --------------------------------------------------------------------------------------------
+
+
+_HALF_DTYPES = (torch.float16, torch.bfloat16)
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -269,6 +274,10 @@ class TransformerSeq2SeqAttention(nn.Module):
         Returns:
             (output, weights): output (batch, tgt_len, d_model); weights
             (batch, num_heads, tgt_len, src_len) under attn_implementation="eager", else None.
+
+        On a CPU in half precision (bf16 autocast, or a bf16 model) while training, the attention
+        itself (softmax(QKᵀ/√d_k)V) runs in float32: torch's CPU SDPA backward is ~5x slower in
+        bf16 than in float32; the output is cast back to the projections' dtype.
         """
         batch, tgt_len, _ = hidden_states.shape
         query, key, value = self._key_value(hidden_states, key_value_states, cache)
@@ -285,17 +294,25 @@ class TransformerSeq2SeqAttention(nn.Module):
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
-        output, weights = attention_interface(
-            self,
-            query,
-            key,
-            value,
-            attention_mask,
-            scaling=self.scaling,
-            dropout=self.attention_dropout if self.training else 0.0,
-            is_causal=self.is_causal if is_causal is None else is_causal,
-        )
-        output = output.reshape(batch, tgt_len, self.d_model)  # Concat(head_1, ..., head_h)
+        compute_dtype = query.dtype
+        float32_attention = self.training and query.device.type == "cpu" and compute_dtype in _HALF_DTYPES
+        if float32_attention:
+            # CPU half precision: the projections run as bf16 GEMMs (2.3x the float32 FLOP/s on
+            # AVX512-BF16 cores), but torch's CPU SDPA backward in bf16 is ~5x slower than in
+            # float32 (benchmarks/README.md), so the attention itself trains in float32.
+            query, key, value = query.float(), key.float(), value.float()
+        with torch.autocast("cpu", enabled=False) if float32_attention else contextlib.nullcontext():
+            output, weights = attention_interface(
+                self,
+                query,
+                key,
+                value,
+                attention_mask,
+                scaling=self.scaling,
+                dropout=self.attention_dropout if self.training else 0.0,
+                is_causal=self.is_causal if is_causal is None else is_causal,
+            )
+        output = output.to(compute_dtype).reshape(batch, tgt_len, self.d_model)  # Concat(head_1, ..., head_h)
         if group > 1 and weights is not None:
             weights = weights.unflatten(2, (group, tgt_len)).transpose(1, 2).flatten(0, 1)
             # (batch, num_heads, tgt_len, src_len)
@@ -325,7 +342,7 @@ class TransformerSeq2SeqFeedForward(nn.Module):
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """(batch, len, d_model) → (batch, len, d_model)."""
         hidden_states = self.activation(self.fc1(hidden_states))  # (batch, len, ffn_dim)
-        hidden_states = F.dropout(hidden_states, p=self.activation_dropout, training=self.training)
+        hidden_states = dropout(hidden_states, self.activation_dropout, self.training)
         return self.fc2(hidden_states)
 
 
@@ -434,7 +451,7 @@ class TransformerSeq2SeqEncoderLayer(GradientCheckpointingLayer):
         if self.pre_norm:
             hidden_states = self.self_attn_layer_norm(hidden_states)
         hidden_states, attn_weights = self.self_attn(hidden_states, attention_mask=attention_mask)
-        hidden_states = residual + F.dropout(hidden_states, p=self.dropout, training=self.training)
+        hidden_states = residual + dropout(hidden_states, self.dropout, self.training)
         if not self.pre_norm:
             hidden_states = self.self_attn_layer_norm(hidden_states)
 
@@ -442,7 +459,7 @@ class TransformerSeq2SeqEncoderLayer(GradientCheckpointingLayer):
         residual = hidden_states
         if self.pre_norm:
             hidden_states = self.final_layer_norm(hidden_states)
-        hidden_states = residual + F.dropout(self.feed_forward(hidden_states), p=self.dropout, training=self.training)
+        hidden_states = residual + dropout(self.feed_forward(hidden_states), self.dropout, self.training)
         if not self.pre_norm:
             hidden_states = self.final_layer_norm(hidden_states)
         return hidden_states, attn_weights
@@ -486,7 +503,7 @@ class TransformerSeq2SeqDecoderLayer(GradientCheckpointingLayer):
         hidden_states, self_weights = self.self_attn(
             hidden_states, attention_mask=self_attention_mask, cache=cache, is_causal=is_causal
         )
-        hidden_states = residual + F.dropout(hidden_states, p=self.dropout, training=self.training)
+        hidden_states = residual + dropout(hidden_states, self.dropout, self.training)
         if not self.pre_norm:
             hidden_states = self.self_attn_layer_norm(hidden_states)
 
@@ -497,7 +514,7 @@ class TransformerSeq2SeqDecoderLayer(GradientCheckpointingLayer):
         hidden_states, cross_weights = self.encoder_attn(
             hidden_states, key_value_states=encoder_hidden_states, attention_mask=encoder_attention_mask, cache=cache
         )
-        hidden_states = residual + F.dropout(hidden_states, p=self.dropout, training=self.training)
+        hidden_states = residual + dropout(hidden_states, self.dropout, self.training)
         if not self.pre_norm:
             hidden_states = self.encoder_attn_layer_norm(hidden_states)
 
@@ -505,7 +522,7 @@ class TransformerSeq2SeqDecoderLayer(GradientCheckpointingLayer):
         residual = hidden_states
         if self.pre_norm:
             hidden_states = self.final_layer_norm(hidden_states)
-        hidden_states = residual + F.dropout(self.feed_forward(hidden_states), p=self.dropout, training=self.training)
+        hidden_states = residual + dropout(self.feed_forward(hidden_states), self.dropout, self.training)
         if not self.pre_norm:
             hidden_states = self.final_layer_norm(hidden_states)
         return hidden_states, self_weights, cross_weights
@@ -696,7 +713,7 @@ class TransformerSeq2SeqEncoder(nn.Module):
         _check_output_attentions(config, output_attentions)
 
         hidden_states = self.embed_tokens(input_ids) + self.embed_positions(input_ids.size(1))
-        hidden_states = F.dropout(hidden_states, p=self.dropout, training=self.training)
+        hidden_states = dropout(hidden_states, self.dropout, self.training)
         mask = attention_mask.bool()[:, None, None, :] if attention_mask is not None else None  # (batch, 1, 1, src_len)
 
         all_hidden_states = () if output_hidden_states else None
@@ -798,7 +815,7 @@ class TransformerSeq2SeqDecoder(nn.Module):
         tgt_len = input_ids.size(1)
 
         hidden_states = self.embed_tokens(input_ids) + self.embed_positions(tgt_len, past_length)
-        hidden_states = F.dropout(hidden_states, p=self.dropout, training=self.training)
+        hidden_states = dropout(hidden_states, self.dropout, self.training)
         self_mask, is_causal = self._self_attention_mask(attention_mask, tgt_len, past_length, input_ids.device)
         cross_mask = encoder_attention_mask.bool()[:, None, None, :] if encoder_attention_mask is not None else None
 

@@ -100,6 +100,8 @@ BAD_ARGUMENTS = [
     (["translate", "-m", "m", "--greedy", "--do-sample", "x"], ["--greedy", "--do-sample"]),
     (["translate", "-m", "m", "--greedy", "--num-beams", "4", "x"], ["--greedy", "--num-beams 4"]),
     (["translate", "-m", "m", "--top-k", "5", "x"], ["--top-k", "--do-sample"]),
+    (["translate", "-m", "m", "--greedy", "--length-penalty", "2", "x"], ["--length-penalty", "beam search"]),
+    (["translate", "-m", "m", "--length-penalty", "long", "x"], ["--length-penalty", "number"]),
     (["translate", "-m", "m", "--input", "in.txt", "x"], ["--input", "arguments"]),
     (["evaluate", "-m", "m", "--split", "dev"], ["--split", "'train', 'validation', 'test'"]),
     (["evaluate", "-m", "m"], ["--corpus", "--src", "--ref"]),
@@ -261,6 +263,13 @@ def test_translate_decoding_options_reach_generate(runs_root, capsys):
     beam = capsys.readouterr().out.splitlines()
     assert beam == _reference_translations(run, SENTENCES[:1], num_beams=3, max_new_tokens=12)
 
+    # the length penalty reaches generate (evaluate's JSON records it, see the evaluate test)
+    argv = ["translate", "-m", str(run), *SENTENCES, "--num-beams", "4", "--max-new-tokens", "12", "--length-penalty", "3"]
+    assert main(argv) == 0
+    assert capsys.readouterr().out.splitlines() == _reference_translations(
+        run, SENTENCES, num_beams=4, max_new_tokens=12, length_penalty=3.0
+    )
+
     assert main(["translate", "-m", str(run), SENTENCES[0], "--greedy", "--max-new-tokens", "3"]) == 0
     from transformers import AutoTokenizer
 
@@ -289,7 +298,7 @@ def test_evaluate_two_files_writes_json_and_prints_a_table(run, tmp_path, capsys
     ref.write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
     output, hypotheses = tmp_path / "scores.json", tmp_path / "val.hyp"
     argv = ["evaluate", "-m", str(run), "--src", str(src), "--ref", str(ref), "--output", str(output),
-            "--hypotheses", str(hypotheses), "--num-beams", "2", "--no-progress"]
+            "--hypotheses", str(hypotheses), "--num-beams", "2", "--length-penalty", "0.5", "--no-progress"]
     assert main(argv) == 0
     table = capsys.readouterr().out
 
@@ -297,6 +306,7 @@ def test_evaluate_two_files_writes_json_and_prints_a_table(run, tmp_path, capsys
     hyps = hypotheses.read_text(encoding="utf-8").splitlines()
     refs = [t for _, t in pairs]
     assert len(hyps) == 12 and result["num_sentences"] == 12 and result["num_beams"] == 2
+    assert result["length_penalty"] == 0.5
     assert result["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
     assert result["chrf"] == pytest.approx(sacrebleu.corpus_chrf(hyps, [refs]).score)
     assert result["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")

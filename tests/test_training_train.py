@@ -115,6 +115,11 @@ def test_wrong_types_and_inconsistent_limits_are_rejected():
         validate_config(TrainConfig(max_steps=1, average_best_k=3, keep_best_k=1))
     with pytest.raises(RecipeError, match="model_family must be one of 'rnn', 'transformer'; got 'lstm'"):
         validate_config(TrainConfig(max_steps=1, model_family="lstm"))
+    # transformers refuses to save a generation_config with a length penalty and one beam: caught
+    # here, not after the run
+    with pytest.raises(RecipeError, match=r"length_penalty \(0.6\) applies to beam search only; it needs test_num_beams > 1"):
+        validate_config(TrainConfig(max_steps=1, length_penalty=0.6, test_num_beams=1))
+    validate_config(TrainConfig(max_steps=1, length_penalty=0.6, test_num_beams=4))
 
 
 def test_model_config_keys_and_values_are_checked_before_any_data_is_loaded():
@@ -259,7 +264,7 @@ def _checkpoint_steps(run: Path) -> list[str]:
 def test_output_folder_follows_the_design_contract(shared_data, tmp_path):
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    run = train(tiny_config(shared_data, tmp_path / "run", keep_best_k=2))
+    run = train(tiny_config(shared_data, tmp_path / "run", keep_best_k=2, length_penalty=1.3))
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["model_family"] == "transformer_seq2seq"
     assert metrics["corpus"]["source_lang"] == "de" and metrics["corpus"]["target_lang"] == "en"
@@ -282,8 +287,11 @@ def test_output_folder_follows_the_design_contract(shared_data, tmp_path):
                         weights_of(run / "best" / f"step_{best_step}"), atol=0)
     tokenizer = AutoTokenizer.from_pretrained(run / "model")
     assert model.generation_config.num_beams == 2 and tokenizer.pad_token_id == 0
+    assert model.generation_config.length_penalty == 1.3
     # recipe.yaml re-creates the same hyperparameters.
-    assert config_from_dict(TrainConfig, load_recipe(run / "recipe.yaml")) == tiny_config(shared_data, run, keep_best_k=2)
+    assert config_from_dict(TrainConfig, load_recipe(run / "recipe.yaml")) == tiny_config(
+        shared_data, run, keep_best_k=2, length_penalty=1.3
+    )
 
 
 def test_average_last_k_builds_the_mean_of_the_kept_checkpoints(shared_data, tmp_path):

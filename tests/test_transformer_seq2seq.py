@@ -497,6 +497,44 @@ def test_gradient_checkpointing_gives_the_same_gradients(norm_order):
         torch.testing.assert_close(checkpointed[name], grad, rtol=1e-5, atol=1e-6, msg=name)
 
 
+def test_cpu_mixed_precision_trains_attention_in_float32_and_matches_float32_training(monkeypatch):
+    """Under CPU bf16 autocast the projections run in bf16 but SDPA gets float32 inputs while
+    training (its bf16 backward is ~5x slower on CPU); inference keeps the bf16 kernel."""
+    torch.manual_seed(0)
+    model = tiny_model().train()
+    input_ids, attention_mask, decoder_input_ids = padded_batch()
+    labels = decoder_input_ids.roll(-1, 1)
+    seen = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(query, key, value, *args, **kwargs):
+        seen.append((query.dtype, key.dtype, value.dtype))
+        return sdpa(query, key, value, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+
+    def loss_and_gradients(mixed: bool):
+        model.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mixed):
+            loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+        loss.backward()
+        return loss.detach(), torch.cat([p.grad.flatten() for p in model.parameters()])
+
+    reference_loss, reference_grad = loss_and_gradients(mixed=False)
+    seen.clear()
+    mixed_loss, mixed_grad = loss_and_gradients(mixed=True)
+    assert len(seen) == 2 + 2 * 2  # encoder self, decoder self + cross, 2 layers each
+    assert set(seen) == {(torch.float32,) * 3}
+    assert mixed_loss.dtype == torch.float32
+    assert abs(mixed_loss.item() - reference_loss.item()) < 0.02 * reference_loss.item()
+    assert torch.nn.functional.cosine_similarity(mixed_grad, reference_grad, dim=0) > 0.99
+
+    seen.clear()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        model.eval()(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
+    assert set(seen) == {(torch.bfloat16,) * 3}
+
+
 def test_output_attentions_and_hidden_states_layouts():
     model = tiny_model("eager", encoder_layers=3, decoder_layers=2)
     input_ids, attention_mask, decoder_input_ids = padded_batch()

@@ -22,6 +22,7 @@ BENCHMARKS = {  # name: (module, extra arguments); issue numbering in the commen
     "train_step": ("bench_train_step", []),  # 1 and 5
     "train_step_bf16": ("bench_train_step", ["--mixed-precision", "bf16"]),  # 1 and 5 under CPU bf16 autocast (information)
     "generate": ("bench_generate", []),  # 3
+    "generate_min_new_tokens": ("bench_generate", ["--force-length", "min-new-tokens", "--beams", "1"]),  # 3, the first method (information)
     "rnn": ("bench_rnn", []),  # 4
     "memory": ("bench_memory", []),  # 6
     "pipeline": ("bench_pipeline", []),  # 2

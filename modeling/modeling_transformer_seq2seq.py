@@ -44,6 +44,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 
 from ..configuration.configuration_transformer_seq2seq import TransformerSeq2SeqConfig
 from .fast_dropout import dropout
+from .fast_inference import PaddingFreeLayout, packed_linear
 # Imported for its side effect on save_pretrained, which copies the model file and the flat
 # siblings it imports: a re-saved remote-code model then keeps the pipeline that
 # config.custom_pipelines names, and pipeline("translation", model=<re-saved folder>) still loads.
@@ -55,6 +56,10 @@ from .pipeline_translation import Seq2SeqTranslationPipeline  # noqa: F401
 
 
 _HALF_DTYPES = (torch.float16, torch.bfloat16)
+# In a decoding step with a cache (CPU, float32) and up to this many queries per (source, head),
+# eq. 1 runs as plain matmuls instead of SDPA: a step has 1 query per sentence (greedy) or
+# num_beams (beam search: the queries of a source's beams are stacked).
+_DECODE_STEP_MAX_QUERIES = 8
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -168,11 +173,11 @@ def fused_linear(hidden_states: torch.Tensor, *projections: nn.Linear) -> torch.
     transformers' Marian/BART (`q_proj`, `k_proj`, `v_proj`).
 
     Args:
-        hidden_states: (batch, len, d_model).
+        hidden_states: (batch, len, d_model), or (tokens, d_model).
         projections: Linear layers d_model → d_model, all with biases.
 
     Returns:
-        (batch, len, len(projections) · d_model), the outputs side by side.
+        (..., len(projections) · d_model), the outputs side by side.
     """
     weight = torch.cat([p.weight for p in projections])  # (parts · d_model, d_model)
     bias = torch.cat([p.bias for p in projections])
@@ -229,11 +234,18 @@ class TransformerSeq2SeqAttention(nn.Module):
         return states.permute(2, 0, 3, 1, 4).unbind(0)  # parts × (batch, num_heads, len, head_dim)
 
     def _key_value(
-        self, hidden_states: torch.Tensor, key_value_states: torch.Tensor | None, cache: Cache | None
+        self,
+        hidden_states: torch.Tensor,
+        key_value_states: torch.Tensor | None,
+        cache: Cache | None,
+        layout: PaddingFreeLayout | None = None,
     ) -> tuple[torch.Tensor, ...]:
         """Query, key and value (batch, num_heads, len, head_dim), reading and filling the cache."""
         if not self.is_cross_attention:
-            query, key, value = self._split_heads(fused_linear(hidden_states, self.q_proj, self.k_proj, self.v_proj), 3)
+            states = fused_linear(hidden_states, self.q_proj, self.k_proj, self.v_proj)
+            if layout is not None:  # (tokens, 3·d_model) → (batch, src_len, 3·d_model)
+                states = layout.pad(states)
+            query, key, value = self._split_heads(states, 3)
             if cache is not None:
                 self_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
                 key, value = self_cache.update(key, value, self.layer_idx)  # grows by tgt_len each step
@@ -258,11 +270,13 @@ class TransformerSeq2SeqAttention(nn.Module):
         attention_mask: torch.Tensor | None = None,
         cache: Cache | None = None,
         is_causal: bool | None = None,
+        layout: PaddingFreeLayout | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from `hidden_states` to itself (self-attention) or to `key_value_states`.
 
         Args:
-            hidden_states: (batch, tgt_len, d_model) queries (and keys/values for self-attention).
+            hidden_states: (batch, tgt_len, d_model) queries (and keys/values for self-attention),
+                or (tokens, d_model), the real tokens of a padded batch, with `layout`.
             key_value_states: (batch, src_len, d_model) encoder output, cross-attention only.
             attention_mask: boolean, broadcastable to (batch, num_heads, tgt_len, src_len), True
                 where attending is allowed; None attends everywhere (or causally, see below).
@@ -270,17 +284,20 @@ class TransformerSeq2SeqAttention(nn.Module):
             is_causal: add the causal mask; defaults to the module's `is_causal`. The decoder
                 passes False whenever it folds causality into an explicit `attention_mask` (SDPA
                 takes one or the other).
+            layout: self-attention over padding-free `hidden_states` (the encoder at inference):
+                Q, K, V are projected for the real tokens only and scattered into the padded
+                layout for eq. 1; the output comes back as (tokens, d_model).
 
         Returns:
-            (output, weights): output (batch, tgt_len, d_model); weights
+            (output, weights): output (batch, tgt_len, d_model) (or (tokens, d_model)); weights
             (batch, num_heads, tgt_len, src_len) under attn_implementation="eager", else None.
 
         On a CPU in half precision (bf16 autocast, or a bf16 model) while training, the attention
         itself (softmax(QKᵀ/√d_k)V) runs in float32: torch's CPU SDPA backward is ~5x slower in
         bf16 than in float32; the output is cast back to the projections' dtype.
         """
-        batch, tgt_len, _ = hidden_states.shape
-        query, key, value = self._key_value(hidden_states, key_value_states, cache)
+        batch, tgt_len = (layout.batch, layout.src_len) if layout is not None else hidden_states.shape[:2]
+        query, key, value = self._key_value(hidden_states, key_value_states, cache, layout)
         sources = key.size(0)
         group = batch // sources
         if group * sources != batch:
@@ -294,6 +311,23 @@ class TransformerSeq2SeqAttention(nn.Module):
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
+        causal = self.is_causal if is_causal is None else is_causal
+        decode_step = (
+            cache is not None
+            and tgt_len == 1
+            and not self.training
+            and query.size(2) <= _DECODE_STEP_MAX_QUERIES
+            and (query.size(2) == 1 or not causal)
+            and self.config._attn_implementation == "sdpa"
+            and query.device.type == "cpu"
+            and query.dtype == torch.float32
+        )
+        if decode_step:
+            # A decoding step on a CPU: 1 query per sentence (or per beam of a source). torch's CPU
+            # SDPA (a flash-attention kernel tiled for long sequences) took 1.2x the time of eq. 1
+            # as two small batched matmuls on such shapes (benchmarks/README.md); same result up to
+            # float32 rounding (tests/test_fast_inference.py).
+            attention_interface = eager_attention_forward
         compute_dtype = query.dtype
         float32_attention = self.training and query.device.type == "cpu" and compute_dtype in _HALF_DTYPES
         if float32_attention:
@@ -310,9 +344,13 @@ class TransformerSeq2SeqAttention(nn.Module):
                 attention_mask,
                 scaling=self.scaling,
                 dropout=self.attention_dropout if self.training else 0.0,
-                is_causal=self.is_causal if is_causal is None else is_causal,
+                is_causal=causal,
             )
+        if decode_step:
+            weights = None  # as under SDPA, which does not return them
         output = output.to(compute_dtype).reshape(batch, tgt_len, self.d_model)  # Concat(head_1, ..., head_h)
+        if layout is not None:
+            output = layout.unpad(output)  # (tokens, d_model)
         if group > 1 and weights is not None:
             weights = weights.unflatten(2, (group, tgt_len)).transpose(1, 2).flatten(0, 1)
             # (batch, num_heads, tgt_len, src_len)
@@ -442,15 +480,19 @@ class TransformerSeq2SeqEncoderLayer(GradientCheckpointingLayer):
         self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
     def forward(
-        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        layout: PaddingFreeLayout | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """hidden_states (batch, src_len, d_model), attention_mask (batch, 1, 1, src_len) boolean →
-        (hidden_states (batch, src_len, d_model), self-attention weights or None)."""
+        (hidden_states (batch, src_len, d_model), self-attention weights or None). With `layout`,
+        hidden_states in and out are the real tokens only, (tokens, d_model)."""
         # Self-attention
         residual = hidden_states
         if self.pre_norm:
             hidden_states = self.self_attn_layer_norm(hidden_states)
-        hidden_states, attn_weights = self.self_attn(hidden_states, attention_mask=attention_mask)
+        hidden_states, attn_weights = self.self_attn(hidden_states, attention_mask=attention_mask, layout=layout)
         hidden_states = residual + dropout(hidden_states, self.dropout, self.training)
         if not self.pre_norm:
             hidden_states = self.self_attn_layer_norm(hidden_states)
@@ -701,7 +743,10 @@ class TransformerSeq2SeqEncoder(nn.Module):
 
         Returns:
             `BaseModelOutput`: last_hidden_state (batch, src_len, d_model), hidden_states
-            (num_layers + 1 tensors), attentions (num_layers tensors).
+            (num_layers + 1 tensors), attentions (num_layers tensors). In eval mode, without
+            hidden states or attentions asked for, padded positions skip every layer
+            (`PaddingFreeLayout`) and hold zeros in last_hidden_state; the real tokens' states
+            are the same either way (up to float rounding).
 
         Raises:
             ValueError: the source is longer than `max_position_embeddings`, or attention weights
@@ -715,17 +760,24 @@ class TransformerSeq2SeqEncoder(nn.Module):
         hidden_states = self.embed_tokens(input_ids) + self.embed_positions(input_ids.size(1))
         hidden_states = dropout(hidden_states, self.dropout, self.training)
         mask = attention_mask.bool()[:, None, None, :] if attention_mask is not None else None  # (batch, 1, 1, src_len)
+        layout = None
+        if not self.training and not (output_hidden_states or output_attentions) and PaddingFreeLayout.worth_it(attention_mask):
+            # Inference: every position-wise layer runs on the real tokens only (see PaddingFreeLayout).
+            layout = PaddingFreeLayout(attention_mask)
+            hidden_states = layout.unpad(hidden_states)  # (tokens, d_model)
 
         all_hidden_states = () if output_hidden_states else None
         all_attentions = () if output_attentions else None
         for layer in self.layers:
             if output_hidden_states:
                 all_hidden_states += (hidden_states,)
-            hidden_states, weights = layer(hidden_states, mask)
+            hidden_states, weights = layer(hidden_states, mask, layout=layout)
             if output_attentions:
                 all_attentions += (weights,)
         if self.layer_norm is not None:
             hidden_states = self.layer_norm(hidden_states)
+        if layout is not None:
+            hidden_states = layout.pad(hidden_states)  # (batch, src_len, d_model), zeros at padding
         if output_hidden_states:
             all_hidden_states += (hidden_states,)
 
@@ -1113,7 +1165,9 @@ class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedMod
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
         )
-        logits = self.lm_head(outputs.last_hidden_state)  # (batch, tgt_len, vocab_size)
+        # (batch, tgt_len, vocab_size); while decoding with a cache (no autograd, CPU float32)
+        # through a weight packed once per generate() call
+        logits = packed_linear(outputs.last_hidden_state, self.lm_head, scope=outputs.cache)
 
         loss = None
         if labels is not None:

@@ -1,0 +1,152 @@
+"""Inference fast paths (modeling/fast_inference.py and their use in the Transformer): each one
+must give the plain computation's numbers and follow every change of the weights it caches."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attention_seq2seq.modeling import fast_inference, modeling_transformer_seq2seq
+from attention_seq2seq.modeling.fast_inference import PaddingFreeLayout, packed_linear
+from test_transformer_seq2seq import padded_batch, tiny_model
+
+
+class _Run:  # stands for the decoding cache of one generate() call
+    pass
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_packed_linear_equals_f_linear_within_a_run_and_repacks_for_the_next(bias):
+    torch.manual_seed(0)
+    layer = nn.Linear(16, 50, bias=bias)
+    x = torch.randn(3, 5, 16)
+    run = _Run()
+    with torch.no_grad():
+        torch.testing.assert_close(packed_linear(x, layer, run), F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+        if torch.backends.mkldnn.is_available():
+            assert fast_inference._PACKED[layer].packed is not None  # the packed copy is kept for the run
+        for rows in (1, 7, 200):  # other row counts than the first call's
+            y = torch.randn(rows, 16)
+            torch.testing.assert_close(packed_linear(y, layer, run), F.linear(y, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+        assert packed_linear(x[:0], layer, run).shape == (0, 5, 50)
+        # Between runs the weights change in every way a user can change them; a new run sees it.
+        layer.weight.mul_(-2.0)
+        torch.testing.assert_close(packed_linear(x, layer, _Run()), F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+        layer.weight.data.copy_(torch.randn(50, 16))  # bypasses the version counter
+        torch.testing.assert_close(packed_linear(x, layer, _Run()), F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+        layer.load_state_dict({k: torch.randn_like(v) for k, v in layer.state_dict().items()})
+        torch.testing.assert_close(packed_linear(x, layer, _Run()), F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+        # Without a run (a loss evaluation, no cache): the plain layer.
+        assert torch.equal(packed_linear(x, layer, None), layer(x))
+
+
+def test_packed_linear_under_autograd_or_half_precision_is_the_plain_layer():
+    torch.manual_seed(0)
+    layer = nn.Linear(8, 20)
+    x = torch.randn(4, 8)
+    out = packed_linear(x, layer, _Run())
+    assert out.requires_grad
+    out.sum().backward()
+    torch.testing.assert_close(layer.weight.grad, x.sum(0).expand(20, 8))
+    with torch.no_grad():
+        half = layer.to(torch.bfloat16)
+        xb = x.to(torch.bfloat16)
+        assert torch.equal(packed_linear(xb, half, _Run()), half(xb))
+
+
+def test_evaluation_between_training_steps_sees_the_updated_weights():
+    torch.manual_seed(0)
+    model = tiny_model()
+    input_ids, attention_mask, _ = padded_batch()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for _ in range(2):
+        with torch.no_grad():
+            fast = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=6,
+                                  output_scores=True, return_dict_in_generate=True)
+            plain = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=6,
+                                   output_scores=True, return_dict_in_generate=True, use_cache=False)
+        for a, b in zip(fast.scores, plain.scores):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+        model.train()
+        model(input_ids=input_ids, attention_mask=attention_mask, labels=input_ids[:, :5].clamp(min=4)).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        model.eval()
+
+
+def test_models_built_under_inference_mode_copy_and_pickle_after_generating():
+    input_ids, attention_mask, _ = padded_batch()
+    with torch.inference_mode():  # parameters are inference tensors: no version counter to read
+        model = tiny_model()
+        out = model.generate(input_ids=input_ids, attention_mask=attention_mask, num_beams=2, max_new_tokens=4)
+    assert out.shape[0] == 2
+    model = tiny_model()
+    with torch.no_grad():
+        model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=4)
+    if torch.backends.mkldnn.is_available():
+        assert fast_inference._PACKED[model.lm_head].packed is not None  # generate() took the packed path
+    twin = copy.deepcopy(model)  # the packed (storage-less) copy lives outside the module
+    pickle.loads(pickle.dumps(model))
+    for a, b in zip(model.state_dict().values(), twin.state_dict().values()):
+        assert torch.equal(a, b)
+
+
+def test_padding_free_layout_round_trip_puts_zeros_at_padding():
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]])
+    states = torch.randn(3, 4, 5)
+    layout = PaddingFreeLayout(mask)
+    tokens = layout.unpad(states)
+    assert tokens.shape == (int(mask.sum()), 5)
+    torch.testing.assert_close(tokens, states[mask.bool()])
+    padded = layout.pad(tokens)
+    torch.testing.assert_close(padded, states * mask[..., None])
+    assert PaddingFreeLayout.worth_it(mask)
+    assert not PaddingFreeLayout.worth_it(torch.ones(2, 3, dtype=torch.long))
+    assert not PaddingFreeLayout.worth_it(None)
+
+
+@pytest.mark.parametrize("norm_order", ["post", "pre"])
+def test_padding_free_encoder_equals_the_padded_encoder_on_real_tokens(norm_order):
+    torch.manual_seed(0)
+    model = tiny_model(norm_order=norm_order)
+    input_ids, attention_mask, _ = padded_batch()
+    encoder = model.get_encoder()
+    with torch.no_grad():
+        free = encoder(input_ids, attention_mask).last_hidden_state
+        # asking for hidden states keeps the padded layout (every layer's full output is returned)
+        padded = encoder(input_ids, attention_mask, output_hidden_states=True).last_hidden_state
+    real = attention_mask.bool()
+    torch.testing.assert_close(free[real], padded[real], rtol=1e-5, atol=1e-5)
+    assert torch.count_nonzero(free[~real]) == 0
+    assert torch.count_nonzero(padded[~real]) > 0  # the padded path did compute those positions
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_decoding_steps_without_sdpa_give_the_sdpa_results(monkeypatch, num_beams):
+    torch.manual_seed(0)
+    model = tiny_model()
+    input_ids, attention_mask, _ = padded_batch()
+    kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, num_beams=num_beams, max_new_tokens=10,
+                  output_scores=True, return_dict_in_generate=True)
+    calls = []
+    plain = modeling_transformer_seq2seq.eager_attention_forward
+
+    def spy(module, query, *args, **kwargs):
+        calls.append(query.size(2))
+        return plain(module, query, *args, **kwargs)
+
+    monkeypatch.setattr(modeling_transformer_seq2seq, "eager_attention_forward", spy)
+    fast = model.generate(**kwargs)
+    assert calls and max(calls) <= num_beams  # decoding steps bypassed SDPA; the encoder did not
+    monkeypatch.setattr(modeling_transformer_seq2seq, "_DECODE_STEP_MAX_QUERIES", 0)  # SDPA at every step
+    calls.clear()
+    reference = model.generate(**kwargs)
+    assert not calls
+    assert fast.sequences.tolist() == reference.sequences.tolist()
+    for a, b in zip(fast.scores, reference.scores):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)

@@ -100,7 +100,7 @@ class PaddingFreeLayout:
     the (batch, num_heads, src_len, head_dim) layout; it scatters its projected Q, K, V into it and
     gathers its output back (the "remove padding" of FasterTransformer's encoder, and the nested
     tensors of PyTorch's BetterTransformer fast path). On Multi30k test2016 in file order, batches of
-    64, 45% of the padded source positions are padding.
+    64, 53% of the padded source positions are padding.
 
     Args:
         attention_mask: (batch, src_len), 1 for tokens and 0 for padding.

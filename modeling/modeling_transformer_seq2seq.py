@@ -317,7 +317,6 @@ class TransformerSeq2SeqAttention(nn.Module):
             and tgt_len == 1
             and not self.training
             and query.size(2) <= _DECODE_STEP_MAX_QUERIES
-            and (query.size(2) == 1 or not causal)
             and self.config._attn_implementation == "sdpa"
             and query.device.type == "cpu"
             and query.dtype == torch.float32

@@ -21,7 +21,13 @@ JoeyNMT step is timed inside the worker), so the two never run at the same time 
 hit both alike.
 One step on both sides: forward, the mean cross-entropy over target tokens, backward, AdamW, zero_grad.
 
-    python benchmarks/bench_rnn.py [--quick] [--threads 2] [--rounds 4] [--batches 3]
+`--mixed-precision bf16` (information; the goal is stated for float32) runs our step under CPU
+bf16 autocast, as our trainer's `mixed_precision: bf16` does, against two JoeyNMT sides: float32
+(`joeynmt`, all a JoeyNMT 2.3 user gets on a CPU: it turns its `fp16` switch off there)
+and its model under the same bf16 autocast (`joeynmt_bf16`, like for like, a setting JoeyNMT
+itself does not offer). It writes results/rnn_bf16.json.
+
+    python benchmarks/bench_rnn.py [--quick] [--threads 2] [--rounds 4] [--batches 3] [--mixed-precision bf16]
 """
 
 from __future__ import annotations
@@ -91,8 +97,8 @@ def sort_by_source_length(batch: dict) -> dict:
 class JoeyWorker:
     """The JoeyNMT side: a subprocess in .venv-joeynmt speaking the line protocol of joeynmt_worker.py."""
 
-    def __init__(self, spec: dict, batches_path: Path, workdir: Path):
-        spec_path = workdir / f"spec_{spec['attention']}.json"
+    def __init__(self, spec: dict, batches_path: Path, workdir: Path, name: str = "joeynmt"):
+        spec_path = workdir / f"spec_{spec['attention']}_{name}.json"
         spec_path.write_text(json.dumps(spec))
         self.proc = subprocess.Popen(
             [str(JOEYNMT_PYTHON), str(Path(__file__).with_name("joeynmt_worker.py")), str(spec_path), str(batches_path)],
@@ -128,7 +134,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--batches", type=int, default=None)
     parser.add_argument("--max-tokens", type=int, default=4096)
     parser.add_argument("--attentions", nargs="+", default=["luong", "bahdanau"])
+    parser.add_argument("--mixed-precision", choices=("no", "bf16"), default="no")
     args = parser.parse_args(argv)
+    bf16 = args.mixed_precision == "bf16"
     rounds = args.rounds or (2 if args.quick else 4)
     n_batches = args.batches or (2 if args.quick else 3)
     threads = set_threads(args.threads)
@@ -144,66 +152,89 @@ def main(argv=None) -> dict:
     torch.save([{k: b[k] for k in ("input_ids", "labels", "decoder_input_ids")} for b in batches], batches_path)
 
     results, goals = {}, []
+    peers = {"joeynmt": None, "joeynmt_bf16": "bf16"} if bf16 else {"joeynmt": None}
     for attention in args.attentions:
         model = build_ours_rnn(attention)
-        step, _ = make_train_step(model)
-        joey = JoeyWorker({**SIZES, "attention": attention, "threads": threads}, batches_path, workdir)
-        params = {"ours": count_params(model), "joeynmt": joey.info["params"]}
+        step, _ = make_train_step(model, mixed_precision=args.mixed_precision)
+        workers = {}
+        try:
+            for name, cast in peers.items():
+                workers[name] = JoeyWorker({**SIZES, "attention": attention, "threads": threads, "autocast": cast}, batches_path, workdir, name)
+        except BaseException:
+            for w in workers.values():
+                w.close()
+            raise
+        joey_info = next(iter(workers.values())).info
+        params = {"ours": count_params(model), **{name: w.info["params"] for name, w in workers.items()}}
         log(f"{attention}: params {params}; {len(batches)} batches, {tgt_tokens} target tokens per round")
         for batch in batches[:2]:  # warm-up
             step(batch)
-        joey.ask("warmup 2")
+        for w in workers.values():
+            w.ask("warmup 2")
 
-        seconds = {"ours": [], "joeynmt": []}
+        sides = ["ours", *workers]
+        seconds = {side: [] for side in sides}
         for r in range(rounds):
-            spent = {"ours": 0.0, "joeynmt": 0.0}
-            for i, batch in enumerate(batches):  # both sides back to back on every batch
-                for side in (["ours", "joeynmt"] if (r + i) % 2 == 0 else ["joeynmt", "ours"]):
+            spent = dict.fromkeys(sides, 0.0)
+            for i, batch in enumerate(batches):  # every side back to back on every batch, order rotating
+                k = (r + i) % len(sides)
+                for side in sides[k:] + sides[:k]:
                     if side == "ours":
                         start = time.perf_counter()
                         step(batch)
                         spent[side] += time.perf_counter() - start
                     else:
-                        spent[side] += joey.ask(f"step {i}")["seconds"]
+                        spent[side] += workers[side].ask(f"step {i}")["seconds"]
             for side in spent:
                 seconds[side].append(spent[side])
             log(f"{attention} round {r + 1}/{rounds}: "
                 + ", ".join(f"{n} {tgt_tokens / seconds[n][-1]:.0f} tok/s" for n in seconds))
-        joey.close()
+        for w in workers.values():
+            w.close()
         rates = {side: [tgt_tokens / s for s in seconds[side]] for side in seconds}
-        ratio = paired_ratio_summary(rates["ours"], rates["joeynmt"])
+        ratios = {peer: paired_ratio_summary(rates["ours"], rates[peer]) for peer in workers}
         results[attention] = {
             "params": params,
             "seconds_per_round": seconds,
             "tokens_per_s": {side: summarize(rates[side]) for side in rates},
-            "ratio_ours_over_joeynmt": ratio,
+            "ratio_ours_over_joeynmt": ratios["joeynmt"],
+            **({"ratio_ours_over_joeynmt_bf16": ratios["joeynmt_bf16"]} if bf16 else {}),
         }
-        goals.append(goal_entry(f"rnn_{attention}_train_step_tokens_per_s_ratio", ratio["median"], GOAL_RATIO))
+        suffix = "_bf16" if bf16 else ""
+        note = "(ours bf16 vs JoeyNMT float32, information)" if bf16 else ""
+        goals.append(goal_entry(f"rnn_{attention}_train_step_tokens_per_s_ratio{suffix}", ratios["joeynmt"]["median"], GOAL_RATIO, note=note))
+        if bf16:
+            goals.append(goal_entry(f"rnn_{attention}_train_step_tokens_per_s_ratio_bf16_both", ratios["joeynmt_bf16"]["median"],
+                                    GOAL_RATIO, note="(both bf16, information)"))
         del model, step
 
     rows = []
     for attention, res in results.items():
-        for side in ("ours", "joeynmt"):
+        for side in res["tokens_per_s"]:
             s = res["tokens_per_s"][side]
+            ratio = res.get(f"ratio_ours_over_{side}")
             rows.append([attention, side, f"{res['params'][side] / 1e6:.2f}M", fmt(s["median"], 0), spread(s, 0),
-                         f"{res['ratio_ours_over_joeynmt']['median']:.3f}x" if side == "ours" else ""])
+                         f"{ratio['median']:.3f}x" if ratio else ""])
     print_table(
-        f"RNN training step (forward+backward+AdamW), LSTM 256/512, {threads} threads, {rounds} rounds x {len(batches)} batches",
-        ["attention", "model", "params", "tgt tok/s (median)", "IQR", "ratio ours/joeynmt"],
+        f"RNN training step (forward+backward+AdamW){', ours bf16 autocast' if bf16 else ''}, LSTM 256/512, "
+        f"{threads} threads, {rounds} rounds x {len(batches)} batches",
+        ["attention", "model", "params", "tgt tok/s (median)", "IQR", "ratio ours/this row"],
         rows,
     )
     payload = {
-        "description": "RNN training step tokens/s, ours (Luong general + input feeding, Bahdanau) vs JoeyNMT 2.3 RecurrentDecoder",
+        "description": "RNN training step tokens/s, ours (Luong general + input feeding, Bahdanau) vs JoeyNMT 2.3 RecurrentDecoder"
+        + (" (ours under bf16 autocast; JoeyNMT float32 and under bf16 autocast)" if bf16 else ""),
+        "mixed_precision": args.mixed_precision,
         "sizes": SIZES,
         "threads": threads,
         "rounds": rounds,
         "batches": stats,
         "target_tokens_per_round": tgt_tokens,
-        "joeynmt": {k: v for k, v in joey.info.items() if k != "ready"},
+        "joeynmt": {k: v for k, v in joey_info.items() if k != "ready"},
         "results": results,
         "goals": goals,
     }
-    write_result("rnn", payload, args.quick)
+    write_result("rnn_bf16" if bf16 else "rnn", payload, args.quick)
     return payload
 
 

@@ -6,7 +6,10 @@ by round. Imports only the standard library, torch and joeynmt (not our package)
     .venv-joeynmt/bin/python benchmarks/joeynmt_worker.py SPEC.json BATCHES.pt
 
 SPEC.json: {"attention": "luong"|"bahdanau", "rnn_type", "embedding_size", "encoder_hidden_size",
-"hidden_size", "layers", "dropout", "vocab_size", "threads", "lr"}. BATCHES.pt: a list of dicts of
+"hidden_size", "layers", "dropout", "vocab_size", "threads", "lr", "autocast"}; "autocast": "bf16" runs
+the forward under `torch.autocast("cpu", torch.bfloat16)`, which JoeyNMT 2.3 itself cannot be told
+to do (on a CPU it turns its `fp16` switch off; its config carries "TODO: torch.bfloat16 for
+cpu?"): the like-for-like partner of our bf16 step. BATCHES.pt: a list of dicts of
 int64 tensors `input_ids`, `labels` (-100 on padding) and `decoder_input_ids` in the package's id
 convention (pad 0, <s> 1, </s> 2, unk 3), already sorted by source length, longest first (JoeyNMT's
 encoder packs sequences and needs that order).
@@ -114,10 +117,15 @@ def main() -> None:
     batches = [to_joey_batch(b, pad) for b in torch.load(sys.argv[2])]
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.get("lr", 3e-4), betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0)
 
+    import contextlib
+
+    bf16 = spec.get("autocast") == "bf16"
+
     def step(batch: dict) -> float:
         ntokens = batch["ntokens"]
         kwargs = {k: v for k, v in batch.items() if k != "ntokens"}
-        batch_loss, _, _, _ = model(return_type="loss", **kwargs)
+        with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
+            batch_loss, _, _, _ = model(return_type="loss", **kwargs)
         loss = batch_loss / ntokens
         loss.backward()
         optimizer.step()

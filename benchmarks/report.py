@@ -90,6 +90,19 @@ def main() -> None:
             label = "Luong general + input feeding" if attention == "luong" else "Bahdanau"
             rows.append([f"4. RNN training step, {label}, target tokens/s", iqr(t["ours"]), iqr(t["joeynmt"]),
                          "JoeyNMT 2.3", rq(res["ratio_ours_over_joeynmt"]), "≥ 1.5×", status(ratio, 1.5)])
+    r = load("rnn_bf16", args.quick)
+    if r:
+        machine = machine or r["machine"]
+        for attention, res in r["results"].items():
+            t = res["tokens_per_s"]
+            label = "Luong" if attention == "luong" else "Bahdanau"
+            for peer, peer_label, what in [("joeynmt", "JoeyNMT 2.3, float32 (its CPU setting)", "ours bf16 autocast"),
+                                            ("joeynmt_bf16", "JoeyNMT 2.3 model under bf16 autocast", "both bf16 autocast")]:
+                ratio = res.get(f"ratio_ours_over_{peer}")
+                if ratio is None or peer not in t:
+                    continue
+                rows.append([f"4b. RNN training step, {label}, {what} (for information)", iqr(t["ours"]), iqr(t[peer]),
+                             peer_label, rq(ratio), "(≥ 1.5×)", status(ratio["median"], 1.5)])
     r = load("memory", args.quick)
     if r:
         machine = machine or r["machine"]

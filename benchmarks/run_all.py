@@ -24,6 +24,7 @@ BENCHMARKS = {  # name: (module, extra arguments); issue numbering in the commen
     "generate": ("bench_generate", []),  # 3
     "generate_min_new_tokens": ("bench_generate", ["--force-length", "min-new-tokens", "--beams", "1"]),  # 3, the first method (information)
     "rnn": ("bench_rnn", []),  # 4
+    "rnn_bf16": ("bench_rnn", ["--mixed-precision", "bf16"]),  # 4 with our step under CPU bf16 autocast (information)
     "memory": ("bench_memory", []),  # 6
     "pipeline": ("bench_pipeline", []),  # 2
 }

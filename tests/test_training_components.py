@@ -13,7 +13,7 @@ from safetensors.torch import save_file
 from attention_seq2seq.training.averaging import average_checkpoints, average_state_dicts, load_averaged_weights
 from attention_seq2seq.training.metrics import corpus_scores
 from attention_seq2seq.training.plotting import plot_cross_attentions
-from attention_seq2seq.training.schedules import PlateauDecay, build_scheduler
+from attention_seq2seq.training.schedules import PlateauDecay, TimeBudget, build_scheduler
 
 
 # ----------------------------------------------------------------------------------- schedules
@@ -45,6 +45,50 @@ def test_linear_schedule_hand_computed():
     got = _lrs("linear", 12, peak=2.0, warmup_steps=2, total_steps=10)
     # warm-up 1/2, 2/2 of the peak; then (10 - step) / 8 of the peak; zero from step 10 on.
     assert got == pytest.approx([1.0, 2.0, 2.0, 1.75, 1.5, 1.25, 1.0, 0.75, 0.5, 0.25, 0.0, 0.0])
+
+
+def _linear_time_lrs(steps, seconds_per_update, budget_s, warmup_steps, total_steps=None):
+    """Learning rates of a ``linear_time`` run on a simulated clock, observed after every update
+    in the order of the training loop (update, scheduler step, then the clock)."""
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    budget = TimeBudget(budget_s)
+    sched = build_scheduler(opt, "linear_time", warmup_steps=warmup_steps, total_steps=total_steps, time_budget=budget)
+    lrs = []
+    for i in range(steps):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+        budget.observe(seconds_per_update * (i + 1), step=i + 1, warmup_steps=warmup_steps)
+    return lrs, budget
+
+
+def test_linear_time_schedule_reaches_zero_at_the_end_of_the_budget():
+    # 10 s per update, 100 s budget, 2 warm-up updates: the decay starts at 20 s and falls by
+    # 10/80 per update; each rate uses the clock read one update earlier.
+    lrs, budget = _linear_time_lrs(13, 10.0, 100.0, warmup_steps=2)
+    assert lrs == pytest.approx([0.5, 1.0, 1.0, 1.0, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125, 0.0, 0.0])
+    # A faster host fits more updates into the same budget and still ends at 0.
+    fast, _ = _linear_time_lrs(25, 5.0, 100.0, warmup_steps=2)
+    assert fast[4] == pytest.approx(1 - 5 / 90) and fast[20] == pytest.approx(5 / 90) and fast[21:] == pytest.approx([0.0] * 4)
+    assert all(a >= b for a, b in zip(fast[2:], fast[3:]))
+    # With max_steps too, the rate is the lower of the two lines (whichever limit comes first).
+    both, _ = _linear_time_lrs(13, 10.0, 100.0, warmup_steps=2, total_steps=8)
+    assert both[4:9] == pytest.approx([min((8 - s) / 6, t) for s, t in zip(range(4, 9), [0.875, 0.75, 0.625, 0.5, 0.375])])
+    restored = TimeBudget(100.0)
+    restored.load_state_dict(budget.state_dict())
+    assert (restored.decay_start_s, restored.elapsed_s, restored.remaining_fraction()) == (20.0, 130.0, 0.0)
+    # Resumed with a longer budget: the line now ends at the new budget (and the run stops there).
+    longer = TimeBudget(180.0)
+    longer.load_state_dict({**budget.state_dict(), "elapsed_s": 100.0})
+    assert longer.remaining_fraction() == pytest.approx((180 - 100) / (180 - 20))
+
+
+def test_linear_time_needs_a_clock():
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    with pytest.raises(ValueError, match="max_time_minutes"):
+        build_scheduler(opt, "linear_time", warmup_steps=0)
+    with pytest.raises(ValueError, match="max_time_minutes > 0"):
+        TimeBudget(0.0)
 
 
 def test_constant_schedule_and_no_warmup():

@@ -90,7 +90,7 @@ def test_main_reports_a_bad_recipe_in_one_line_and_exits_2(tmp_path, capsys):
         train_module.main(["--recipe", str(recipe)])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert "schedule must be one of 'inverse_sqrt', 'linear', 'constant', 'plateau'; got 'cosine'" in err
+    assert "schedule must be one of 'inverse_sqrt', 'linear', 'linear_time', 'constant', 'plateau'; got 'cosine'" in err
 
 
 def test_command_line_overrides_recipe_and_merges_model_config(tmp_path):
@@ -375,9 +375,12 @@ def _free_port() -> int:
 
 @pytest.mark.slow
 def test_two_cpu_ranks_equal_one_process_accumulating_their_batches(shared_data, tmp_path):
-    # No dropout: each rank draws its own masks, which one process cannot reproduce.
+    # No dropout: each rank draws its own masks, which one process cannot reproduce. The schedule
+    # follows the wall clock (linear_time, a 10-hour budget: the rate falls by ~1e-4 of itself in
+    # this run): the ranks agree on the slowest clock, so their weights stay bit-identical.
     overrides = dict(model_config={**TINY_TRANSFORMER, "dropout": 0.0}, max_train_examples=200, max_steps=4,
-                     eval_every=4, save_every=4, num_plot_sentences=0, debug_dump_batches=True, test_max_examples=4)
+                     eval_every=4, save_every=4, num_plot_sentences=0, debug_dump_batches=True, test_max_examples=4,
+                     schedule="linear_time", max_time_minutes=600)
     ddp = tiny_config(shared_data, tmp_path / "ddp", **overrides)
     (tmp_path / "ddp.yaml").write_text(yaml.safe_dump(dataclasses.asdict(ddp)))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -481,6 +484,25 @@ def test_time_budget_stops_the_run_and_still_writes_the_model(shared_data, tmp_p
     assert metrics["train"]["stopped_by"] == "max_time_minutes" and metrics["train"]["steps"] == 1
     assert [v["step"] for v in metrics["validation"]] == [1]
     assert (tmp_path / "run" / "model" / "model.safetensors").exists()
+
+
+def test_linear_time_schedule_anneals_a_time_limited_run_to_zero(shared_data, tmp_path):
+    config = tiny_config(shared_data, tmp_path / "run", schedule="linear_time", max_steps=None, max_epochs=None,
+                         max_time_minutes=0.05, warmup_steps=1, eval_every=10**6, save_every=10**6, num_plot_sentences=0)
+    metrics = json.loads((train(config) / "metrics.json").read_text())
+    assert metrics["train"]["stopped_by"] == "max_time_minutes" and metrics["train"]["steps"] > 5
+    last = tmp_path / "run" / "checkpoints" / f"step_{metrics['train']['steps']}"
+    scheduler = torch.load(last / "custom_checkpoint_0.pkl", weights_only=False)
+    clock = torch.load(last / "custom_checkpoint_3.pkl", weights_only=False)
+    # One process reads the clock after every update: the decay starts after the single warm-up update.
+    assert clock["budget_s"] == pytest.approx(3.0) and 0 < clock["decay_start_s"] < 1.5 and clock["elapsed_s"] >= 3.0
+    # The rate the scheduler computed last (from the clock after the second-to-last update) is close
+    # to 0: the run was annealed within its time budget.
+    assert scheduler["_last_lr"][0] < 0.5 * config.learning_rate
+    with pytest.raises(RecipeError, match="max_time_minutes > 0"):
+        validate_config(dataclasses.replace(config, max_time_minutes=None, max_steps=5))
+    with pytest.raises(RecipeError, match="schedule 'linear' decays to 0 at max_steps"):
+        validate_config(dataclasses.replace(config, schedule="linear"))
 
 
 def test_help_lists_every_field_with_its_comment(capsys):

@@ -8,6 +8,15 @@ Each schedule is a multiplier of the peak learning rate ``lr`` given to the opti
   ``d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)``; here the peak is named directly
   (``lr = d_model^-0.5 * warmup^-0.5`` gives the paper's numbers), as fairseq does.
 - ``linear``: linear warm-up, then linear decay to 0 at ``total_steps``.
+- ``linear_time``: linear warm-up, then linear decay to 0 when the training time budget
+  (``max_time_minutes``) runs out, measured in wall-clock seconds from the end of warm-up (or
+  at ``total_steps``, if that comes first). A time-limited run is then annealed to 0 however
+  fast the host happens to be, where ``linear`` needs ``max_steps`` guessed from its speed (a
+  guess that is too high stops the run before the rate has decayed, one too low leaves time
+  unused). The clock lives in :class:`TimeBudget`, which the training script checkpoints and
+  updates after every update (one process) or at its log interval (several ranks, all with the
+  slowest rank's time, so that they keep the same rate). The rate then depends on the wall
+  clock: a resumed run does not repeat an uninterrupted one exactly.
 - ``constant``: linear warm-up, then ``lr``.
 - ``plateau``: linear warm-up, then ``lr`` times ``factor`` each time the validation metric
   has not improved for ``patience`` validations in a row (the RNN recipe of Luong et al. 2015
@@ -26,7 +35,7 @@ import math
 
 import torch
 
-SCHEDULES = ("inverse_sqrt", "linear", "constant", "plateau")
+SCHEDULES = ("inverse_sqrt", "linear", "linear_time", "constant", "plateau")
 
 
 def warmup_factor(step: int, warmup_steps: int) -> float:
@@ -105,24 +114,72 @@ class PlateauDecay:
         self.bad_validations = state["bad_validations"]
 
 
+class TimeBudget:
+    """The wall-clock side of the ``linear_time`` schedule: the fraction of the time budget left
+    after warm-up.
+
+    Args:
+        budget_s: the training time budget in seconds (``60 * max_time_minutes``).
+
+    :meth:`observe` is called with the elapsed training time; the first call at or after the
+    last warm-up update fixes the start of the decay. ``state_dict``/``load_state_dict`` make it
+    checkpointable, so a resumed run continues the same line.
+
+    Raises:
+        ValueError: ``budget_s`` not positive.
+    """
+
+    def __init__(self, budget_s: float):
+        if not budget_s > 0:
+            raise ValueError(f"the time budget must be positive (max_time_minutes > 0); got {budget_s} s")
+        self.budget_s = float(budget_s)
+        self.elapsed_s = 0.0
+        self.decay_start_s: float | None = None
+
+    def observe(self, elapsed_s: float, step: int, warmup_steps: int) -> None:
+        """Record ``elapsed_s`` seconds of training after ``step`` finished updates."""
+        self.elapsed_s = float(elapsed_s)
+        if self.decay_start_s is None and step >= warmup_steps:
+            self.decay_start_s = self.elapsed_s
+
+    def remaining_fraction(self) -> float:
+        """``(budget - elapsed) / (budget - decay start)`` in [0, 1]; 1 before the decay starts."""
+        if self.decay_start_s is None:
+            return 1.0
+        span = max(1e-9, self.budget_s - self.decay_start_s)
+        return min(1.0, max(0.0, (self.budget_s - self.elapsed_s) / span))
+
+    def state_dict(self) -> dict:
+        return {"budget_s": self.budget_s, "elapsed_s": self.elapsed_s, "decay_start_s": self.decay_start_s}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore the clock; the budget stays the one this object was built with, so a run
+        resumed with a new ``max_time_minutes`` decays towards the new end (and stops there)."""
+        self.elapsed_s = state["elapsed_s"]
+        self.decay_start_s = state["decay_start_s"]
+
+
 def build_scheduler(
     optimizer: torch.optim.Optimizer,
     name: str,
     warmup_steps: int,
     total_steps: int | None = None,
     plateau: PlateauDecay | None = None,
+    time_budget: TimeBudget | None = None,
 ) -> torch.optim.lr_scheduler.LambdaLR:
     """A ``LambdaLR`` implementing schedule ``name`` (one of :data:`SCHEDULES`).
 
     Args:
         optimizer: the optimizer whose ``lr`` is the peak learning rate.
-        name: ``"inverse_sqrt"``, ``"linear"``, ``"constant"`` or ``"plateau"``.
+        name: ``"inverse_sqrt"``, ``"linear"``, ``"linear_time"``, ``"constant"`` or ``"plateau"``.
         warmup_steps: updates of linear warm-up (0 disables warm-up).
-        total_steps: number of updates of the run; required by ``"linear"``.
+        total_steps: number of updates of the run; required by ``"linear"``, optional for
+            ``"linear_time"`` (the decay then ends at whichever limit comes first).
         plateau: the decay state; required by ``"plateau"``.
+        time_budget: the clock; required by ``"linear_time"``.
 
     Raises:
-        ValueError: unknown ``name``, or a missing ``total_steps`` / ``plateau``.
+        ValueError: unknown ``name``, or a missing ``total_steps`` / ``plateau`` / ``time_budget``.
     """
     if name == "inverse_sqrt":
         fn = lambda step: inverse_sqrt_factor(step, warmup_steps)  # noqa: E731
@@ -130,6 +187,14 @@ def build_scheduler(
         if not total_steps:
             raise ValueError("schedule 'linear' needs a known number of updates: set max_steps (or max_epochs)")
         fn = lambda step: linear_factor(step, warmup_steps, total_steps)  # noqa: E731
+    elif name == "linear_time":
+        if time_budget is None:
+            raise ValueError("schedule 'linear_time' needs a time budget: set max_time_minutes")
+
+        def fn(step: int) -> float:
+            by_steps = linear_factor(step, warmup_steps, total_steps) if total_steps else warmup_factor(step, warmup_steps)
+            return by_steps if step < warmup_steps else min(by_steps, time_budget.remaining_fraction())
+
     elif name == "constant":
         fn = lambda step: warmup_factor(step, warmup_steps)  # noqa: E731
     elif name == "plateau":

@@ -59,7 +59,7 @@ from .averaging import average_checkpoints, load_averaged_weights
 from .config import RecipeError, dump_recipe, parse_command_line
 from .metrics import corpus_scores
 from .plotting import plot_cross_attentions
-from .schedules import SCHEDULES, PlateauDecay, build_scheduler
+from .schedules import SCHEDULES, PlateauDecay, TimeBudget, build_scheduler
 
 logger = logging.getLogger("attention_seq2seq.training")
 
@@ -90,7 +90,7 @@ class TrainConfig:
     weight_decay: float = 0.0  # AdamW's decoupled weight decay
     max_grad_norm: float = 1.0  # clip the global gradient norm to this; 0 disables clipping
     label_smoothing: float = 0.1  # epsilon of the label-smoothed cross-entropy (Szegedy et al. 2016)
-    schedule: str = "inverse_sqrt"  # "inverse_sqrt", "linear", "constant" or "plateau" (training/schedules.py)
+    schedule: str = "inverse_sqrt"  # "inverse_sqrt", "linear", "linear_time" (decays to 0 at the end of max_time_minutes), "constant" or "plateau" (training/schedules.py)
     warmup_steps: int = 4000  # optimizer updates of linear warm-up
     plateau_factor: float = 0.5  # "plateau": multiply the lr by this ...
     plateau_patience: int = 2  # ... after this many validations without improvement
@@ -123,7 +123,7 @@ class TrainConfig:
     seed: int = 1234  # model init, dropout and data order
     num_threads: int | None = None  # torch intra-op CPU threads of each process (None: torch's default, one per core)
     mixed_precision: str | None = None  # "no", "fp16" (GPU) or "bf16" (GPU, or a CPU with AVX512-BF16/AMX: ~1.4x faster here); None: what `accelerate launch/config` says, else "no"
-    log_every: int = 50  # updates between progress/TensorBoard logs (each costs one host sync)
+    log_every: int = 50  # updates between progress/TensorBoard logs (each costs one host sync); with several ranks also how often linear_time reads the clock
     log_with: str = "tensorboard"  # "tensorboard" or "none"
     # ---- debugging (used by the tests) ---------------------------------------------------------
     debug_dump_batches: bool = False  # each rank writes its micro-batches' example ids to debug/batches_rank<R>.jsonl
@@ -157,6 +157,10 @@ def validate_config(config: TrainConfig) -> None:
             raise RecipeError(f"{name} must be >= 1; got {getattr(config, name)}")
     if config.num_threads is not None and config.num_threads < 1:
         raise RecipeError(f"num_threads must be >= 1 or null (torch's default); got {config.num_threads}")
+    if config.schedule == "linear_time" and not (config.max_time_minutes and config.max_time_minutes > 0):
+        raise RecipeError(f"schedule 'linear_time' decays to 0 at the end of the time budget: set max_time_minutes > 0; got {config.max_time_minutes}")
+    if config.schedule == "linear" and config.max_steps is None and config.max_epochs is None:
+        raise RecipeError("schedule 'linear' decays to 0 at max_steps (or max_epochs): set one, or use 'linear_time' with max_time_minutes")
     if config.average_best_k > config.keep_best_k:
         raise RecipeError(f"average_best_k ({config.average_best_k}) needs keep_best_k >= it; got keep_best_k={config.keep_best_k}")
     if config.average_last_k > config.keep_last_checkpoints:
@@ -652,17 +656,27 @@ def train(config: TrainConfig) -> Path:
     )
     higher_is_better = config.early_stopping_metric != "loss"
     plateau = PlateauDecay(config.plateau_factor, config.plateau_patience, higher_is_better)
-    scheduler = build_scheduler(optimizer, config.schedule, config.warmup_steps, total_steps, plateau)
+    time_budget = TimeBudget(60 * config.max_time_minutes) if config.schedule == "linear_time" else None
+    scheduler = build_scheduler(optimizer, config.schedule, config.warmup_steps, total_steps, plateau, time_budget)
     model, optimizer = accelerator.prepare(model, optimizer)
     # The scheduler is stepped once per update by us, not by Accelerate (whose wrapper steps it
     # once per process); it is checkpointed like the other states.
     accelerator.register_for_checkpointing(scheduler, plateau, state)
+    # The clock is registered only for linear_time (older checkpoints do not have it); a run
+    # switched to linear_time on --resume starts its decay at the resumed update.
+    resume_from = _step_dirs(ckpt_root)[-1] if config.resume and _step_dirs(ckpt_root) else None
+    clock_saved = resume_from is None or (resume_from / "custom_checkpoint_3.pkl").exists()
+    if time_budget is not None and clock_saved:
+        accelerator.register_for_checkpointing(time_budget)
     unwrapped = accelerator.unwrap_model(model)
 
     if config.resume and _step_dirs(ckpt_root):
         last = _step_dirs(ckpt_root)[-1]
         accelerator.load_state(str(last))
         logger.info("resumed from %s (update %d, epoch %.2f)", last, state.step, state.epochs)
+        if time_budget is not None and not clock_saved:
+            accelerator.register_for_checkpointing(time_budget)  # saved from now on
+            logger.info("schedule linear_time: %s has no time-budget state; the decay starts at update %d", last, state.step)
         if is_main:  # best/ folders written after that checkpoint belong to the lost future
             kept = {f"step_{s}" for _, s in state.best}
             for d in _step_dirs(best_root):
@@ -712,6 +726,8 @@ def train(config: TrainConfig) -> Path:
     first_bad = torch.full((), -1, dtype=torch.long, device=device)  # first update with a non-finite loss
     last_log_time = session_start = time.perf_counter()
     earlier_sessions_s = state.wall_time_s
+    if time_budget is not None:  # warm-up 0 (or a resume after it): the decay starts now at the latest
+        time_budget.observe(earlier_sessions_s, state.step, config.warmup_steps)
     progress = tqdm(total=total_steps, initial=state.step, disable=not is_main, desc="train", unit="upd", dynamic_ncols=True,
                     mininterval=0.5 if sys.stderr.isatty() else 30.0)  # a log file gets a line per 30 s
     stop_reason = None
@@ -734,12 +750,15 @@ def train(config: TrainConfig) -> Path:
         saving = state.step % config.save_every == 0 or state.step == total_steps
         # One process checks the time budget after every update (no host sync needed); ranks of
         # a distributed run agree on it at the log interval, where they synchronise anyway.
-        over_budget = (
-            world == 1
-            and config.max_time_minutes is not None
-            and earlier_sessions_s + time.perf_counter() - session_start > 60 * config.max_time_minutes
-        )
-        if state.step % config.log_every == 0 or evaluating or saving or over_budget:
+        over_budget = False
+        if world == 1 and config.max_time_minutes is not None:
+            elapsed = earlier_sessions_s + time.perf_counter() - session_start
+            over_budget = elapsed > 60 * config.max_time_minutes
+            if time_budget is not None:  # one process: the schedule reads the clock every update
+                time_budget.observe(elapsed, state.step, config.warmup_steps)
+        # Several ranks agree on the clock at a log, so linear_time forces one at the end of warm-up.
+        warmup_end = time_budget is not None and world > 1 and state.step == config.warmup_steps
+        if state.step % config.log_every == 0 or evaluating or saving or over_budget or warmup_end:
             stats = torch.stack([loss_acc, tokens_acc / world, first_bad.float()])
             stats = accelerator.gather(stats[None]) if world > 1 else stats[None]
             loss_sum_all, tokens_all = stats[:, 0].sum().item(), stats[:, 1].sum().item()
@@ -763,10 +782,14 @@ def train(config: TrainConfig) -> Path:
             tokens_acc.zero_()
             last_log_time = now
             if config.max_time_minutes is not None:
-                # Every rank must stop at the same update: one rank over budget stops them all.
-                over = torch.tensor(float(state.wall_time_s > 60 * config.max_time_minutes), device=device)
-                over = accelerator.reduce(over, reduction="sum") if world > 1 else over
-                if over.item() > 0:  # any rank over budget: all stop at this same update
+                # Every rank must stop at the same update, and use the same learning rate: the
+                # slowest rank's clock decides for all.
+                elapsed = state.wall_time_s
+                if world > 1:
+                    elapsed = accelerator.gather(torch.tensor([elapsed], dtype=torch.float64, device=device)).max().item()
+                    if time_budget is not None:
+                        time_budget.observe(elapsed, state.step, config.warmup_steps)
+                if elapsed > 60 * config.max_time_minutes:  # over budget: all ranks stop at this same update
                     stop_reason = "max_time_minutes"
                     evaluating = saving = True
         if evaluating and validate_and_keep():

@@ -197,8 +197,7 @@ def main(argv=None) -> dict:
             "params": params,
             "seconds_per_round": seconds,
             "tokens_per_s": {side: summarize(rates[side]) for side in rates},
-            "ratio_ours_over_joeynmt": ratios["joeynmt"],
-            **({"ratio_ours_over_joeynmt_bf16": ratios["joeynmt_bf16"]} if bf16 else {}),
+            **{f"ratio_ours_over_{peer}": ratio for peer, ratio in ratios.items()},
         }
         suffix = "_bf16" if bf16 else ""
         note = "(ours bf16 vs JoeyNMT float32, information)" if bf16 else ""

@@ -670,8 +670,8 @@ def train(config: TrainConfig) -> Path:
         accelerator.register_for_checkpointing(time_budget)
     unwrapped = accelerator.unwrap_model(model)
 
-    if config.resume and _step_dirs(ckpt_root):
-        last = _step_dirs(ckpt_root)[-1]
+    if resume_from is not None:
+        last = resume_from
         accelerator.load_state(str(last))
         logger.info("resumed from %s (update %d, epoch %.2f)", last, state.step, state.epochs)
         if time_budget is not None and not clock_saved:

@@ -12,6 +12,11 @@ Reported: target tokens/s (non-padding labels) per round, median and IQR over ro
 ours/Marian (paired per round), and MFU = achieved training FLOP/s (formula in
 `common.transformer_train_flops`) / reference matmul FLOP/s of the same round.
 
+A third side, `ours_sdpa` (for information), is our model with torch's SDPA kernel at every
+length, as before the short-sentence dispatch (`_TRAIN_STEP_MAX_KEYS` in
+modeling_transformer_seq2seq.py: eq. 1 as plain matmuls while training on up to 32 keys); the
+ratio ours/ours_sdpa is what that dispatch gives.
+
 `--mixed-precision bf16` runs both sides under CPU bf16 autocast (Accelerate's
 `mixed_precision="bf16"` on a CPU) against a bf16 matmul reference and writes
 results/train_step_bf16.json; for information next to the float32 goal.
@@ -21,6 +26,7 @@ results/train_step_bf16.json; for information next to the float32 goal.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 from common import (
@@ -69,8 +75,26 @@ def main(argv=None) -> dict:
     tgt_tokens = sum(s["tgt_tokens"] for s in stats)
     flops = sum(transformer_train_flops(dims, s) for s in stats)
 
-    models = {"ours": build_ours(dims), "marian": build_marian(dims)}
+    from attention_seq2seq.modeling import modeling_transformer_seq2seq
+
+    @contextlib.contextmanager
+    def sdpa_at_every_length():
+        saved = modeling_transformer_seq2seq._TRAIN_STEP_MAX_KEYS
+        modeling_transformer_seq2seq._TRAIN_STEP_MAX_KEYS = 0
+        try:
+            yield
+        finally:
+            modeling_transformer_seq2seq._TRAIN_STEP_MAX_KEYS = saved
+
+    models = {"ours": build_ours(dims), "marian": build_marian(dims), "ours_sdpa": build_ours(dims)}
     steps = {name: make_train_step(model, mixed_precision=args.mixed_precision)[0] for name, model in models.items()}
+    sdpa_step = steps["ours_sdpa"]
+
+    def ours_sdpa(batch):
+        with sdpa_at_every_length():
+            return sdpa_step(batch)
+
+    steps["ours_sdpa"] = ours_sdpa
     params = {name: count_params(model) for name, model in models.items()}
     log(f"params: {params}; {len(batches)} batches, {tgt_tokens} target tokens per round; threads={threads}")
 
@@ -86,7 +110,9 @@ def main(argv=None) -> dict:
         spent = {name: 0.0 for name in models}
         ref_flops = ref_seconds = 0.0
         for i, (batch, stat) in enumerate(zip(batches, stats)):
-            order = list(models) if (r + i) % 2 == 0 else list(models)[::-1]
+            order = list(models)[(r + i) % 3:] + list(models)[: (r + i) % 3]  # rotating
+            if (r + i) % 2:
+                order.reverse()
             for name in order:
                 start = time.perf_counter()
                 steps[name](batch)
@@ -103,6 +129,7 @@ def main(argv=None) -> dict:
     rates = {name: [tgt_tokens / s for s in seconds[name]] for name in models}
     rate_summary = {name: summarize(rates[name]) for name in models}
     ratio = paired_ratio_summary(rates["ours"], rates["marian"])
+    dispatch_ratio = paired_ratio_summary(rates["ours"], rates["ours_sdpa"])
     mfu = {name: summarize([flops / s / ref for s, ref in zip(seconds[name], reference)]) for name in models}
     achieved = {name: summarize([flops / s for s in seconds[name]]) for name in models}
 
@@ -121,6 +148,8 @@ def main(argv=None) -> dict:
     print(f"matmul reference: {ref_summary['median'] / 1e9:.1f} GFLOP/s (IQR {ref_summary['q1'] / 1e9:.1f} – {ref_summary['q3'] / 1e9:.1f})")
     print(f"ratio ours/marian (paired per round): {ratio['median']:.3f}x  IQR [{ratio['q1']:.3f} – {ratio['q3']:.3f}]"
           f"  goal >= {GOAL_STEP_RATIO}x")
+    print(f"ratio ours/ours_sdpa (the short-sentence attention dispatch, information): {dispatch_ratio['median']:.3f}x"
+          f"  IQR [{dispatch_ratio['q1']:.3f} – {dispatch_ratio['q3']:.3f}]")
 
     goals = [
         goal_entry("train_step_tokens_per_s_ratio", ratio["median"], GOAL_STEP_RATIO),
@@ -143,6 +172,7 @@ def main(argv=None) -> dict:
         "seconds_per_round": seconds,
         "tokens_per_s": rate_summary,
         "ratio_ours_over_marian": ratio,
+        "ratio_ours_over_ours_sdpa": dispatch_ratio,
         "achieved_flops_per_s": achieved,
         "matmul_reference_flops_per_s": ref_summary,
         "mfu": mfu,

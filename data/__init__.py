@@ -3,7 +3,8 @@
 - :func:`load_corpus` / :class:`CorpusSpec` / :class:`CorpusFilters` (``corpora.py``): a spec
   string such as ``bible``, ``multi30k:<dir>`` or ``tsv:<dir>:zh-en`` to a ``DatasetDict``.
 - :func:`train_tokenizer` (``tokenization.py``): Unigram/BPE tokenizers with ``<pad>``=0,
-  ``<s>``=1, ``</s>``=2, ``<unk>``=3, saved as ``PreTrainedTokenizerFast``.
+  ``<s>``=1, ``</s>``=2, ``<unk>``=3, saved as ``PreTrainedTokenizerFast``; :class:`SubwordSampler`,
+  sampled segmentations for subword regularization.
 - :func:`tokenize_dataset`, :class:`TokenBudgetBatchSampler`, :class:`Seq2SeqCollator`,
   :func:`padding_fraction` (``batching.py``).
 - The Bible corpus (``bible.py``) is read from installed SWORD modules through ``load_corpus("bible")``.
@@ -19,7 +20,7 @@ from .batching import (
     tokenize_dataset,
 )
 from .corpora import CorpusError, CorpusFilters, CorpusInfo, CorpusSpec, load_corpus
-from .tokenization import SeparateTokenizers, train_tokenizer
+from .tokenization import SeparateTokenizers, SubwordSampler, train_tokenizer
 
 __all__ = [
     "IGNORE_INDEX",
@@ -29,6 +30,7 @@ __all__ = [
     "CorpusSpec",
     "Seq2SeqCollator",
     "SeparateTokenizers",
+    "SubwordSampler",
     "TokenBudgetBatchSampler",
     "batch_lengths",
     "epoch_padding_fraction",

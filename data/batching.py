@@ -208,6 +208,21 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         self.epoch = 0
         self.start_batch = 0
 
+    def set_lengths(self, lengths: Sequence[int] | Sequence[Sequence[int]] | np.ndarray) -> None:
+        """Replace the examples' lengths (a new segmentation of the same examples, e.g. subword
+        sampling); takes effect at the next iteration.
+
+        Raises:
+            ValueError: a different number of examples or shape than before.
+        """
+        lengths = np.asarray(lengths, dtype=np.int64)
+        if lengths.ndim == 1:
+            lengths = lengths[:, None]
+        if lengths.shape != self.lengths.shape:
+            raise ValueError(f"lengths must keep the shape {self.lengths.shape}; got {lengths.shape}")
+        self.lengths = lengths
+        self.size = lengths.max(axis=1)
+
     def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
         """Select the epoch to draw; ``start_batch`` skips this rank's first batches (resume)."""
         self.epoch = epoch

@@ -232,3 +232,124 @@ def _wrap(backend: Tokenizer, model_max_length: int) -> PreTrainedTokenizerFast:
         # (" ." -> ".", " n't" -> "n't") would change correctly spaced text.
         clean_up_tokenization_spaces=False,
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Subword regularization: a new segmentation of the training text every epoch
+# --------------------------------------------------------------------------------------------
+
+
+class SubwordSampler:
+    """Sample segmentations of training text instead of always taking the best one.
+
+    Subword regularization trains on a different segmentation of each sentence every epoch, so
+    the model sees a word as several piece sequences and becomes robust to segmentation
+    ambiguity; evaluation and translation keep the deterministic best segmentation.
+
+    - Unigram tokenizers (``alpha``, ``nbest_size``): Kudo (2018), "Subword Regularization",
+      §3.3: a segmentation x of a sentence X is drawn with probability ∝ P(x)^α, from its
+      ``nbest_size`` most likely segmentations, or from every segmentation (forward-filtering
+      backward-sampling over the lattice) when ``nbest_size`` is None. α → 0 approaches a uniform
+      choice (many short pieces), large α the single best segmentation.
+    - BPE tokenizers (``dropout``): Provilkov et al. (2020), "BPE-Dropout", §2: each merge is
+      skipped with probability p while a word is segmented.
+
+    Sampling is done by the `tokenizers` library on a private copy of the tokenizer (the given
+    one keeps segmenting deterministically). Its random generator cannot be seeded, so two runs
+    draw different segmentations.
+
+    Args:
+        tokenizer: the run's tokenizer (``PreTrainedTokenizerFast`` trained by
+            :func:`train_tokenizer`), or a :class:`SeparateTokenizers` pair (both sides sampled).
+        alpha: unigram smoothing exponent α > 0 (at most 1 without ``nbest_size``).
+        nbest_size: unigram: sample among this many best segmentations (≥ 2), or None for all.
+        dropout: BPE merge-dropout probability p in (0, 1).
+
+    Raises:
+        ValueError: an option that does not fit the tokenizer's model (``alpha``/``nbest_size``
+            need Unigram, ``dropout`` needs BPE), a value out of range, or no option at all.
+    """
+
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerFast | SeparateTokenizers,
+        *,
+        alpha: float | None = None,
+        nbest_size: int | None = None,
+        dropout: float | None = None,
+    ) -> None:
+        if alpha is None and dropout is None:
+            raise ValueError("SubwordSampler needs alpha (Unigram tokenizers) or dropout (BPE tokenizers)")
+        if alpha is not None and dropout is not None:
+            raise ValueError("give alpha (Unigram) or dropout (BPE), not both")
+        if alpha is not None and not alpha > 0:
+            raise ValueError(f"alpha must be > 0; got {alpha}")
+        if alpha is not None and nbest_size is None and alpha > 1.0:
+            # tokenizers 0.23's lattice sampler overflows (a Rust panic, not an exception) there
+            raise ValueError(f"alpha above 1 needs nbest_size (sampling over every segmentation takes alpha <= 1); got {alpha}")
+        if nbest_size is not None and (alpha is None or nbest_size < 2):
+            raise ValueError(f"nbest_size needs alpha and must be at least 2 (or None: every segmentation); got {nbest_size}")
+        if dropout is not None and not 0.0 < dropout < 1.0:
+            raise ValueError(f"dropout must be in (0, 1); got {dropout}")
+        pair = tokenizer if isinstance(tokenizer, SeparateTokenizers) else (tokenizer, tokenizer)
+        wanted = "Unigram" if alpha is not None else "BPE"
+        option = "alpha" if alpha is not None else "dropout"
+        self._backends = []
+        for side in pair:
+            backend = Tokenizer.from_str(side.backend_tokenizer.to_str())  # a copy: the original stays deterministic
+            backend.no_padding()  # whatever a loaded tokenizer.json stored: one unpadded, uncut row per text
+            backend.no_truncation()
+            kind = type(backend.model).__name__
+            if kind != wanted:
+                raise ValueError(
+                    f"subword sampling with {option} needs a {wanted} tokenizer; this one is {kind} "
+                    f"(use {'dropout' if kind == 'BPE' else 'alpha'} for {kind})"
+                )
+            if alpha is not None:
+                backend.model.alpha = alpha
+                backend.model.nbest_size = nbest_size
+            else:
+                backend.model.dropout = dropout
+            self._backends.append(backend)
+        self.alpha, self.nbest_size, self.dropout = alpha, nbest_size, dropout
+
+    def encode(self, texts: list[str], side: Literal["source", "target"] = "source") -> list[list[int]]:
+        """A sampled segmentation of each text: ids of its pieces followed by ``</s>``, as the
+        tokenizer's own ``tokenizer(texts)["input_ids"]`` (same post-processing)."""
+        backend = self._backends[0 if side == "source" else 1]
+        return [encoding.ids for encoding in backend.encode_batch(texts, add_special_tokens=True)]
+
+    def resample(
+        self,
+        sources: list[str],
+        targets: list[str],
+        input_ids: list[list[int]],
+        labels: list[list[int]],
+        max_source_length: int,
+        max_target_length: int,
+    ) -> tuple[list[list[int]], list[list[int]], int]:
+        """New ``input_ids``/``labels`` for the pairs (``sources[i]``, ``targets[i]``).
+
+        A side whose sample is longer than its limit keeps its given (best) segmentation from
+        ``input_ids``/``labels``, so the set of training pairs and the length limits never
+        change. Returns ``(input_ids, labels, kept)``, ``kept`` counting the sides kept so.
+
+        Raises:
+            ValueError: lists of different lengths.
+        """
+        if not len(sources) == len(targets) == len(input_ids) == len(labels):
+            raise ValueError(
+                f"sources, targets, input_ids and labels must have one entry per pair; got "
+                f"{len(sources)}, {len(targets)}, {len(input_ids)}, {len(labels)}"
+            )
+        kept = 0
+        new_sides = []
+        for texts, best, limit, side in ((sources, input_ids, max_source_length, "source"),
+                                         (targets, labels, max_target_length, "target")):
+            sampled = self.encode(texts, side)
+            for i, ids in enumerate(sampled):
+                if len(ids) > limit:
+                    sampled[i] = best[i]
+                    kept += 1
+            new_sides.append(sampled)
+        return new_sides[0], new_sides[1], kept

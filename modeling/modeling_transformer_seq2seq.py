@@ -15,6 +15,9 @@ happens):
   `k_proj`, `v_proj`;
 * the decoder's self-attention needs no mask tensor in training (`is_causal` lets SDPA pick its
   fastest kernel);
+* on a CPU, eq. 1 runs as plain matmuls instead of SDPA where torch's flash kernel (tiled for long
+  sequences) is slower: decoding steps (`_DECODE_STEP_MAX_QUERIES`) and training on sentences of
+  up to 32 tokens (`_TRAIN_STEP_MAX_KEYS`);
 * no `final_logits_bias`: an extra (batch, tgt_len, vocab_size) tensor the paper does not have;
 * beam search keeps one copy of each source's encoder output and cross-attention keys/values
   instead of one per beam (`_expand_inputs_for_generation`), and reorders only the
@@ -60,6 +63,13 @@ _HALF_DTYPES = (torch.float16, torch.bfloat16)
 # eq. 1 runs as plain matmuls instead of SDPA: a step has 1 query per sentence (greedy) or
 # num_beams (beam search: the queries of a source's beams are stacked).
 _DECODE_STEP_MAX_QUERIES = 8
+# Training on a CPU with at most this many keys per row (Multi30k-length sentences), eq. 1 runs
+# as plain matmuls instead of SDPA: torch's CPU flash-attention kernel, tiled for long sequences,
+# made a whole Transformer-small training step 7-12% slower at 12-32 tokens and broke even at
+# 48-64 under bf16 autocast, 2-6% slower in float32 (2 threads of an AMD EPYC; benchmarks/README.md,
+# "What made the training step faster", third pass). The eager path's attention dropout is
+# F.dropout (the recipes train with attention_dropout 0).
+_TRAIN_STEP_MAX_KEYS = 32
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -321,18 +331,26 @@ class TransformerSeq2SeqAttention(nn.Module):
             and query.device.type == "cpu"
             and query.dtype == torch.float32
         )
-        if decode_step:
+        short_train_step = (
+            self.training
+            and self.config._attn_implementation == "sdpa"
+            and query.device.type == "cpu"
+            and key.size(2) <= _TRAIN_STEP_MAX_KEYS
+        )
+        if decode_step or short_train_step:
             # A decoding step on a CPU: 1 query per sentence (or per beam of a source). torch's CPU
             # SDPA (a flash-attention kernel tiled for long sequences) took 1.2x the time of eq. 1
             # as two small batched matmuls on such shapes (benchmarks/README.md); same result up to
-            # float32 rounding (tests/test_fast_inference.py).
+            # float32 rounding (tests/test_fast_inference.py). Training on short sentences: the
+            # same kernel's forward + backward cost a whole step 7-12% (_TRAIN_STEP_MAX_KEYS).
             attention_interface = eager_attention_forward
         compute_dtype = query.dtype
         float32_attention = self.training and query.device.type == "cpu" and compute_dtype in _HALF_DTYPES
         if float32_attention:
             # CPU half precision: the projections run as bf16 GEMMs (2.3x the float32 FLOP/s on
             # AVX512-BF16 cores), but torch's CPU SDPA backward in bf16 is ~5x slower than in
-            # float32 (benchmarks/README.md), so the attention itself trains in float32.
+            # float32 (benchmarks/README.md), so the attention itself trains in float32 (SDPA
+            # above _TRAIN_STEP_MAX_KEYS keys, plain matmuls up to it).
             query, key, value = query.float(), key.float(), value.float()
         with torch.autocast("cpu", enabled=False) if float32_attention else contextlib.nullcontext():
             output, weights = attention_interface(
@@ -345,7 +363,7 @@ class TransformerSeq2SeqAttention(nn.Module):
                 dropout=self.attention_dropout if self.training else 0.0,
                 is_causal=causal,
             )
-        if decode_step:
+        if decode_step or short_train_step:
             weights = None  # as under SDPA, which does not return them
         output = output.to(compute_dtype).reshape(batch, tgt_len, self.d_model)  # Concat(head_1, ..., head_h)
         if layout is not None:

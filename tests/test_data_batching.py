@@ -155,6 +155,21 @@ def test_resume_mid_epoch(lengths):
     assert list(sampler) == full[3:]
 
 
+def test_new_lengths_give_the_batches_of_a_sampler_built_with_them(lengths):
+    longer = lengths + np.random.default_rng(0).integers(0, 4, size=lengths.shape)  # e.g. sampled subwords
+    sampler = TokenBudgetBatchSampler(lengths, 1024, seed=3, num_replicas=2, rank=1)
+    sampler.set_epoch(1)
+    before = list(sampler)
+    sampler.set_lengths(longer)
+    after = list(sampler)
+    assert after != before
+    fresh = TokenBudgetBatchSampler(longer, 1024, seed=3, num_replicas=2, rank=1)
+    fresh.set_epoch(1)
+    assert after == list(fresh) and len(sampler) == len(fresh)
+    with pytest.raises(ValueError, match=r"lengths must keep the shape"):
+        sampler.set_lengths(longer[:-1])
+
+
 def test_bad_sampler_arguments():
     with pytest.raises(ValueError, match=r"rank must be in \[0, 2\); got 2"):
         TokenBudgetBatchSampler([3, 4, 5], 100, num_replicas=2, rank=2)

@@ -14,7 +14,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from attention_seq2seq.data import SeparateTokenizers, load_corpus, train_tokenizer
 from attention_seq2seq.data.bible import find_module, installed_modules, read_verses
-from attention_seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from attention_seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SubwordSampler
 
 MODEL_TYPES = ("unigram", "bpe")
 
@@ -183,3 +183,75 @@ def test_bad_arguments_are_errors(corpora):
     with pytest.raises(ValueError, match="needs a 'train' split"):
         only_test = datasets.DatasetDict({"test": datasets.Dataset.from_dict({"source": ["a"], "target": ["b"]})})
         train_tokenizer(only_test, 1000)
+
+
+# --------------------------------------------------------------------------------------------
+# Subword regularization (SubwordSampler)
+# --------------------------------------------------------------------------------------------
+
+SAMPLING = {"unigram": {"alpha": 0.2}, "bpe": {"dropout": 0.2}}
+
+
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+def test_sampled_segmentations_vary_but_spell_the_same_text(corpora, tokenizers, model_type):
+    tok = tokenizers[("de-en", model_type)]
+    sentences = [p[0] for p in corpora["de-en"]["heldout"]]
+    best = [tok(s)["input_ids"] for s in sentences]
+    sampler = SubwordSampler(tok, **SAMPLING[model_type])
+    first, second = sampler.encode(sentences), sampler.encode(sentences)  # two epochs of one sampler
+    assert sampler.encode(sentences, side="target") != first  # (one tokenizer, both sides sampled)
+    for sample in (first, second):
+        assert [tok.decode(i, skip_special_tokens=True) for i in sample] == sentences
+        assert all(ids[-1] == EOS_ID and ids.count(EOS_ID) == 1 for ids in sample)
+        # more, shorter pieces than the best segmentation, on average
+        assert sum(map(len, sample)) > 1.05 * sum(map(len, best))
+    differ = sum(a != b for a, b in zip(first, second))
+    assert differ > 0.5 * len(sentences)  # two draws disagree on most sentences
+    assert [tok(s)["input_ids"] for s in sentences] == best  # the run's tokenizer stays deterministic
+
+
+def test_unigram_sampling_gets_closer_to_the_best_segmentation_as_alpha_grows(corpora, tokenizers):
+    tok = tokenizers[("de-en", "unigram")]
+    sentences = [p[1] for p in corpora["de-en"]["heldout"]]
+    best = sum(len(tok(s)["input_ids"]) for s in sentences)
+    lengths = [sum(map(len, SubwordSampler(tok, alpha=a).encode(sentences))) / best for a in (0.1, 0.5, 1.0)]
+    assert lengths[0] > lengths[1] > lengths[2] >= 1.0 and lengths[2] < 1.02, lengths
+    # among the 2 best segmentations only: closer still to the best one than the whole lattice
+    nbest = sum(map(len, SubwordSampler(tok, alpha=0.1, nbest_size=2).encode(sentences))) / best
+    assert 1.0 <= nbest < lengths[0]
+
+
+def test_resample_keeps_the_best_segmentation_of_a_side_over_its_limit(corpora, tokenizers):
+    tok = tokenizers[("de-en", "unigram")]
+    pairs = corpora["de-en"]["heldout"][:50]
+    sources, targets = [p[0] for p in pairs], [p[1] for p in pairs]
+    best_src, best_tgt = [tok(s)["input_ids"] for s in sources], [tok(t)["input_ids"] for t in targets]
+    limit = max(len(i) for i in best_src + best_tgt)  # every best segmentation fits, many samples do not
+    input_ids, labels, kept = SubwordSampler(tok, alpha=0.1).resample(sources, targets, best_src, best_tgt, limit, limit)
+    assert all(len(i) <= limit for i in input_ids + labels)
+    fallbacks = sum(a is b for a, b in zip(input_ids + labels, best_src + best_tgt))
+    assert kept == fallbacks > 0
+    assert [tok.decode(i, skip_special_tokens=True) for i in input_ids] == sources
+    with pytest.raises(ValueError, match="one entry per pair; got 50, 49, 50, 50"):
+        SubwordSampler(tok, alpha=0.1).resample(sources, targets[:-1], best_src, best_tgt, limit, limit)
+
+
+def test_subword_sampling_options_must_fit_the_tokenizer(tokenizers):
+    unigram, bpe = tokenizers[("de-en", "unigram")], tokenizers[("de-en", "bpe")]
+    with pytest.raises(ValueError, match="alpha needs a Unigram tokenizer; this one is BPE"):
+        SubwordSampler(bpe, alpha=0.1)
+    with pytest.raises(ValueError, match="dropout needs a BPE tokenizer; this one is Unigram"):
+        SubwordSampler(unigram, dropout=0.1)
+    with pytest.raises(ValueError, match="needs alpha .* or dropout"):
+        SubwordSampler(unigram)
+    with pytest.raises(ValueError, match="not both"):
+        SubwordSampler(unigram, alpha=0.1, dropout=0.1)
+    with pytest.raises(ValueError, match="alpha must be > 0; got 0"):
+        SubwordSampler(unigram, alpha=0)
+    with pytest.raises(ValueError, match="alpha above 1 needs nbest_size"):
+        SubwordSampler(unigram, alpha=2.0)
+    SubwordSampler(unigram, alpha=2.0, nbest_size=8).encode(["Ein Hund läuft."])
+    with pytest.raises(ValueError, match="nbest_size needs alpha and must be at least 2"):
+        SubwordSampler(unigram, alpha=0.1, nbest_size=1)
+    with pytest.raises(ValueError, match=r"dropout must be in \(0, 1\); got 1.0"):
+        SubwordSampler(bpe, dropout=1.0)

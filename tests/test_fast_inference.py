@@ -150,3 +150,45 @@ def test_decoding_steps_without_sdpa_give_the_sdpa_results(monkeypatch, num_beam
     assert fast.sequences.tolist() == reference.sequences.tolist()
     for a, b in zip(fast.scores, reference.scores):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_short_training_steps_without_sdpa_give_the_sdpa_loss_and_gradients(monkeypatch, autocast):
+    torch.manual_seed(0)
+    model = tiny_model(dropout=0.0).train()  # no dropout: both paths see the same numbers
+    input_ids, attention_mask, decoder_input_ids = padded_batch()
+    labels = decoder_input_ids.roll(-1, dims=1)
+    calls = []
+    plain = modeling_transformer_seq2seq.eager_attention_forward
+
+    def spy(module, query, *args, **kwargs):
+        calls.append(query.size(2))
+        return plain(module, query, *args, **kwargs)
+
+    monkeypatch.setattr(modeling_transformer_seq2seq, "eager_attention_forward", spy)
+
+    def loss_and_grads():
+        model.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            out = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+                        labels=labels)
+        out.loss.backward()
+        return out.loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    fast_loss, fast_grads = loss_and_grads()
+    layers = model.config.encoder_layers + 2 * model.config.decoder_layers
+    assert len(calls) == layers  # every attention of the step bypassed SDPA
+    monkeypatch.setattr(modeling_transformer_seq2seq, "_TRAIN_STEP_MAX_KEYS", 0)  # SDPA everywhere
+    calls.clear()
+    sdpa_loss, sdpa_grads = loss_and_grads()
+    assert not calls
+    tol = dict(rtol=2e-2, atol=2e-3) if autocast else dict(rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(fast_loss, sdpa_loss, **tol)
+    assert fast_grads.keys() == sdpa_grads.keys()
+    for name in fast_grads:
+        torch.testing.assert_close(fast_grads[name], sdpa_grads[name], **tol, msg=name)
+    # longer sentences keep SDPA
+    monkeypatch.setattr(modeling_transformer_seq2seq, "_TRAIN_STEP_MAX_KEYS", input_ids.size(1) - 1)
+    calls.clear()
+    loss_and_grads()
+    assert len(calls) == model.config.decoder_layers  # only the decoder self-attention (6 keys) bypassed it

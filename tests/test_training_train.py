@@ -5,6 +5,7 @@ The end-to-end runs use tiny models on slices of the real Multi30k corpus (``sha
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import math
@@ -12,12 +13,15 @@ import os
 import socket
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
+import tokenizers
 import torch
 import yaml
 from safetensors.torch import load_file
+from transformers import PreTrainedTokenizerFast
 
 from attention_seq2seq.training import train as train_module
 from attention_seq2seq.training.config import RecipeError, config_from_dict, load_recipe, parse_command_line
@@ -120,6 +124,30 @@ def test_wrong_types_and_inconsistent_limits_are_rejected():
     with pytest.raises(RecipeError, match=r"length_penalty \(0.6\) applies to beam search only; it needs test_num_beams > 1"):
         validate_config(TrainConfig(max_steps=1, length_penalty=0.6, test_num_beams=1))
     validate_config(TrainConfig(max_steps=1, length_penalty=0.6, test_num_beams=4))
+
+
+def test_subword_sampling_options_are_checked_against_the_tokenizer_type():
+    with pytest.raises(RecipeError, match="subword_alpha samples unigram segmentations; tokenizer_type is 'bpe'"):
+        validate_config(TrainConfig(max_steps=1, tokenizer_type="bpe", subword_alpha=0.2))
+    with pytest.raises(RecipeError, match="bpe_dropout needs tokenizer_type 'bpe'; got 'unigram'"):
+        validate_config(TrainConfig(max_steps=1, bpe_dropout=0.1))
+    with pytest.raises(RecipeError, match="subword_nbest_size needs subword_alpha"):
+        validate_config(TrainConfig(max_steps=1, subword_nbest_size=8))
+    with pytest.raises(RecipeError, match="subword_alpha above 1 needs subword_nbest_size"):
+        validate_config(TrainConfig(max_steps=1, subword_alpha=2.0))
+    with pytest.raises(RecipeError, match="subword_alpha must be > 0"):
+        validate_config(TrainConfig(max_steps=1, subword_alpha=-1.0))
+    with pytest.raises(RecipeError, match=r"bpe_dropout must be in \(0, 1\)"):
+        validate_config(TrainConfig(max_steps=1, tokenizer_type="bpe", bpe_dropout=1.5))
+    validate_config(TrainConfig(max_steps=1, subword_alpha=0.2, subword_nbest_size=64))
+    # a saved tokenizer's type is only known once it is loaded: checked by the trainer, naming the option
+    bpe = types.SimpleNamespace(backend_tokenizer=types.SimpleNamespace(model=tokenizers.models.BPE()))
+    config = TrainConfig(max_steps=1, subword_alpha=0.2, tokenizer_path="saved/bpe")
+    validate_config(config)
+    with pytest.raises(RecipeError, match="subword_alpha samples unigram segmentations, but the tokenizer from "
+                                          "tokenizer_path saved/bpe is BPE; use bpe_dropout"):
+        train_module.build_subword_resampling(config, None, None, bpe, None)
+    validate_config(TrainConfig(max_steps=1, tokenizer_type="bpe", bpe_dropout=0.1))
 
 
 def test_model_config_keys_and_values_are_checked_before_any_data_is_loaded():
@@ -561,3 +589,36 @@ def test_rnn_without_attention_trains_validates_and_tests_without_heat_maps(shar
     assert [v["step"] for v in metrics["validation"]] == [3, 6]
     assert metrics["test"]["multi30k-test"]["num_sentences"] == 8
     assert not list((run / "plots").glob("*.png"))
+
+
+def test_subword_sampling_resegments_the_training_pairs_every_epoch(shared_data, tmp_path, monkeypatch):
+    from attention_seq2seq.data import tokenization
+
+    draws = []
+    original = tokenization.SubwordSampler.resample
+
+    def spy(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        draws.append(out)
+        return out
+
+    monkeypatch.setattr(tokenization.SubwordSampler, "resample", spy)
+    config = tiny_config(shared_data, tmp_path / "run", subword_alpha=0.3, max_steps=None, max_epochs=2.5,
+                         eval_every=10**6, save_every=10**6, num_plot_sentences=0, debug_dump_batches=True)
+    run = train(config)
+    metrics = json.loads((run / "metrics.json").read_text())
+    # max_epochs becomes updates with the best segmentation; sampled pieces are more, so fewer passes
+    assert 2.0 < metrics["train"]["epochs"] < 2.5
+    assert len(draws) == 3  # epochs 0, 1 and 2, each drawn once
+    (ids0, labels0, _), (ids1, labels1, _) = draws[:2]
+    pairs = len(ids0)
+    assert pairs > 200 and len(ids1) == pairs and ids0 != ids1 and labels0 != labels1
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(run / "model")
+    texts = tokenizer.batch_decode(ids0, skip_special_tokens=True)
+    assert tokenizer.batch_decode(ids1, skip_special_tokens=True) == texts  # the same pairs, in the same order
+    best = tokenizer(texts)["input_ids"]
+    assert sum(map(len, ids0)) > sum(map(len, best))  # sampled: more, shorter pieces
+    # every pair is used once per epoch, whatever its sampled length: 2 or 3 times in 2.5 epochs
+    dumped = [json.loads(line) for line in (run / "debug" / "batches_rank0.jsonl").read_text().splitlines()]
+    uses = collections.Counter(i for d in dumped for i in d["ids"])
+    assert set(uses) == set(range(pairs)) and set(uses.values()) <= {2, 3}

@@ -17,6 +17,7 @@ from attention_seq2seq import (
     TransformerSeq2SeqForConditionalGeneration,
     TransformerSeq2SeqModel,
 )
+from attention_seq2seq.modeling import modeling_transformer_seq2seq
 from attention_seq2seq.modeling.modeling_transformer_seq2seq import (
     TransformerSeq2SeqAttention,
     label_smoothed_cross_entropy,
@@ -497,9 +498,11 @@ def test_gradient_checkpointing_gives_the_same_gradients(norm_order):
         torch.testing.assert_close(checkpointed[name], grad, rtol=1e-5, atol=1e-6, msg=name)
 
 
-def test_cpu_mixed_precision_trains_attention_in_float32_and_matches_float32_training(monkeypatch):
-    """Under CPU bf16 autocast the projections run in bf16 but SDPA gets float32 inputs while
-    training (its bf16 backward is ~5x slower on CPU); inference keeps the bf16 kernel."""
+@pytest.mark.parametrize("kernel", ["sdpa", "matmul"])
+def test_cpu_mixed_precision_trains_attention_in_float32_and_matches_float32_training(monkeypatch, kernel):
+    """Under CPU bf16 autocast the projections run in bf16 but the attention gets float32 inputs
+    while training (SDPA's bf16 backward is ~5x slower on CPU), through SDPA (longer sentences)
+    or plain matmuls (short ones, _TRAIN_STEP_MAX_KEYS); inference keeps the bf16 SDPA kernel."""
     torch.manual_seed(0)
     model = tiny_model().train()
     input_ids, attention_mask, decoder_input_ids = padded_batch()
@@ -512,6 +515,16 @@ def test_cpu_mixed_precision_trains_attention_in_float32_and_matches_float32_tra
         return sdpa(query, key, value, *args, **kwargs)
 
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    if kernel == "sdpa":
+        monkeypatch.setattr(modeling_transformer_seq2seq, "_TRAIN_STEP_MAX_KEYS", 0)
+    else:
+        plain = modeling_transformer_seq2seq.eager_attention_forward
+
+        def matmul_spy(module, query, key, value, *args, **kwargs):
+            seen.append((query.dtype, key.dtype, value.dtype))
+            return plain(module, query, key, value, *args, **kwargs)
+
+        monkeypatch.setattr(modeling_transformer_seq2seq, "eager_attention_forward", matmul_spy)
 
     def loss_and_gradients(mixed: bool):
         model.zero_grad()
@@ -532,7 +545,7 @@ def test_cpu_mixed_precision_trains_attention_in_float32_and_matches_float32_tra
     seen.clear()
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         model.eval()(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
-    assert set(seen) == {(torch.bfloat16,) * 3}
+    assert len(seen) == 6 and set(seen) == {(torch.bfloat16,) * 3}
 
 
 def test_output_attentions_and_hidden_states_layouts():

@@ -49,9 +49,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 from accelerate import Accelerator
-from accelerate.utils import gather_object, set_seed
+from accelerate.utils import broadcast_object_list, gather_object, set_seed
 from tqdm.auto import tqdm
 
 from ..modeling.modeling_transformer_seq2seq import label_smoothed_cross_entropy
@@ -78,6 +79,9 @@ class TrainConfig:
     vocab_size: int = 8000  # subword vocabulary size, special tokens and byte pieces included
     max_source_length: int = 128  # tokens incl. </s>; longer training pairs are dropped, evaluation sources truncated
     max_target_length: int = 128  # tokens incl. </s>; also the generation limit (max_new_tokens)
+    subword_alpha: float | None = None  # unigram tokenizers: re-segment the training pairs every epoch, sampling segmentations with probability ∝ P(x)^alpha (subword regularization, Kudo 2018); smaller alpha: more, shorter pieces; at most 1 without subword_nbest_size; None: the best segmentation always
+    subword_nbest_size: int | None = None  # with subword_alpha: sample among the n best segmentations (>= 2); None: among all of them
+    bpe_dropout: float | None = None  # BPE tokenizers: re-segment the training pairs every epoch, skipping each merge with this probability (Provilkov et al. 2020)
     # ---- batching ------------------------------------------------------------------------------
     max_tokens: int = 4096  # token budget of one micro-batch on one rank, padding included (see data/batching.py)
     gradient_accumulation_steps: int = 1  # micro-batches per optimizer update on each rank
@@ -169,6 +173,21 @@ def validate_config(config: TrainConfig) -> None:
         )
     if config.average_best_k and config.average_last_k:
         raise RecipeError("set average_best_k or average_last_k, not both")
+    if config.subword_alpha is not None and not config.subword_alpha > 0:
+        raise RecipeError(f"subword_alpha must be > 0 (or null: no sampling); got {config.subword_alpha}")
+    if config.subword_alpha is not None and config.subword_nbest_size is None and config.subword_alpha > 1:
+        raise RecipeError(f"subword_alpha above 1 needs subword_nbest_size (sampling over every segmentation takes alpha <= 1); got {config.subword_alpha}")
+    if config.subword_nbest_size is not None and (config.subword_alpha is None or config.subword_nbest_size < 2):
+        raise RecipeError(f"subword_nbest_size needs subword_alpha and must be >= 2 (or null: every segmentation); got {config.subword_nbest_size}")
+    if config.bpe_dropout is not None and not 0.0 < config.bpe_dropout < 1.0:
+        raise RecipeError(f"bpe_dropout must be in (0, 1) (or null: no dropout); got {config.bpe_dropout}")
+    if config.subword_alpha is not None and config.bpe_dropout is not None:
+        raise RecipeError("set subword_alpha (unigram tokenizers) or bpe_dropout (BPE tokenizers), not both")
+    if not config.tokenizer_path:  # a saved tokenizer's type is checked once it is loaded
+        if config.subword_alpha is not None and config.tokenizer_type != "unigram":
+            raise RecipeError(f"subword_alpha samples unigram segmentations; tokenizer_type is {config.tokenizer_type!r} (use bpe_dropout)")
+        if config.bpe_dropout is not None and config.tokenizer_type != "bpe":
+            raise RecipeError(f"bpe_dropout needs tokenizer_type 'bpe'; got {config.tokenizer_type!r} (use subword_alpha)")
     if config.length_penalty != 1.0 and config.test_num_beams == 1:
         raise RecipeError(f"length_penalty ({config.length_penalty}) applies to beam search only; it needs test_num_beams > 1")
     # model_config: every key must be a field of the family's config class (a misspelt key would
@@ -246,6 +265,71 @@ class PairDataset(torch.utils.data.Dataset):
     def __getitem__(self, i: int) -> dict:
         return {"input_ids": self.input_ids[i], "labels": self.labels[i], "id": i}
 
+    def lengths(self) -> np.ndarray:
+        """(num_pairs, 2): source and target length of each pair, in tokens."""
+        return np.array([[len(s), len(t)] for s, t in zip(self.input_ids, self.labels)], dtype=np.int64).reshape(-1, 2)
+
+
+def build_subword_resampling(config: TrainConfig, train_split, train_set: PairDataset, tokenizer, accelerator):
+    """The per-epoch subword resampling of ``subword_alpha`` / ``bpe_dropout``, or None when off.
+
+    Returns ``resample(epoch) -> bool``: on the first call for an epoch, the main process draws
+    a new segmentation of every training pair (:class:`~attention_seq2seq.data.tokenization.SubwordSampler`;
+    a side whose sample is over its length limit keeps its best segmentation), every rank
+    receives the same ids, and ``train_set`` is updated in place; later calls for the same
+    epoch do nothing and return False.
+
+    What stays deterministic: the set of pairs, and the step count that ``max_epochs`` turns
+    into (computed from the best segmentation, so a resumed run gets the same schedule); the
+    batches of an epoch follow its sampled lengths, so an epoch has a few more or fewer updates
+    than the best segmentation gives, and ``max_epochs`` ends the run near, not exactly at, that
+    many passes. Resuming mid-epoch draws the interrupted epoch anew (the sampled ids are not
+    checkpointed, and the tokenizers library cannot be seeded) and skips as many batches as
+    were consumed, so within that one epoch some pairs train twice and others not at all.
+
+    Raises:
+        RecipeError: the option does not fit the tokenizer (e.g. ``subword_alpha`` with a saved
+            BPE tokenizer from ``tokenizer_path``).
+    """
+    if config.subword_alpha is None and config.bpe_dropout is None:
+        return None
+    from ..data.tokenization import SubwordSampler
+
+    kind = type(tokenizer.backend_tokenizer.model).__name__
+    origin = f"the tokenizer from tokenizer_path {config.tokenizer_path}" if config.tokenizer_path else "the run's tokenizer"
+    if config.subword_alpha is not None and kind != "Unigram":
+        raise RecipeError(f"subword_alpha samples unigram segmentations, but {origin} is {kind}; use bpe_dropout for BPE")
+    if config.bpe_dropout is not None and kind != "BPE":
+        raise RecipeError(f"bpe_dropout needs a BPE tokenizer, but {origin} is {kind}; use subword_alpha for Unigram")
+    subword = SubwordSampler(
+        tokenizer, alpha=config.subword_alpha, nbest_size=config.subword_nbest_size, dropout=config.bpe_dropout
+    )
+    # the texts live on the main process only: it alone samples, the other ranks receive the ids
+    sources, targets = (train_split["source"][:], train_split["target"][:]) if accelerator.is_main_process else (None, None)
+    best_input_ids, best_labels = train_set.input_ids, train_set.labels
+    done = {"epoch": None}
+
+    def resample(epoch: int) -> bool:
+        if done["epoch"] == epoch:
+            return False
+        payload = [None, None]
+        if accelerator.is_main_process:
+            input_ids, labels, kept = subword.resample(
+                sources, targets, best_input_ids, best_labels, config.max_source_length, config.max_target_length
+            )
+            payload = [input_ids, labels]
+            tokens = sum(map(len, input_ids)) + sum(map(len, labels))
+            best = sum(map(len, best_input_ids)) + sum(map(len, best_labels))
+            logger.info("epoch %d: sampled segmentations, %.2fx the tokens of the best ones (%d sides over the "
+                        "length limit kept theirs)", epoch, tokens / max(1, best), kept)
+        if accelerator.num_processes > 1:
+            broadcast_object_list(payload, from_process=0)
+        train_set.input_ids, train_set.labels = payload
+        done["epoch"] = epoch
+        return True
+
+    return resample
+
 
 class Collate:
     """The data layer's padding plus what the loop needs: ``decoder_input_ids`` (labels shifted
@@ -273,14 +357,17 @@ class Collate:
         return batch
 
 
-def micro_batches(loader, sampler, state: TrainerState, device):
+def micro_batches(loader, sampler, state: TrainerState, device, before_epoch=None):
     """Endless stream of this rank's micro-batches, epoch after epoch, on ``device``.
 
     ``state.epoch`` / ``state.batch_in_epoch`` count what was consumed (not what a loader worker
     prefetched), so a checkpoint records the exact position to resume from; the sampler skips
-    the consumed batches as index lists, never collating them.
+    the consumed batches as index lists, never collating them. ``before_epoch(epoch)``, if
+    given, runs before each epoch's batches are drawn (subword resampling).
     """
     while True:
+        if before_epoch is not None:
+            before_epoch(state.epoch)
         sampler.set_epoch(state.epoch, start_batch=state.batch_in_epoch)
         for batch in loader:
             state.batch_in_epoch += 1
@@ -613,12 +700,16 @@ def train(config: TrainConfig) -> Path:
     set_seed(config.seed)
 
     # ---- data and model -----------------------------------------------------------------------
-    from ..data.batching import TokenBudgetBatchSampler, batch_lengths
+    from ..data.batching import TokenBudgetBatchSampler
 
     data, info, tokenizer = load_data(config, accelerator, output_dir)
     train_set = PairDataset(data["train"]["input_ids"][:], data["train"]["labels"][:])  # [:]: Column -> list
+    # With subword sampling, the sampler and the step count of max_epochs start from the best
+    # segmentation (deterministic, so a resumed run computes the same schedule); each epoch's
+    # batches then follow that epoch's sampled lengths (before_epoch below).
+    resample_segmentations = build_subword_resampling(config, data["train"], train_set, tokenizer, accelerator)
     sampler = TokenBudgetBatchSampler(
-        batch_lengths(data["train"]),
+        train_set.lengths(),
         max_tokens=config.max_tokens,
         shuffle=True,
         seed=config.seed,
@@ -719,7 +810,15 @@ def train(config: TrainConfig) -> Path:
 
     # ---- training loop --------------------------------------------------------------------------
     model.train()
-    stream = micro_batches(loader, sampler, state, accelerator.device)
+    before_epoch = None
+    if resample_segmentations is not None:
+
+        def before_epoch(epoch: int) -> None:
+            if resample_segmentations(epoch):
+                sampler.set_lengths(train_set.lengths())
+                state.batches_per_epoch = len(sampler.global_batches(epoch)) // world
+
+    stream = micro_batches(loader, sampler, state, accelerator.device, before_epoch)
     device = accelerator.device
     loss_acc = torch.zeros((), device=device)  # summed smoothed loss since the last log (this rank)
     tokens_acc = torch.zeros((), device=device)  # target tokens since the last log (all ranks)

@@ -126,13 +126,8 @@ def test_padding_free_encoder_equals_the_padded_encoder_on_real_tokens(norm_orde
     assert torch.count_nonzero(padded[~real]) > 0  # the padded path did compute those positions
 
 
-@pytest.mark.parametrize("num_beams", [1, 3])
-def test_decoding_steps_without_sdpa_give_the_sdpa_results(monkeypatch, num_beams):
-    torch.manual_seed(0)
-    model = tiny_model()
-    input_ids, attention_mask, _ = padded_batch()
-    kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, num_beams=num_beams, max_new_tokens=10,
-                  output_scores=True, return_dict_in_generate=True)
+def spy_on_matmul_attention(monkeypatch) -> list[int]:
+    """Record the number of queries of every attention that runs as plain matmuls (not SDPA)."""
     calls = []
     plain = modeling_transformer_seq2seq.eager_attention_forward
 
@@ -141,6 +136,17 @@ def test_decoding_steps_without_sdpa_give_the_sdpa_results(monkeypatch, num_beam
         return plain(module, query, *args, **kwargs)
 
     monkeypatch.setattr(modeling_transformer_seq2seq, "eager_attention_forward", spy)
+    return calls
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_decoding_steps_without_sdpa_give_the_sdpa_results(monkeypatch, num_beams):
+    torch.manual_seed(0)
+    model = tiny_model()
+    input_ids, attention_mask, _ = padded_batch()
+    kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, num_beams=num_beams, max_new_tokens=10,
+                  output_scores=True, return_dict_in_generate=True)
+    calls = spy_on_matmul_attention(monkeypatch)
     fast = model.generate(**kwargs)
     assert calls and max(calls) <= num_beams  # decoding steps bypassed SDPA; the encoder did not
     monkeypatch.setattr(modeling_transformer_seq2seq, "_DECODE_STEP_MAX_QUERIES", 0)  # SDPA at every step
@@ -158,14 +164,7 @@ def test_short_training_steps_without_sdpa_give_the_sdpa_loss_and_gradients(monk
     model = tiny_model(dropout=0.0).train()  # no dropout: both paths see the same numbers
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     labels = decoder_input_ids.roll(-1, dims=1)
-    calls = []
-    plain = modeling_transformer_seq2seq.eager_attention_forward
-
-    def spy(module, query, *args, **kwargs):
-        calls.append(query.size(2))
-        return plain(module, query, *args, **kwargs)
-
-    monkeypatch.setattr(modeling_transformer_seq2seq, "eager_attention_forward", spy)
+    calls = spy_on_matmul_attention(monkeypatch)
 
     def loss_and_grads():
         model.zero_grad()

@@ -307,6 +307,7 @@ def build_subword_resampling(config: TrainConfig, train_split, train_set: PairDa
     # the texts live on the main process only: it alone samples, the other ranks receive the ids
     sources, targets = (train_split["source"][:], train_split["target"][:]) if accelerator.is_main_process else (None, None)
     best_input_ids, best_labels = train_set.input_ids, train_set.labels
+    best_tokens = sum(map(len, best_input_ids)) + sum(map(len, best_labels))
     done = {"epoch": None}
 
     def resample(epoch: int) -> bool:
@@ -319,9 +320,8 @@ def build_subword_resampling(config: TrainConfig, train_split, train_set: PairDa
             )
             payload = [input_ids, labels]
             tokens = sum(map(len, input_ids)) + sum(map(len, labels))
-            best = sum(map(len, best_input_ids)) + sum(map(len, best_labels))
             logger.info("epoch %d: sampled segmentations, %.2fx the tokens of the best ones (%d sides over the "
-                        "length limit kept theirs)", epoch, tokens / max(1, best), kept)
+                        "length limit kept theirs)", epoch, tokens / max(1, best_tokens), kept)
         if accelerator.num_processes > 1:
             broadcast_object_list(payload, from_process=0)
         train_set.input_ids, train_set.labels = payload

@@ -325,19 +325,16 @@ class TransformerSeq2SeqAttention(nn.Module):
         decode_step = (
             cache is not None
             and tgt_len == 1
-            and not self.training
             and query.size(2) <= _DECODE_STEP_MAX_QUERIES
-            and self.config._attn_implementation == "sdpa"
-            and query.device.type == "cpu"
             and query.dtype == torch.float32
         )
-        short_train_step = (
-            self.training
-            and self.config._attn_implementation == "sdpa"
+        short_train_step = key.size(2) <= _TRAIN_STEP_MAX_KEYS
+        matmul_attention = (
+            self.config._attn_implementation == "sdpa"
             and query.device.type == "cpu"
-            and key.size(2) <= _TRAIN_STEP_MAX_KEYS
+            and (short_train_step if self.training else decode_step)
         )
-        if decode_step or short_train_step:
+        if matmul_attention:
             # A decoding step on a CPU: 1 query per sentence (or per beam of a source). torch's CPU
             # SDPA (a flash-attention kernel tiled for long sequences) took 1.2x the time of eq. 1
             # as two small batched matmuls on such shapes (benchmarks/README.md); same result up to
@@ -363,7 +360,7 @@ class TransformerSeq2SeqAttention(nn.Module):
                 dropout=self.attention_dropout if self.training else 0.0,
                 is_causal=causal,
             )
-        if decode_step or short_train_step:
+        if matmul_attention:
             weights = None  # as under SDPA, which does not return them
         output = output.to(compute_dtype).reshape(batch, tgt_len, self.d_model)  # Concat(head_1, ..., head_h)
         if layout is not None:

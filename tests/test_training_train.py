@@ -6,16 +6,19 @@ The end-to-end runs use tiny models on slices of the real Multi30k corpus (``sha
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import json
 import math
 import os
+import re
 import socket
 import subprocess
 import sys
 import types
 from pathlib import Path
 
+import psutil
 import pytest
 import tokenizers
 import torch
@@ -401,6 +404,39 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+_RANKS_TIMEOUT_S = 300  # each two-rank run takes about 15 s here
+
+
+def _launch_two_cpu_ranks(config: TrainConfig, recipe: Path) -> subprocess.CompletedProcess:
+    """Run the training script as two gloo ranks (``accelerate launch --multi_gpu``) on ``config``
+    and check that they formed one group of two; returns the finished process."""
+    recipe.write_text(yaml.safe_dump(dataclasses.asdict(config)))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    accelerate = Path(sys.executable).with_name("accelerate")
+    command = [str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "--main_process_port", str(_free_port()),
+               "-m", "attention_seq2seq.training.train", "--recipe", str(recipe)]
+    launcher = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = launcher.communicate(timeout=_RANKS_TIMEOUT_S)
+    except BaseException as error:  # a hang (ranks waiting in mismatched collectives) or Ctrl-C
+        # The ranks run in sessions of their own (torchrun's agent starts them so), out of reach of
+        # a signal to the launcher's group: kill the whole process tree.
+        tree = psutil.Process(launcher.pid).children(recursive=True) + [psutil.Process(launcher.pid)]
+        for process in tree:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+        psutil.wait_procs(tree, timeout=30)
+        stdout, stderr = launcher.communicate()
+        if isinstance(error, subprocess.TimeoutExpired):
+            pytest.fail(f"the two ranks did not finish in {_RANKS_TIMEOUT_S} s (hung in a collective?):\n{stderr[-3000:]}")
+        raise
+    proc = subprocess.CompletedProcess(command, launcher.returncode, stdout, stderr)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "world size 2" in proc.stderr
+    assert json.loads((Path(config.output_dir) / "metrics.json").read_text())["train"]["world_size"] == 2
+    return proc
+
+
 @pytest.mark.slow
 def test_two_cpu_ranks_equal_one_process_accumulating_their_batches(shared_data, tmp_path):
     # No dropout: each rank draws its own masks, which one process cannot reproduce. The schedule
@@ -410,17 +446,7 @@ def test_two_cpu_ranks_equal_one_process_accumulating_their_batches(shared_data,
                      eval_every=4, save_every=4, num_plot_sentences=0, debug_dump_batches=True, test_max_examples=4,
                      schedule="linear_time", max_time_minutes=600)
     ddp = tiny_config(shared_data, tmp_path / "ddp", **overrides)
-    (tmp_path / "ddp.yaml").write_text(yaml.safe_dump(dataclasses.asdict(ddp)))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    accelerate = Path(sys.executable).with_name("accelerate")
-    proc = subprocess.run(
-        [str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "--main_process_port", str(_free_port()),
-         "-m", "attention_seq2seq.training.train", "--recipe", str(tmp_path / "ddp.yaml")],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "world size 2" in proc.stderr
-    assert json.loads((tmp_path / "ddp" / "metrics.json").read_text())["train"]["world_size"] == 2
+    _launch_two_cpu_ranks(ddp, tmp_path / "ddp.yaml")
 
     def batches(path):
         return [json.loads(line) for line in path.read_text().splitlines()]
@@ -622,3 +648,39 @@ def test_subword_sampling_resegments_the_training_pairs_every_epoch(shared_data,
     dumped = [json.loads(line) for line in (run / "debug" / "batches_rank0.jsonl").read_text().splitlines()]
     uses = collections.Counter(i for d in dumped for i in d["ids"])
     assert set(uses) == set(range(pairs)) and set(uses.values()) <= {2, 3}
+
+
+@pytest.mark.slow
+def test_two_cpu_ranks_share_each_epochs_sampled_segmentation(shared_data, tmp_path):
+    # Only the main process samples; the other rank must batch the very same sampled lengths, or
+    # the two ranks' shares of an epoch (cut from each rank's own view of the lengths) would no
+    # longer split the pairs between them: some would train twice in an epoch, others never.
+    # max_epochs counts updates of the best segmentation; the sampled epochs are longer, so this
+    # makes two whole sampled epochs and part of a third (6 updates per rank and epoch, against 7
+    # or 8 sampled, in the runs measured here).
+    config = tiny_config(shared_data, tmp_path / "ddp", subword_alpha=0.3, max_steps=None, max_epochs=2.75,
+                         gradient_accumulation_steps=1, eval_every=10**6, save_every=10**6, num_plot_sentences=0,
+                         debug_dump_batches=True, test_max_examples=4)
+    proc = _launch_two_cpu_ranks(config, tmp_path / "ddp.yaml")
+
+    def steps(rank):
+        lines = (tmp_path / "ddp" / "debug" / f"batches_rank{rank}.jsonl").read_text().splitlines()
+        return {d["step"]: d["ids"] for d in map(json.loads, lines)}
+
+    rank0, rank1 = steps(0), steps(1)
+    assert rank0.keys() == rank1.keys()
+    pairs = int(re.search(r"(\d+) training pairs", proc.stderr).group(1))
+    all_ids = set(range(pairs))
+    epochs, seen = 0, set()
+    for step in sorted(rank0):
+        ids = set(rank0[step]) | set(rank1[step])
+        assert not set(rank0[step]) & set(rank1[step]), f"update {step}: both ranks trained the same pair"
+        assert not ids & seen, f"update {step}: a pair trained twice in one epoch"
+        seen |= ids
+        if seen == all_ids:
+            epochs, seen = epochs + 1, set()
+    assert pairs > 200 and epochs >= 2  # whole epochs, each pair exactly once in each
+    # one draw per epoch begun, logged by the main process
+    assert proc.stderr.count("sampled segmentations") == epochs + bool(seen)
+    w0, w1 = (load_file(str(tmp_path / "ddp" / "debug" / f"weights_rank{r}.safetensors")) for r in (0, 1))
+    assert_same_weights(w0, w1, atol=0)

@@ -6,9 +6,12 @@ there too); ``ATTN_SEQ2SEQ_SHARED_DATA`` overrides the location. They are read, 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
 from pathlib import Path
 
+import psutil
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -25,6 +28,27 @@ def read_multi30k_pairs(n: int, split: str = "train", offset: int = 0) -> list[t
     with open(root / f"{split}.de", encoding="utf-8") as f_de, open(root / f"{split}.en", encoding="utf-8") as f_en:
         pairs = [(de.rstrip("\n"), en.rstrip("\n")) for de, en in zip(f_de, f_en)]
     return pairs[offset : offset + n]
+
+
+def run_process_tree(command: list[str], timeout: float, **popen_kwargs) -> subprocess.CompletedProcess:
+    """``subprocess.run(command, capture_output=True, text=True)`` for launchers of several ranks
+    (``accelerate launch``, ``torchrun``): on a timeout or Ctrl-C it kills the whole process
+    tree, because torchrun's agent starts each rank in a session of its own, out of reach of a
+    signal to the launcher; a timeout fails the test with the end of stderr."""
+    launcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen_kwargs)
+    try:
+        stdout, stderr = launcher.communicate(timeout=timeout)
+    except BaseException as error:  # a hang (ranks waiting in mismatched collectives) or Ctrl-C
+        tree = psutil.Process(launcher.pid).children(recursive=True) + [psutil.Process(launcher.pid)]
+        for process in tree:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+        psutil.wait_procs(tree, timeout=30)
+        stdout, stderr = launcher.communicate()
+        if isinstance(error, subprocess.TimeoutExpired):
+            pytest.fail(f"{Path(command[0]).name} did not finish in {timeout} s (ranks hung in a collective?):\n{stderr[-3000:]}")
+        raise
+    return subprocess.CompletedProcess(command, launcher.returncode, stdout, stderr)
 
 
 @pytest.fixture(autouse=True)

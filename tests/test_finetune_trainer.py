@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import sacrebleu
 
-from conftest import REPO_ROOT, read_multi30k_pairs
+from conftest import REPO_ROOT, read_multi30k_pairs, run_process_tree
 from test_cli_helpers import FAMILIES, build_tiny_run, tiny_tokenizer, write_jsonl
 
 from attention_seq2seq.cli import main
@@ -387,10 +387,10 @@ def test_torchrun_two_cpu_processes_form_one_group(runs_root, finetune_data, tmp
                "--per-device-train-batch-size", "8", "--logging-steps", "1", "--save-total-limit", "1"]
     torchrun = Path(sys.executable).with_name("torchrun")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    result = subprocess.run(
+    result = run_process_tree(
         [str(torchrun), "--nproc_per_node", "2", "-m", "attention_seq2seq.training.finetune_trainer",
          *options, "--output-dir", str(tmp_path / "ddp")],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        timeout=600, env=env, cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stderr.count("fine-tuned model written") == 1  # rank 0 only

@@ -6,7 +6,6 @@ The end-to-end runs use tiny models on slices of the real Multi30k corpus (``sha
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import json
 import math
@@ -18,13 +17,14 @@ import sys
 import types
 from pathlib import Path
 
-import psutil
 import pytest
 import tokenizers
 import torch
 import yaml
 from safetensors.torch import load_file
 from transformers import PreTrainedTokenizerFast
+
+from conftest import run_process_tree
 
 from attention_seq2seq.training import train as train_module
 from attention_seq2seq.training.config import RecipeError, config_from_dict, load_recipe, parse_command_line
@@ -415,22 +415,7 @@ def _launch_two_cpu_ranks(config: TrainConfig, recipe: Path) -> subprocess.Compl
     accelerate = Path(sys.executable).with_name("accelerate")
     command = [str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "--main_process_port", str(_free_port()),
                "-m", "attention_seq2seq.training.train", "--recipe", str(recipe)]
-    launcher = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        stdout, stderr = launcher.communicate(timeout=_RANKS_TIMEOUT_S)
-    except BaseException as error:  # a hang (ranks waiting in mismatched collectives) or Ctrl-C
-        # The ranks run in sessions of their own (torchrun's agent starts them so), out of reach of
-        # a signal to the launcher's group: kill the whole process tree.
-        tree = psutil.Process(launcher.pid).children(recursive=True) + [psutil.Process(launcher.pid)]
-        for process in tree:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                process.kill()
-        psutil.wait_procs(tree, timeout=30)
-        stdout, stderr = launcher.communicate()
-        if isinstance(error, subprocess.TimeoutExpired):
-            pytest.fail(f"the two ranks did not finish in {_RANKS_TIMEOUT_S} s (hung in a collective?):\n{stderr[-3000:]}")
-        raise
-    proc = subprocess.CompletedProcess(command, launcher.returncode, stdout, stderr)
+    proc = run_process_tree(command, _RANKS_TIMEOUT_S, cwd=REPO_ROOT, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "world size 2" in proc.stderr
     assert json.loads((Path(config.output_dir) / "metrics.json").read_text())["train"]["world_size"] == 2

@@ -276,6 +276,99 @@ def test_update_with_coverage_follows_the_models_own_loss_gradient():
         torch.testing.assert_close(ours[name], reference[name], atol=1e-6, rtol=1e-4, msg=name)
 
 
+def test_symmetric_kl_sum_matches_the_two_kl_divergences():
+    from attention_seq2seq.training.train import symmetric_kl_sum
+
+    # By hand: p = softmax([0, ln 3]) = (1/4, 3/4), q = (1/2, 1/2):
+    # KL(p||q) = 1/4 ln(1/2) + 3/4 ln(3/2), KL(q||p) = 1/2 ln 2 + 1/2 ln(2/3).
+    p_logits = torch.tensor([[0.0, math.log(3.0)]])
+    q_logits = torch.tensor([[5.0, 5.0]])
+    by_hand = 0.25 * math.log(0.5) + 0.75 * math.log(1.5) + 0.5 * math.log(2.0) + 0.5 * math.log(2.0 / 3.0)
+    assert symmetric_kl_sum(p_logits, q_logits).item() == pytest.approx(by_hand, rel=1e-6)
+    # Several positions, half-precision input: the sum of torch's KL both ways, in float32.
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(7, 11, generator=g), torch.randn(7, 11, generator=g)
+    la, lb = a.log_softmax(-1), b.log_softmax(-1)
+    reference = (torch.nn.functional.kl_div(lb, la, log_target=True, reduction="sum")
+                 + torch.nn.functional.kl_div(la, lb, log_target=True, reduction="sum"))
+    assert symmetric_kl_sum(a, b).item() == pytest.approx(reference.item(), rel=1e-5)
+    out = symmetric_kl_sum(a.bfloat16(), b.bfloat16())
+    assert out.dtype == torch.float32 and out.item() == pytest.approx(reference.item(), rel=0.05)
+    assert symmetric_kl_sum(a, a).item() == pytest.approx(0.0, abs=1e-6)
+
+
+def _rdrop_gradients(alpha: float, dropout: float, by_hand: bool) -> dict[str, torch.Tensor]:
+    """Gradients after one R-Drop update of a seeded tiny Transformer, through `optimizer_update`
+    or through the objective written out here (Liang et al. 2021, eq. 3, over the tokens of both copies)."""
+    from accelerate import Accelerator
+
+    import attention_seq2seq as pkg
+    from attention_seq2seq.training.train import symmetric_kl_sum
+
+    pairs = _random_pairs(5, vocab=40, seed=4)
+    batch = {k: v for k, v in Collate(pad_token_id=0, decoder_start_token_id=1)(pairs).items() if k != "id"}
+    torch.manual_seed(0)
+    model = pkg.TransformerSeq2SeqForConditionalGeneration(pkg.TransformerSeq2SeqConfig(vocab_size=40, dropout=dropout, **TINY_TRANSFORMER))
+    model.train()
+    torch.manual_seed(1)  # the same dropout masks on both paths
+    if by_hand:
+        double = {k: torch.cat([v, v]) for k, v in batch.items()}
+        logits = model(**{k: double[k] for k in ("input_ids", "attention_mask", "decoder_input_ids")}, use_cache=False).logits
+        ce = torch.nn.functional.cross_entropy(logits.flatten(0, 1), double["labels"].flatten(), label_smoothing=0.1, reduction="sum")
+        keep = batch["labels"] != -100
+        first, second = logits.chunk(2)
+        kl = (torch.nn.functional.kl_div(second[keep].log_softmax(-1), first[keep].log_softmax(-1), log_target=True, reduction="sum")
+              + torch.nn.functional.kl_div(first[keep].log_softmax(-1), second[keep].log_softmax(-1), log_target=True, reduction="sum"))
+        ((ce + alpha / 2 * kl) / (2 * keep.sum())).backward()
+    else:
+        accelerator = Accelerator(cpu=True)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+        optimizer.zero_grad = lambda *a, **k: None  # keep the gradients for the comparison
+        optimizer_update(accelerator, model, optimizer, scheduler, [batch], 0.1, max_grad_norm=0.0, rdrop_alpha=alpha)
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def test_rdrop_update_follows_the_papers_objective():
+    ours, reference = _rdrop_gradients(5.0, 0.3, by_hand=False), _rdrop_gradients(5.0, 0.3, by_hand=True)
+    assert ours.keys() == reference.keys()
+    for name in reference:
+        torch.testing.assert_close(ours[name], reference[name], atol=1e-6, rtol=1e-4, msg=name)
+    # The KL term is really there: a much larger alpha moves the gradient.
+    heavier = _rdrop_gradients(50.0, 0.3, by_hand=False)
+    assert max((heavier[k] - ours[k]).abs().max().item() for k in ours) > 1e-4
+
+
+def test_rdrop_without_dropout_is_the_plain_update():
+    # Two copies without dropout agree exactly: the KL term is 0 and the mean over both copies'
+    # tokens is the plain mean, so R-Drop must give the plain update's gradient.
+    pairs = _random_pairs(5, vocab=40, seed=4)
+    batch = {k: v for k, v in Collate(pad_token_id=0, decoder_start_token_id=1)(pairs).items() if k != "id"}
+
+    def grads(alpha):
+        from accelerate import Accelerator
+
+        import attention_seq2seq as pkg
+
+        torch.manual_seed(0)
+        model = pkg.TransformerSeq2SeqForConditionalGeneration(pkg.TransformerSeq2SeqConfig(vocab_size=40, dropout=0.0, **TINY_TRANSFORMER))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+        optimizer.zero_grad = lambda *a, **k: None
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+        loss, tokens = optimizer_update(Accelerator(cpu=True), model, optimizer, scheduler, [dict(batch)], 0.1, 0.0, rdrop_alpha=alpha)
+        return {n: p.grad.clone() for n, p in model.named_parameters()}, loss / tokens
+
+    (plain, plain_loss), (rdrop, rdrop_loss) = grads(0.0), grads(5.0)
+    assert rdrop_loss.item() == pytest.approx(plain_loss.item(), rel=1e-5)
+    for name in plain:
+        torch.testing.assert_close(rdrop[name], plain[name], atol=1e-6, rtol=1e-4, msg=name)
+
+
+def test_negative_rdrop_alpha_is_refused():
+    with pytest.raises(RecipeError, match="rdrop_alpha must be >= 0"):
+        validate_config(TrainConfig(max_steps=1, rdrop_alpha=-1.0))
+
+
 def test_collate_shifts_labels_behind_the_start_token():
     batch = Collate(pad_token_id=0, decoder_start_token_id=1)(
         [{"input_ids": [5, 6, 2], "labels": [7, 8, 9, 2], "id": 4}, {"input_ids": [5, 2], "labels": [7, 2], "id": 9}]
@@ -566,6 +659,27 @@ def test_bf16_mixed_precision_path_trains(shared_data, tmp_path):
     losses = [loss for _, loss in metrics["train"]["loss_history"]]
     assert all(map(math.isfinite, losses)) and losses[-1] < losses[0]
     assert (tmp_path / "run" / "plots" / "attention_val_step6_0.png").exists()
+
+    # The test scores are those of the saved model as users load it (float32), not of the
+    # training's bf16 autocast forward: the teacher-forced test loss, recomputed both ways.
+    from accelerate import Accelerator
+    from transformers import AutoModelForSeq2SeqLM
+
+    from attention_seq2seq.training.train import evaluate, load_data
+
+    model = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "run" / "model")
+    accelerator = Accelerator(cpu=True)
+    data, _, tokenizer = load_data(config, accelerator, tmp_path / "run")
+
+    def test_loss():
+        return evaluate(model, data["test"], tokenizer, config, accelerator, config.test_num_beams, config.test_max_examples, "en")["loss"]
+
+    fp32 = test_loss()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        bf16 = test_loss()
+    reported = metrics["test"]["multi30k-test"]["loss"]
+    assert reported == pytest.approx(fp32, rel=1e-6)
+    assert abs(bf16 - fp32) > 1e-6 * fp32  # the control: bf16 really gives another number
 
 
 def test_test_greedy_adds_a_greedy_entry_scored_like_the_translations_it_writes(shared_data, tmp_path):

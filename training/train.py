@@ -400,8 +400,9 @@ def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: 
 
 
 def symmetric_kl_sum(logits_p: torch.Tensor, logits_q: torch.Tensor) -> torch.Tensor:
-    """KL(p || q) + KL(q || p) summed over positions: the R-Drop regulariser (Liang et al. 2021,
-    eq. 2), as the single sum  Σ_v (p_v − q_v)(log p_v − log q_v)  per position.
+    """KL(p || q) + KL(q || p) summed over positions: twice the R-Drop regulariser L_KL of
+    Liang et al. 2021, eq. 2 (eq. 3 adds alpha x L_KL to both passes' NLL), computed as the single
+    sum  Σ_v (p_v − q_v)(log p_v − log q_v)  per position.
 
     Args:
         logits_p, logits_q: (tokens, vocab_size) logits of the same positions from two forward

@@ -58,13 +58,16 @@ examples:
 
 _EVALUATE_EPILOG = """\
 The test set is a corpus spec and a split (--corpus/--split) or two line-aligned files
-(--src/--ref). Scores are sacreBLEU's BLEU and chrF on detokenized output, with signatures.
+(--src/--ref). Scores are sacreBLEU's BLEU and chrF on detokenized output, with signatures;
+--bootstrap adds a 95% confidence interval (Koehn 2004). To test whether two systems differ, give
+both translation files to sacreBLEU's paired bootstrap: sacrebleu REF -i A B --paired-bs.
 
 examples:
   attention-seq2seq evaluate -m runs/multi30k --corpus multi30k:../shared/data/multi30k --split test
   attention-seq2seq evaluate -m export/ --src test2016.de --ref test2016.en --num-beams 5 \\
       --output eval.json --hypotheses test2016.hyp.en
   attention-seq2seq evaluate -m runs/tatoeba --src test.zh --ref test.en --update-metrics
+  attention-seq2seq evaluate -m runs/multi30k --corpus multi30k:../shared/data/multi30k --bootstrap 1000
 """
 
 _PLOT_EPILOG = """\
@@ -151,6 +154,14 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be a positive integer; got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer; got {value}")
+    return value
+
+
+def _resample_count(text: str) -> int:
+    """argparse type for --bootstrap: at least 2 resamples (one resample gives no interval)."""
+    value = _positive_int(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"needs at least 2 resamples for an interval (1000 is usual); got {value}")
     return value
 
 
@@ -333,10 +344,14 @@ def _test_set(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tupl
 
 
 def format_score_table(results: dict[str, dict]) -> str:
-    """A plain-text table of test-set scores, then the sacreBLEU signatures."""
+    """A plain-text table of test-set scores (score ± 95% half-width when bootstrapped), then the sacreBLEU signatures."""
     header = ("test set", "sentences", "beams", "BLEU", "chrF")
+
+    def cell(r: dict, key: str) -> str:
+        return f"{r[key]:.2f}" + (f" ± {r[key + '_ci95']:.2f}" if key + "_ci95" in r else "")
+
     rows = [
-        (name, str(r["num_sentences"]), str(r.get("num_beams", "-")), f"{r['bleu']:.2f}", f"{r['chrf']:.2f}")
+        (name, str(r["num_sentences"]), str(r.get("num_beams", "-")), cell(r, "bleu"), cell(r, "chrf"))
         for name, r in results.items()
     ]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
@@ -363,7 +378,7 @@ def cmd_evaluate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
         loaded, sources, batch_size=args.batch_size, max_source_length=args.max_source_length,
         progress=not args.no_progress, **generate_kwargs,
     )
-    scores = corpus_scores(hypotheses, references, target_lang=target_lang)
+    scores = corpus_scores(hypotheses, references, target_lang=target_lang, n_bootstrap=args.bootstrap or 1)
     generation_config = loaded.model.generation_config
     result = {
         "split": args.split if args.corpus else "files",
@@ -654,6 +669,9 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--hypotheses", help="also write the translations to this file")
     out.add_argument("--update-metrics", action="store_true",
                      help="add the scores to MODEL's metrics.json (a training folder), for the model card")
+    out.add_argument("--bootstrap", metavar="N", type=_resample_count,
+                     help="also each score's 95%% confidence interval from N bootstrap resamples of the test "
+                     "sentences (sacreBLEU, seeded; 1000 is usual): the JSON gains bleu_ci95 etc. (half-widths)")
     out.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     _add_generation_arguments(p, sampling=False)
 

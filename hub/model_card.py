@@ -419,6 +419,12 @@ def _training_procedure(metrics: dict | None, recipe: dict | None, generation_co
     return "\n\n".join(parts)
 
 
+def _score(result: dict, metric: str) -> str:
+    """``41.59``, or ``41.59 ± 1.62`` when ``evaluate --bootstrap`` recorded a 95% half-width."""
+    interval = result.get(f"{metric}_ci95")
+    return f"{result[metric]:.2f}" + ("" if interval is None else f" ± {interval:.2f}")
+
+
 def _evaluation(metrics: dict | None) -> str:
     tests = (metrics or {}).get("test") or {}
     if not tests:
@@ -427,14 +433,17 @@ def _evaluation(metrics: dict | None) -> str:
     for name, result in tests.items():
         rows.append(
             f"| {name} | {result.get('split', '')} | {_fmt(result.get('num_sentences', ''))} | "
-            f"{_fmt(result.get('num_beams', ''))} | {result['bleu']:.2f} | {result['chrf']:.2f} |"
+            f"{_fmt(result.get('num_beams', ''))} | {_score(result, 'bleu')} | {_score(result, 'chrf')} |"
         )
         for metric in ("bleu", "chrf"):
             if result.get(f"{metric}_signature"):
                 signatures.append(f"- {name}, {metric}: `{result[f'{metric}_signature']}`")
+    bootstrapped = any(f"{metric}_ci95" in result for result in tests.values() for metric in ("bleu", "chrf"))
     table = (
-        "Scores with sacreBLEU on detokenized output against the raw references:\n\n"
-        "| test set | split | sentences | beams | BLEU | chrF |\n|---|---|---|---|---|---|\n" + "\n".join(rows)
+        "Scores with sacreBLEU on detokenized output against the raw references"
+        + (" (± the half-width of the 95% bootstrap confidence interval)" if bootstrapped else "")
+        + ":\n\n| test set | split | sentences | beams | BLEU | chrF |\n|---|---|---|---|---|---|\n"
+        + "\n".join(rows)
     )
     if signatures:
         table += "\n\nsacreBLEU signatures:\n\n" + "\n".join(signatures)

@@ -21,6 +21,7 @@ from conftest import read_multi30k_pairs
 from test_cli_helpers import CHECKPOINT_STEPS, FAMILIES, build_tiny_run
 
 from attention_seq2seq.cli import build_parser, main
+from attention_seq2seq.training.metrics import corpus_scores
 
 SENTENCES = ["Ein Hund läuft durch den Schnee.", "Zwei Männer spielen Fußball.", "Eine Frau."]
 COMMANDS = ["train", "finetune", "translate", "evaluate", "plot-attention", "average-checkpoints", "export", "push"]
@@ -106,6 +107,7 @@ BAD_ARGUMENTS = [
     (["evaluate", "-m", "m", "--split", "dev"], ["--split", "'train', 'validation', 'test'"]),
     (["evaluate", "-m", "m"], ["--corpus", "--src", "--ref"]),
     (["evaluate", "-m", "m", "--corpus", "multi30k:x", "--src", "a"], ["--corpus", "--src"]),
+    (["evaluate", "-m", "m", "--src", "a", "--ref", "b", "--bootstrap", "1"], ["--bootstrap", "at least 2"]),
     (["plot-attention", "-m", "m", "--source", "x", "--output", "a.jpg"], ["--output", ".png"]),
     (["plot-attention", "-m", "m", "--output", "a.png"], ["--source", "required"]),
     (["average-checkpoints", "--output", "o"], ["--run", "checkpoint"]),
@@ -315,6 +317,26 @@ def test_evaluate_two_files_writes_json_and_prints_a_table(run, tmp_path, capsys
     assert header.split() == ["test", "set", "sentences", "beams", "BLEU", "chrF"]
     assert row.split() == ["val", "12", "2", f"{result['bleu']:.2f}", f"{result['chrf']:.2f}"]
     assert signatures == [f"BLEU signature: {result['bleu_signature']}", f"chrF signature: {result['chrf_signature']}"]
+
+
+def test_evaluate_bootstrap_interval_reaches_the_json_and_the_table(run, tmp_path, capsys):
+    pairs = read_multi30k_pairs(12, split="val")
+    src, ref = tmp_path / "val.de", tmp_path / "val.en"
+    src.write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
+    ref.write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
+    output, hypotheses = tmp_path / "scores.json", tmp_path / "val.hyp"
+    argv = ["evaluate", "-m", str(run), "--src", str(src), "--ref", str(ref), "--output", str(output),
+            "--hypotheses", str(hypotheses), "--greedy", "--bootstrap", "200", "--no-progress"]
+    assert main(argv) == 0
+    row = capsys.readouterr().out.splitlines()[2]
+
+    result = json.loads(output.read_text())["val"]
+    expected = corpus_scores(hypotheses.read_text(encoding="utf-8").splitlines(), [t for _, t in pairs], "en", n_bootstrap=200)
+    for key in ("bleu", "bleu_ci95", "chrf", "chrf_ci95", "bleu_signature"):
+        assert result[key] == expected[key], key
+    assert "|bs:200|" in result["bleu_signature"]
+    assert row.split()[3:] == [f"{result['bleu']:.2f}", "±", f"{result['bleu_ci95']:.2f}",
+                               f"{result['chrf']:.2f}", "±", f"{result['chrf_ci95']:.2f}"]
 
 
 def test_evaluate_a_corpus_split_and_update_the_run_metrics(runs_root, tmp_path, capsys, shared_data):

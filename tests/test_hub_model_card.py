@@ -190,6 +190,16 @@ def test_card_shows_recipe_heatmap_and_usage():
     assert "num_beams=5" in text
 
 
+def test_card_shows_bootstrap_intervals_when_evaluate_recorded_them():
+    plain = ModelCard(_render(RNNSeq2SeqConfig(**RNN), _metrics())).text
+    assert "| 35.42 | 61.02 |" in plain and "bootstrap" not in plain
+    metrics = _metrics()
+    metrics["test"]["test2016"].update(bleu_ci95=1.614, chrf_ci95=1.2)
+    text = ModelCard(_render(RNNSeq2SeqConfig(**RNN), metrics)).text
+    assert "| 35.42 ± 1.61 | 61.02 ± 1.20 |" in text and "| 36.50 | 62.25 |" in text
+    assert "95% bootstrap confidence interval" in text
+
+
 def test_bad_input_fails_with_a_clear_error():
     with pytest.raises(ModelCardError, match=r"model_card\.md: no value for the slot \{\{ title \}\}"):
         fill("# {{ title }}", {}, "model_card.md")

@@ -149,6 +149,24 @@ def test_identical_output_scores_100_and_chinese_uses_zh_tokenizer():
     assert scores["bleu"] == pytest.approx(sacrebleu.corpus_bleu(zh_h, [zh_r], tokenize="zh").score)
 
 
+def test_bootstrap_interval_halves_with_four_times_the_test_sentences(monkeypatch):
+    monkeypatch.delenv("SACREBLEU_SEED", raising=False)
+    small = corpus_scores(HYPS * 10, REFS * 10, n_bootstrap=1000)
+    large = corpus_scores(HYPS * 40, REFS * 40, n_bootstrap=1000)
+    # The spread of a resampled corpus score falls as 1/sqrt(sentences): 4x the sentences, half the interval.
+    for key in ("bleu_ci95", "bleu_lowercase_ci95", "chrf_ci95"):
+        assert small[key] > 1.0 and 0.42 < large[key] / small[key] < 0.6, key
+    # The score itself stays the whole test set's; the interval is seeded, so a rerun repeats it.
+    assert small["bleu"] == corpus_scores(HYPS * 10, REFS * 10)["bleu"]
+    assert corpus_scores(HYPS * 10, REFS * 10, n_bootstrap=1000)["bleu_ci95"] == small["bleu_ci95"]
+    assert "|bs:1000|seed:12345|" in small["bleu_signature"] and "|bs:1000|seed:12345|" in small["chrf_signature"]
+    assert "bleu_ci95" not in corpus_scores(HYPS, REFS)
+    # A perfect output scores 100 on every resample: no interval.
+    assert corpus_scores(REFS, REFS, n_bootstrap=100)["bleu_ci95"] == 0.0
+    with pytest.raises(ValueError, match="n_bootstrap must be 1"):
+        corpus_scores(HYPS, REFS, n_bootstrap=0)
+
+
 def test_scores_reject_mismatched_lengths():
     with pytest.raises(ValueError, match="2 hypotheses for 3 references"):
         corpus_scores(HYPS[:2], REFS)

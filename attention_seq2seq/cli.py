@@ -344,7 +344,7 @@ def _test_set(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tupl
 
 
 def format_score_table(results: dict[str, dict]) -> str:
-    """A plain-text table of test-set scores (score ± 95% half-width when bootstrapped), then the sacreBLEU signatures."""
+    """A plain-text table of test-set scores (score ± 95% half-width if bootstrapped), then the signatures."""
     header = ("test set", "sentences", "beams", "BLEU", "chrF")
 
     def cell(r: dict, key: str) -> str:

@@ -293,15 +293,21 @@ def test_translate_decoding_options_reach_generate(runs_root, capsys):
 # evaluate
 
 
-def test_evaluate_two_files_writes_json_and_prints_a_table(run, tmp_path, capsys):
+def _evaluate_val_files(run, tmp_path, *options: str):
+    """Runs ``evaluate --src --ref`` on the first 12 Multi30k val pairs: (pairs, JSON path, hypotheses path)."""
     pairs = read_multi30k_pairs(12, split="val")
     src, ref = tmp_path / "val.de", tmp_path / "val.en"
     src.write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
     ref.write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
     output, hypotheses = tmp_path / "scores.json", tmp_path / "val.hyp"
     argv = ["evaluate", "-m", str(run), "--src", str(src), "--ref", str(ref), "--output", str(output),
-            "--hypotheses", str(hypotheses), "--num-beams", "2", "--length-penalty", "0.5", "--no-progress"]
+            "--hypotheses", str(hypotheses), "--no-progress", *options]
     assert main(argv) == 0
+    return pairs, output, hypotheses
+
+
+def test_evaluate_two_files_writes_json_and_prints_a_table(run, tmp_path, capsys):
+    pairs, output, hypotheses = _evaluate_val_files(run, tmp_path, "--num-beams", "2", "--length-penalty", "0.5")
     table = capsys.readouterr().out
 
     result = json.loads(output.read_text())["val"]
@@ -320,18 +326,12 @@ def test_evaluate_two_files_writes_json_and_prints_a_table(run, tmp_path, capsys
 
 
 def test_evaluate_bootstrap_interval_reaches_the_json_and_the_table(run, tmp_path, capsys):
-    pairs = read_multi30k_pairs(12, split="val")
-    src, ref = tmp_path / "val.de", tmp_path / "val.en"
-    src.write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
-    ref.write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
-    output, hypotheses = tmp_path / "scores.json", tmp_path / "val.hyp"
-    argv = ["evaluate", "-m", str(run), "--src", str(src), "--ref", str(ref), "--output", str(output),
-            "--hypotheses", str(hypotheses), "--greedy", "--bootstrap", "200", "--no-progress"]
-    assert main(argv) == 0
+    pairs, output, hypotheses = _evaluate_val_files(run, tmp_path, "--greedy", "--bootstrap", "200")
     row = capsys.readouterr().out.splitlines()[2]
 
     result = json.loads(output.read_text())["val"]
-    expected = corpus_scores(hypotheses.read_text(encoding="utf-8").splitlines(), [t for _, t in pairs], "en", n_bootstrap=200)
+    hyps, refs = hypotheses.read_text(encoding="utf-8").splitlines(), [t for _, t in pairs]
+    expected = corpus_scores(hyps, refs, "en", n_bootstrap=200)
     for key in ("bleu", "bleu_ci95", "chrf", "chrf_ci95", "bleu_signature"):
         assert result[key] == expected[key], key
     assert "|bs:200|" in result["bleu_signature"]

@@ -70,7 +70,8 @@ def corpus_scores(
         result[name] = float(score.score)
         if n_bootstrap > 1:
             # sacreBLEU's public view of its interval; absent when every resample scores 0.
-            result[f"{name}_ci95"] = float(json.loads(score.format(width=6, signature=str(metric.get_signature()), is_json=True)).get("confidence_var", 0.0))
+            as_json = json.loads(score.format(width=6, signature=str(metric.get_signature()), is_json=True))
+            result[f"{name}_ci95"] = float(as_json.get("confidence_var", 0.0))
     for name, metric in metrics.items():
         result[f"{name}_signature"] = str(metric.get_signature())
     return result

@@ -345,13 +345,11 @@ def _test_set(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tupl
 
 def format_score_table(results: dict[str, dict]) -> str:
     """A plain-text table of test-set scores (score ± 95% half-width if bootstrapped), then the signatures."""
+    from .training.metrics import format_score
+
     header = ("test set", "sentences", "beams", "BLEU", "chrF")
-
-    def cell(r: dict, key: str) -> str:
-        return f"{r[key]:.2f}" + (f" ± {r[key + '_ci95']:.2f}" if key + "_ci95" in r else "")
-
     rows = [
-        (name, str(r["num_sentences"]), str(r.get("num_beams", "-")), cell(r, "bleu"), cell(r, "chrf"))
+        (name, str(r["num_sentences"]), str(r.get("num_beams", "-")), format_score(r, "bleu"), format_score(r, "chrf"))
         for name, r in results.items()
     ]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]

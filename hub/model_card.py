@@ -17,6 +17,8 @@ from importlib import resources
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from ..training.metrics import format_score
+
 _SLOT = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 _SECTION = re.compile(r"^<!-- section: ([\w-]+) -->\n", re.MULTILINE)
 
@@ -419,12 +421,6 @@ def _training_procedure(metrics: dict | None, recipe: dict | None, generation_co
     return "\n\n".join(parts)
 
 
-def _score(result: dict, metric: str) -> str:
-    """``41.59``, or ``41.59 ± 1.62`` when ``evaluate --bootstrap`` recorded a 95% half-width."""
-    interval = result.get(f"{metric}_ci95")
-    return f"{result[metric]:.2f}" + ("" if interval is None else f" ± {interval:.2f}")
-
-
 def _evaluation(metrics: dict | None) -> str:
     tests = (metrics or {}).get("test") or {}
     if not tests:
@@ -433,7 +429,7 @@ def _evaluation(metrics: dict | None) -> str:
     for name, result in tests.items():
         rows.append(
             f"| {name} | {result.get('split', '')} | {_fmt(result.get('num_sentences', ''))} | "
-            f"{_fmt(result.get('num_beams', ''))} | {_score(result, 'bleu')} | {_score(result, 'chrf')} |"
+            f"{_fmt(result.get('num_beams', ''))} | {format_score(result, 'bleu')} | {format_score(result, 'chrf')} |"
         )
         for metric in ("bleu", "chrf"):
             if result.get(f"{metric}_signature"):

@@ -65,13 +65,20 @@ def corpus_scores(
         "chrf": CHRF(),
     }
     result: dict = {}
+    signatures: dict = {}
     for name, metric in metrics.items():
         score = metric.corpus_score(hyps, refs, n_bootstrap=n_bootstrap)
+        signature = signatures[f"{name}_signature"] = str(metric.get_signature())
         result[name] = float(score.score)
         if n_bootstrap > 1:
             # sacreBLEU's public view of its interval; absent when every resample scores 0.
-            as_json = json.loads(score.format(width=6, signature=str(metric.get_signature()), is_json=True))
+            as_json = json.loads(score.format(width=6, signature=signature, is_json=True))
             result[f"{name}_ci95"] = float(as_json.get("confidence_var", 0.0))
-    for name, metric in metrics.items():
-        result[f"{name}_signature"] = str(metric.get_signature())
-    return result
+    return {**result, **signatures}
+
+
+def format_score(result: dict, metric: str) -> str:
+    """``"41.59"``, or ``"41.59 ± 1.62"`` when ``result`` (from `corpus_scores` with ``n_bootstrap > 1``)
+    holds the 95% half-width ``<metric>_ci95``; ``metric`` is ``"bleu"``, ``"bleu_lowercase"`` or ``"chrf"``."""
+    interval = result.get(f"{metric}_ci95")
+    return f"{result[metric]:.2f}" + ("" if interval is None else f" ± {interval:.2f}")

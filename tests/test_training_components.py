@@ -167,6 +167,17 @@ def test_bootstrap_interval_halves_with_four_times_the_test_sentences(monkeypatc
         corpus_scores(HYPS, REFS, n_bootstrap=0)
 
 
+def test_bootstrap_interval_of_a_system_that_matches_almost_nothing():
+    # One sentence of ten shares anything with its reference, so about a third of the resamples
+    # have no matching n-gram or character at all. sacreBLEU scores those Python 0.0 and the rest
+    # numpy float32, and its interval estimate used to raise TypeError on the mix.
+    hyps = ["a man rides a horse on the beach ."] + ["999 888"] * 9
+    refs = ["a man rides a horse on the beach ."] + ["two dogs play in the snow ."] * 9
+    scores = corpus_scores(hyps, refs, n_bootstrap=200)
+    for key in ("bleu", "bleu_lowercase", "chrf"):
+        assert scores[key] == corpus_scores(hyps, refs)[key] and scores[f"{key}_ci95"] > 0, key
+
+
 def test_scores_reject_mismatched_lengths():
     with pytest.raises(ValueError, match="2 hypotheses for 3 references"):
         corpus_scores(HYPS[:2], REFS)

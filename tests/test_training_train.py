@@ -359,6 +359,67 @@ def test_negative_rdrop_alpha_is_refused():
         validate_config(TrainConfig(max_steps=1, rdrop_alpha=-1.0))
 
 
+# ------------------------------------------------------------------------ source word dropout
+def test_source_word_dropout_replaces_a_p_share_of_real_tokens_by_unk_and_nothing_else():
+    from attention_seq2seq.training.train import source_word_dropout
+
+    pad, eos, unk = 0, 2, 3
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(5, 40, (200,), generator=g)
+    input_ids = torch.randint(4, 500, (200, 40), generator=g)
+    attention_mask = (torch.arange(40)[None] < lengths[:, None]).long()
+    input_ids[torch.arange(200), lengths - 1] = eos
+    input_ids[attention_mask == 0] = pad
+    before = input_ids.clone()
+
+    torch.manual_seed(7)
+    out = source_word_dropout(input_ids, attention_mask, 0.25, unk, keep_ids=(eos,))
+    assert torch.equal(input_ids, before)  # the input is not modified
+    changed = out != input_ids
+    assert torch.all(out[changed] == unk)  # a dropped token becomes <unk>, nothing else
+    assert not changed[attention_mask == 0].any() and torch.equal(out[input_ids == eos], input_ids[input_ids == eos])
+    droppable = (attention_mask == 1) & (input_ids != eos)
+    share = changed.sum().item() / droppable.sum().item()
+    n = droppable.sum().item()
+    assert abs(share - 0.25) < 4 * (0.25 * 0.75 / n) ** 0.5, share  # ~4,000 draws: within 4 standard errors
+
+    torch.manual_seed(7)  # seeded: the same draw again; another seed: another draw
+    assert torch.equal(source_word_dropout(input_ids, attention_mask, 0.25, unk, keep_ids=(eos,)), out)
+    assert not torch.equal(source_word_dropout(input_ids, attention_mask, 0.25, unk, keep_ids=(eos,)), out)
+    assert source_word_dropout(input_ids, attention_mask, 0.0, unk) is input_ids
+
+
+@pytest.mark.parametrize("p", [-0.1, 1.0])
+def test_source_word_dropout_outside_0_1_is_refused(p):
+    with pytest.raises(RecipeError, match=r"source_word_dropout must be in \[0, 1\)"):
+        validate_config(TrainConfig(max_steps=1, source_word_dropout=p))
+
+
+@pytest.mark.parametrize("p", [0.0, 0.4])
+def test_training_feeds_the_model_word_dropped_sources(shared_data, tmp_path, monkeypatch, p):
+    # What the model is trained on: with source_word_dropout the source batches carry <unk> in
+    # place of about p of their real tokens (never </s>); without it, none.
+    seen = []
+    original = train_module.optimizer_update
+
+    def spy(accelerator, model, optimizer, scheduler, micro, *args, **kwargs):
+        seen.extend({"input_ids": mb["input_ids"].clone(), "attention_mask": mb["attention_mask"].clone()} for mb in micro)
+        return original(accelerator, model, optimizer, scheduler, micro, *args, **kwargs)
+
+    monkeypatch.setattr(train_module, "optimizer_update", spy)
+    run = train(tiny_config(shared_data, tmp_path / "run", source_word_dropout=p, max_steps=4, eval_every=100, save_every=100,
+                            num_plot_sentences=0, test_max_examples=2))
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(run / "model"))
+    unk, eos = tokenizer.unk_token_id, tokenizer.eos_token_id
+    real = torch.cat([mb["input_ids"][mb["attention_mask"] == 1] for mb in seen])
+    assert len(seen) == 4 and (real == eos).sum() == sum(len(mb["input_ids"]) for mb in seen)  # every </s> kept
+    share = (real == unk).sum().item() / (real != eos).sum().item()
+    if p == 0:
+        assert share == 0
+    else:
+        assert abs(share - p) < 0.06, share
+
+
 def test_collate_shifts_labels_behind_the_start_token():
     batch = Collate(pad_token_id=0, decoder_start_token_id=1)(
         [{"input_ids": [5, 6, 2], "labels": [7, 8, 9, 2], "id": 4}, {"input_ids": [5, 2], "labels": [7, 2], "id": 9}]
@@ -574,8 +635,8 @@ def test_early_stopping_keeps_the_best_k_and_averages_them(shared_data, tmp_path
     real_evaluate = train_module.evaluate
     scripted = iter([5.0, 4.0, 3.0])
 
-    def scripted_evaluate(model, dataset, tokenizer, config, accelerator, num_beams, max_examples, target_lang):
-        result = real_evaluate(model, dataset, tokenizer, config, accelerator, num_beams, max_examples, target_lang)
+    def scripted_evaluate(model, dataset, tokenizer, config, accelerator, num_beams, max_examples, target_lang, *rest):
+        result = real_evaluate(model, dataset, tokenizer, config, accelerator, num_beams, max_examples, target_lang, *rest)
         if num_beams == config.eval_num_beams and max_examples == config.eval_max_examples:  # validation
             result["bleu"] = next(scripted)
         return result
@@ -673,9 +734,10 @@ def test_bf16_mixed_precision_path_trains(shared_data, tmp_path):
 
 
 def test_test_greedy_adds_a_greedy_entry_scored_like_the_translations_it_writes(shared_data, tmp_path):
+    # ... and test_bootstrap gives both entries the confidence intervals of those translations.
     from attention_seq2seq.training.metrics import corpus_scores
 
-    config = tiny_config(shared_data, tmp_path / "run", test_greedy=True, num_threads=1)
+    config = tiny_config(shared_data, tmp_path / "run", test_greedy=True, num_threads=1, test_bootstrap=200)
     threads_before = torch.get_num_threads()
     try:
         run = train(config)
@@ -690,9 +752,19 @@ def test_test_greedy_adds_a_greedy_entry_scored_like_the_translations_it_writes(
     from attention_seq2seq.data import load_corpus
 
     refs = list(load_corpus(config.corpus)["test"]["target"][:8])
-    rescored = corpus_scores(hyps, refs, "en")
+    rescored = corpus_scores(hyps, refs, "en", n_bootstrap=200)
     assert greedy["bleu"] == pytest.approx(rescored["bleu"]) and greedy["chrf"] == pytest.approx(rescored["chrf"])
     assert "case:lc" in greedy["bleu_lowercase_signature"] and greedy["bleu_lowercase"] >= 0.0
+    for key in ("bleu_ci95", "bleu_lowercase_ci95", "chrf_ci95"):
+        assert greedy[key] == pytest.approx(rescored[key]), key
+    assert greedy["chrf_ci95"] > 0 and "bs:200" in greedy["chrf_signature"]
+    beam_hyps = (run / "test_translations.txt").read_text(encoding="utf-8").splitlines()
+    assert beam["chrf_ci95"] == pytest.approx(corpus_scores(beam_hyps, refs, "en", n_bootstrap=200)["chrf_ci95"])
+
+
+def test_test_bootstrap_below_2_is_refused():
+    with pytest.raises(RecipeError, match=r"test_bootstrap must be >= 2 resamples"):
+        validate_config(TrainConfig(max_steps=1, test_bootstrap=1))
 
 
 def test_rnn_without_attention_trains_validates_and_tests_without_heat_maps(shared_data, tmp_path):

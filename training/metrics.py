@@ -18,6 +18,31 @@ from sacrebleu.metrics import BLEU, CHRF
 _BLEU_TOKENIZER_BY_LANG = {"zh": "zh", "ja": "char", "ko": "char"}
 
 
+class _FloatScores:
+    """Mixin: every score of a bootstrap resample is a Python float.
+
+    sacreBLEU 2.x resamples float32 statistics; a resample with no matching n-gram (BLEU) or
+    character (chrF) at all scores a Python ``0.0`` while the others score numpy float32, and its
+    interval estimate (``statistics.mean``) then raises ``TypeError: don't know how to coerce
+    float and float32``. That happens for weak systems on small test sets (an early checkpoint, a
+    smoke test), so the interval of such a system is computed here instead of crashing.
+    ``_compute_score_from_stats`` is where sacreBLEU scores each resample's summed statistics.
+    """
+
+    def _compute_score_from_stats(self, stats):
+        score = super()._compute_score_from_stats(stats)
+        score.score = float(score.score)
+        return score
+
+
+class _BLEU(_FloatScores, BLEU):
+    pass
+
+
+class _CHRF(_FloatScores, CHRF):
+    pass
+
+
 def bleu_tokenizer_for(target_lang: str | None) -> str:
     """sacreBLEU tokenizer name for a target language code (``"13a"`` unless zh/ja/ko)."""
     if not target_lang:
@@ -60,9 +85,9 @@ def corpus_scores(
         raise ValueError(f"n_bootstrap must be 1 (no confidence interval) or more resamples; got {n_bootstrap}")
     hyps, refs = list(hypotheses), [list(references)]
     metrics = {
-        "bleu": BLEU(tokenize=bleu_tokenizer_for(target_lang)),
-        "bleu_lowercase": BLEU(tokenize=bleu_tokenizer_for(target_lang), lowercase=True),
-        "chrf": CHRF(),
+        "bleu": _BLEU(tokenize=bleu_tokenizer_for(target_lang)),
+        "bleu_lowercase": _BLEU(tokenize=bleu_tokenizer_for(target_lang), lowercase=True),
+        "chrf": _CHRF(),
     }
     result: dict = {}
     signatures: dict = {}

@@ -94,6 +94,7 @@ class TrainConfig:
     weight_decay: float = 0.0  # AdamW's decoupled weight decay
     max_grad_norm: float = 1.0  # clip the global gradient norm to this; 0 disables clipping
     label_smoothing: float = 0.1  # epsilon of the label-smoothed cross-entropy (Szegedy et al. 2016)
+    source_word_dropout: float = 0.0  # replace each source subword (not </s>, not padding) by <unk> with this probability in training batches (word dropout: Gal & Ghahramani 2016; Sennrich & Zhang 2019 for small-data NMT): the encoder learns not to lean on any one token; 0: off
     rdrop_alpha: float = 0.0  # R-Drop (Liang et al. 2021, eq. 3): each micro-batch runs twice with different dropout masks and alpha/2 x the symmetric KL of the two predictions joins the loss; 2x the compute per update (halve max_tokens to keep it); 0: off
     schedule: str = "inverse_sqrt"  # "inverse_sqrt", "linear", "linear_time" (decays to 0 at the end of max_time_minutes), "constant" or "plateau" (training/schedules.py)
     warmup_steps: int = 4000  # optimizer updates of linear warm-up
@@ -118,6 +119,7 @@ class TrainConfig:
     test_num_beams: int = 5  # beam size of the final test-set evaluation (also saved in generation_config)
     length_penalty: float = 1.0  # beam search scores log p / length^length_penalty (saved in generation_config); tune it on validation
     test_max_examples: int | None = None  # evaluate on the first N test pairs (None: all)
+    test_bootstrap: int | None = None  # also each test score's 95% confidence interval from N bootstrap resamples of the test sentences (Koehn 2004; metrics.json keys bleu_ci95, bleu_lowercase_ci95, chrf_ci95); 1000 is usual, about a second; None: no interval
     test_greedy: bool = False  # also score greedy decoding on the test set (metrics.json entry "<corpus>-test-greedy")
     # ---- checkpoints and output ----------------------------------------------------------------
     output_dir: str = "runs/train"  # the run folder (docs/DESIGN.md, "Training output folder")
@@ -189,6 +191,10 @@ def validate_config(config: TrainConfig) -> None:
             raise RecipeError(f"subword_alpha samples unigram segmentations; tokenizer_type is {config.tokenizer_type!r} (use bpe_dropout)")
         if config.bpe_dropout is not None and config.tokenizer_type != "bpe":
             raise RecipeError(f"bpe_dropout needs tokenizer_type 'bpe'; got {config.tokenizer_type!r} (use subword_alpha)")
+    if not 0.0 <= config.source_word_dropout < 1.0:
+        raise RecipeError(f"source_word_dropout must be in [0, 1) (0: off); got {config.source_word_dropout}")
+    if config.test_bootstrap is not None and config.test_bootstrap < 2:
+        raise RecipeError(f"test_bootstrap must be >= 2 resamples (1000 is usual) or null (no interval); got {config.test_bootstrap}")
     if not config.rdrop_alpha >= 0:
         raise RecipeError(f"rdrop_alpha must be >= 0 (0: no R-Drop); got {config.rdrop_alpha}")
     if config.length_penalty != 1.0 and config.test_num_beams == 1:
@@ -399,6 +405,35 @@ def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: 
     return label_smoothed_cross_entropy(logits.flatten(0, 1), labels.flatten(), label_smoothing, reduction="sum")
 
 
+def source_word_dropout(input_ids: torch.Tensor, attention_mask: torch.Tensor, p: float, unk_token_id: int,
+                        keep_ids: tuple[int, ...] = ()) -> torch.Tensor:
+    """Word dropout on the source: each real source token becomes ``unk_token_id`` with probability p.
+
+    Sennrich & Zhang 2019 (Revisiting Low-Resource Neural Machine Translation) drop whole words
+    to regularise small-data NMT, after Gal & Ghahramani 2016's word-embedding dropout; here the
+    unit is the subword and a dropped one reads as ``<unk>`` (one learned "missing" vector, the
+    same for both model families). Padding (``attention_mask`` 0) and ``keep_ids`` (``</s>``)
+    are never dropped. The draw uses torch's global generator, so a seeded run repeats it and a
+    resumed one continues it.
+
+    Args:
+        input_ids: (batch, src_len) source token ids.
+        attention_mask: (batch, src_len), 1 on real tokens, 0 on padding.
+        p: drop probability in [0, 1).
+        unk_token_id: the id that replaces a dropped token.
+        keep_ids: ids never dropped.
+
+    Returns:
+        A new (batch, src_len) tensor; ``input_ids`` is not modified. p = 0 returns ``input_ids`` itself.
+    """
+    if p == 0.0:
+        return input_ids
+    drop = (torch.rand(input_ids.shape, device=input_ids.device) < p) & attention_mask.bool()
+    for token_id in keep_ids:
+        drop &= input_ids != token_id
+    return input_ids.masked_fill(drop, unk_token_id)
+
+
 def symmetric_kl_sum(logits_p: torch.Tensor, logits_q: torch.Tensor) -> torch.Tensor:
     """KL(p || q) + KL(q || p) summed over positions: twice the R-Drop regulariser L_KL of
     Liang et al. 2021, eq. 2 (eq. 3 adds alpha x L_KL to both passes' NLL), computed as the single
@@ -557,6 +592,7 @@ def build_model(config: TrainConfig, tokenizer):
 # Validation, test and attention plots
 # ---------------------------------------------------------------------------------------------
 _SCORE_KEYS = ("bleu", "bleu_lowercase", "chrf", "bleu_signature", "bleu_lowercase_signature", "chrf_signature")
+_CI_KEYS = ("bleu_ci95", "bleu_lowercase_ci95", "chrf_ci95")
 
 
 def _eval_batches(dataset, tokenizer, config: TrainConfig, max_examples: int | None, accelerator):
@@ -572,11 +608,13 @@ def _eval_batches(dataset, tokenizer, config: TrainConfig, max_examples: int | N
 
 
 @torch.no_grad()
-def evaluate(model, dataset, tokenizer, config: TrainConfig, accelerator, num_beams: int, max_examples, target_lang) -> dict:
+def evaluate(model, dataset, tokenizer, config: TrainConfig, accelerator, num_beams: int, max_examples, target_lang,
+             n_bootstrap: int = 1) -> dict:
     """Teacher-forced loss / perplexity and beam-search BLEU / chrF on (a prefix of) ``dataset``.
 
     The work is split over ranks by batch; every rank returns the same numbers. ``loss`` is the
     mean negative log-likelihood per target token (no label smoothing), ``perplexity`` its exp.
+    ``n_bootstrap`` > 1 adds each score's 95% confidence half-width (`corpus_scores`).
     """
     was_training = model.training
     model.eval()
@@ -596,7 +634,7 @@ def evaluate(model, dataset, tokenizer, config: TrainConfig, accelerator, num_be
     refs = [references[i] for i, _ in translations]
     model.train(was_training)
     loss = totals[0] / max(1.0, totals[1])
-    return {"loss": loss, "perplexity": math.exp(min(loss, 100.0)), **corpus_scores(hyps, refs, target_lang), "hypotheses": hyps}
+    return {"loss": loss, "perplexity": math.exp(min(loss, 100.0)), **corpus_scores(hyps, refs, target_lang, n_bootstrap), "hypotheses": hyps}
 
 
 @torch.no_grad()
@@ -737,6 +775,8 @@ def train(config: TrainConfig) -> Path:
     from ..data.batching import TokenBudgetBatchSampler
 
     data, info, tokenizer = load_data(config, accelerator, output_dir)
+    if config.source_word_dropout > 0 and tokenizer.unk_token_id is None:
+        raise RecipeError(f"source_word_dropout replaces tokens by <unk>, but the tokenizer ({config.tokenizer_path}) has no unk_token; set source_word_dropout: 0")
     train_set = PairDataset(data["train"]["input_ids"][:], data["train"]["labels"][:])  # [:]: Column -> list
     # With subword sampling, the sampler and the step count of max_epochs start from the best
     # segmentation (deterministic, so a resumed run computes the same schedule); each epoch's
@@ -852,6 +892,7 @@ def train(config: TrainConfig) -> Path:
                 sampler.set_lengths(train_set.lengths())
                 state.batches_per_epoch = len(sampler.global_batches(epoch)) // world
 
+    special_source_ids = tuple(i for i in (tokenizer.bos_token_id, tokenizer.eos_token_id) if i is not None)
     stream = micro_batches(loader, sampler, state, accelerator.device, before_epoch)
     device = accelerator.device
     loss_acc = torch.zeros((), device=device)  # summed smoothed loss since the last log (this rank)
@@ -869,6 +910,9 @@ def train(config: TrainConfig) -> Path:
         micro = [next(stream) for _ in range(config.gradient_accumulation_steps)]
         for i, mb in enumerate(micro):
             ids = mb.pop("id")
+            if config.source_word_dropout > 0:
+                mb["input_ids"] = source_word_dropout(mb["input_ids"], mb["attention_mask"], config.source_word_dropout,
+                                                      tokenizer.unk_token_id, keep_ids=special_source_ids)
             if dump is not None:
                 dump.write(json.dumps({"step": state.step, "micro": i, "ids": ids.tolist()}) + "\n")
         update_loss, num_tokens = optimizer_update(accelerator, model, optimizer, scheduler, micro, config.label_smoothing, config.max_grad_norm,
@@ -973,10 +1017,12 @@ def train(config: TrainConfig) -> Path:
     # Scored as users will load the saved model: float32, without the mixed-precision autocast
     # that Accelerate wrapped around forward for training (bf16 test scores differed by ~0.1 BLEU).
     unwrapped = accelerator.unwrap_model(model, keep_fp32_wrapper=False)
-    test = evaluate(unwrapped, data["test"], tokenizer, config, accelerator, config.test_num_beams, config.test_max_examples, target_lang)
+    n_bootstrap = config.test_bootstrap or 1
+    test = evaluate(unwrapped, data["test"], tokenizer, config, accelerator, config.test_num_beams, config.test_max_examples, target_lang,
+                    n_bootstrap)
     greedy = None
     if config.test_greedy and config.test_num_beams != 1:
-        greedy = evaluate(unwrapped, data["test"], tokenizer, config, accelerator, 1, config.test_max_examples, target_lang)
+        greedy = evaluate(unwrapped, data["test"], tokenizer, config, accelerator, 1, config.test_max_examples, target_lang, n_bootstrap)
     if is_main:
         plot_attention(unwrapped, tokenizer, data["test"]["source"][:1], plots_dir, "attention_test", config, accelerator.device)
         n_test = len(data["test"]) if config.test_max_examples is None else min(config.test_max_examples, len(data["test"]))
@@ -1006,6 +1052,7 @@ def train(config: TrainConfig) -> Path:
                     "num_beams": beams,
                     **({"length_penalty": config.length_penalty} if beams > 1 else {}),
                     **{k: result[k] for k in _SCORE_KEYS},
+                    **{k: result[k] for k in _CI_KEYS if k in result},  # with test_bootstrap
                     "loss": result["loss"],
                 }
                 for suffix, beams, result in [("", config.test_num_beams, test), ("-greedy", 1, greedy)]

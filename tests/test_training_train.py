@@ -733,7 +733,7 @@ def test_bf16_mixed_precision_path_trains(shared_data, tmp_path):
     assert abs(bf16 - fp32) > 1e-6 * fp32  # the control: bf16 really gives another number
 
 
-def test_test_greedy_adds_a_greedy_entry_scored_like_the_translations_it_writes(shared_data, tmp_path):
+def test_test_greedy_adds_a_greedy_entry_scored_like_the_translations_it_writes(shared_data, tmp_path, caplog):
     # ... and test_bootstrap gives both entries the confidence intervals of those translations.
     from attention_seq2seq.training.metrics import corpus_scores
 
@@ -760,6 +760,7 @@ def test_test_greedy_adds_a_greedy_entry_scored_like_the_translations_it_writes(
     assert greedy["chrf_ci95"] > 0 and "bs:200" in greedy["chrf_signature"]
     beam_hyps = (run / "test_translations.txt").read_text(encoding="utf-8").splitlines()
     assert beam["chrf_ci95"] == pytest.approx(corpus_scores(beam_hyps, refs, "en", n_bootstrap=200)["chrf_ci95"])
+    assert f"chrF {greedy['chrf']:.2f} ± {greedy['chrf_ci95']:.2f}" in caplog.text  # the log line shows the interval
 
 
 def test_test_bootstrap_below_2_is_refused():

@@ -58,7 +58,7 @@ from tqdm.auto import tqdm
 from ..modeling.modeling_transformer_seq2seq import label_smoothed_cross_entropy
 from .averaging import average_checkpoints, load_averaged_weights
 from .config import RecipeError, dump_recipe, parse_command_line
-from .metrics import corpus_scores
+from .metrics import corpus_scores, format_score
 from .plotting import plot_cross_attentions
 from .schedules import SCHEDULES, PlateauDecay, TimeBudget, build_scheduler
 
@@ -1062,11 +1062,12 @@ def train(config: TrainConfig) -> Path:
         (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, ensure_ascii=False), encoding="utf-8")
         # The beam output behind the test scores, one line per test sentence, for inspection.
         (output_dir / "test_translations.txt").write_text("".join(h + "\n" for h in test["hypotheses"]), encoding="utf-8")
-        logger.info("test (beam %d): BLEU %.2f, lower-cased BLEU %.2f, chrF %.2f (%s)", config.test_num_beams, test["bleu"],
-                    test["bleu_lowercase"], test["chrf"], test["bleu_signature"])
+        logger.info("test (beam %d): BLEU %s, lower-cased BLEU %s, chrF %s (%s)", config.test_num_beams, format_score(test, "bleu"),
+                    format_score(test, "bleu_lowercase"), format_score(test, "chrf"), test["bleu_signature"])
         if greedy is not None:
             (output_dir / "test_translations_greedy.txt").write_text("".join(h + "\n" for h in greedy["hypotheses"]), encoding="utf-8")
-            logger.info("test (greedy): BLEU %.2f, lower-cased BLEU %.2f, chrF %.2f", greedy["bleu"], greedy["bleu_lowercase"], greedy["chrf"])
+            logger.info("test (greedy): BLEU %s, lower-cased BLEU %s, chrF %s", format_score(greedy, "bleu"), format_score(greedy, "bleu_lowercase"),
+                        format_score(greedy, "chrf"))
     accelerator.wait_for_everyone()
     accelerator.end_training()
     return output_dir

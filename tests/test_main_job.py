@@ -39,14 +39,15 @@ def test_main_job_quick_runs_end_to_end(tmp_path):
     for model in summary["models"]:
         assert model["test_set"] and model["test_sentences"] == 40
         assert 0.0 <= model["bleu"] <= 100.0 and 0.0 <= model["chrf"] <= 100.0
-        assert model["bleu_signature"].startswith("nrefs:1|case:mixed")
+        assert model["bleu_signature"].startswith("nrefs:1|bs:1000|seed:12345|case:mixed")  # the recipes set test_bootstrap: 1000
         assert len(model["translations"]) == 3
         assert all(isinstance(t, str) for t in model["translations"].values())
         export = out / "exports" / model["model"]
         config = json.loads((export / "config.json").read_text(encoding="utf-8"))
         assert set(config["auto_map"]) >= {"AutoConfig", "AutoModelForSeq2SeqLM"}
         assert "translation" in config["custom_pipelines"]
-        assert (export / "README.md").read_text(encoding="utf-8").startswith("---")
+        card = (export / "README.md").read_text(encoding="utf-8")
+        assert card.startswith("---") and f"{model['bleu']:.2f} ± " in card  # test_bootstrap's interval reaches the card
         assert (export / "model.safetensors").exists()
     # The table the job prints is the one it writes.
     table = (out / "summary.md").read_text(encoding="utf-8")

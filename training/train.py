@@ -910,9 +910,8 @@ def train(config: TrainConfig) -> Path:
         micro = [next(stream) for _ in range(config.gradient_accumulation_steps)]
         for i, mb in enumerate(micro):
             ids = mb.pop("id")
-            if config.source_word_dropout > 0:
-                mb["input_ids"] = source_word_dropout(mb["input_ids"], mb["attention_mask"], config.source_word_dropout,
-                                                      tokenizer.unk_token_id, keep_ids=special_source_ids)
+            mb["input_ids"] = source_word_dropout(mb["input_ids"], mb["attention_mask"], config.source_word_dropout,
+                                                  tokenizer.unk_token_id, keep_ids=special_source_ids)  # p = 0: unchanged
             if dump is not None:
                 dump.write(json.dumps({"step": state.step, "micro": i, "ids": ids.tolist()}) + "\n")
         update_loss, num_tokens = optimizer_update(accelerator, model, optimizer, scheduler, micro, config.label_smoothing, config.max_grad_norm,

@@ -594,6 +594,20 @@ def _upcast_half(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.float() if tensor.element_size() < 4 else tensor
 
 
+# On a CPU the loss walks the (tokens, vocab_size) logits in blocks of rows of about this many
+# float32 bytes, so each block's float32 copy, softmax and gradient stay in the cache instead of
+# streaming several full-vocab float32 temporaries through memory (benchmarks/probe_loss_blocks.py;
+# benchmarks/README.md, fourth pass). Other devices take all rows as one block.
+_LOSS_BLOCK_BYTES = 1 << 22
+
+
+def _loss_block_rows(logits: torch.Tensor) -> int:
+    """Rows per block of the cross-entropy's loops: ~4 MiB of float32 on a CPU, all rows elsewhere."""
+    if logits.device.type != "cpu":
+        return max(1, logits.size(0))
+    return max(1, _LOSS_BLOCK_BYTES // (4 * logits.size(-1)))
+
+
 class _LabelSmoothedCrossEntropy(torch.autograd.Function):
     """Label-smoothed cross-entropy whose backward writes softmax − target straight into one
     (tokens, vocab_size) gradient.
@@ -602,6 +616,8 @@ class _LabelSmoothedCrossEntropy(torch.autograd.Function):
     tensors there (the gradient of the log-probabilities, then of the logits); this keeps only
     the logits (alive anyway as the model output) and a per-token log-sum-exp, and allocates the
     single gradient tensor in backward. Same numbers, 2 × (tokens, vocab_size) less peak memory.
+    On a CPU both passes go through the rows in cache-sized blocks (`_loss_block_rows`); every
+    row's numbers are the same as in one block.
     """
 
     @staticmethod
@@ -610,29 +626,43 @@ class _LabelSmoothedCrossEntropy(torch.autograd.Function):
     ) -> torch.Tensor:
         keep = labels != ignore_index
         targets = labels.masked_fill(~keep, 0)[:, None]  # (tokens, 1)
-        logits32 = _upcast_half(logits)
-        log_normalizer = torch.logsumexp(logits32, dim=-1)  # (tokens,)
-        per_token = log_normalizer - logits32.gather(-1, targets).squeeze(-1)  # −log p(y)
+        stats_dtype = torch.promote_types(logits.dtype, torch.float32)  # half → float32 for the range
+        num_tokens, rows = logits.size(0), _loss_block_rows(logits)
+        log_normalizer = logits.new_empty(num_tokens, dtype=stats_dtype)  # log Σ_v exp(logit_v)
+        mean_logit = logits.new_empty(num_tokens, dtype=stats_dtype) if epsilon > 0.0 else None
+        for start in range(0, num_tokens, rows):
+            block = logits[start : start + rows].to(stats_dtype)
+            log_normalizer[start : start + rows] = torch.logsumexp(block, dim=-1)
+            if mean_logit is not None:
+                mean_logit[start : start + rows] = block.mean(dim=-1)
+        per_token = log_normalizer - logits.gather(-1, targets).squeeze(-1).to(stats_dtype)  # −log p(y)
         if epsilon > 0.0:
             # −(1/V) Σ_v log p(v) = log Σ exp − mean(logits)
-            per_token = (1.0 - epsilon) * per_token + epsilon * (log_normalizer - logits32.mean(dim=-1))
+            per_token = (1.0 - epsilon) * per_token + epsilon * (log_normalizer - mean_logit)
         count = keep.sum().clamp(min=1) if mean else torch.ones((), device=logits.device)
         ctx.save_for_backward(logits, log_normalizer, targets, keep, count)
-        ctx.epsilon = epsilon
+        ctx.epsilon, ctx.rows = epsilon, rows
         return (per_token * keep).sum() / count
 
     @staticmethod
     def backward(ctx, grad_output: torch.Tensor):
         logits, log_normalizer, targets, keep, count = ctx.saved_tensors
-        epsilon, vocab_size = ctx.epsilon, logits.size(-1)
+        epsilon, vocab_size, rows, num_tokens = ctx.epsilon, logits.size(-1), ctx.rows, logits.size(0)
         scale = (keep * (grad_output / count))[:, None]  # (tokens, 1): 0 on ignored tokens
-        # softmax, the one full-vocab tensor (float32 for half-precision logits: type promotion)
-        grad = logits.sub(log_normalizer[:, None]).exp_()
-        if epsilon > 0.0:
-            grad.sub_(epsilon / vocab_size)
-        grad.scatter_add_(-1, targets, torch.full_like(log_normalizer[:, None], epsilon - 1.0))
-        grad.mul_(scale)
-        return grad.to(logits.dtype), None, None, None, None
+        target_weight = torch.full_like(log_normalizer[:rows, None], epsilon - 1.0)
+        grad = None if rows >= num_tokens > 0 else torch.empty_like(logits)  # None: one block, returned as is
+        for start in range(0, num_tokens, rows):
+            stop = min(start + rows, num_tokens)
+            # softmax (float32 for half-precision logits: type promotion), then − the smoothed target
+            block = torch.sub(logits[start:stop], log_normalizer[start:stop, None]).exp_()
+            if epsilon > 0.0:
+                block.sub_(epsilon / vocab_size)
+            block.scatter_add_(-1, targets[start:stop], target_weight[: stop - start])
+            block.mul_(scale[start:stop])
+            if grad is None:
+                return block.to(logits.dtype), None, None, None, None
+            grad[start:stop] = block
+        return grad, None, None, None, None
 
 
 def label_smoothed_cross_entropy(

@@ -751,8 +751,12 @@ def test_beam_search_keeps_one_encoder_copy_per_source_and_matches_the_repeated_
     torch.testing.assert_close(ours.sequences_scores, reference.sequences_scores, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("block_rows", [None, 2])  # one block; blocks of 2 rows, the last one short
 @pytest.mark.parametrize("epsilon", [0.0, 0.1])
-def test_label_smoothed_cross_entropy_matches_torch_in_value_and_gradient(epsilon):
+def test_label_smoothed_cross_entropy_matches_torch_in_value_and_gradient(epsilon, block_rows, monkeypatch):
+    if block_rows is not None:  # the CPU's cache-sized blocks, shrunk to 2 rows of 13 float32s
+        monkeypatch.setattr(modeling_transformer_seq2seq, "_LOSS_BLOCK_BYTES", block_rows * 13 * 4)
+        assert modeling_transformer_seq2seq._loss_block_rows(torch.empty(9, 13)) == block_rows
     logits = torch.randn(9, 13, dtype=torch.float64, requires_grad=True)
     labels = torch.randint(0, 13, (9,))
     labels[[2, 5]] = -100
@@ -770,6 +774,27 @@ def test_label_smoothed_cross_entropy_matches_torch_in_value_and_gradient(epsilo
     (reference_grad,) = torch.autograd.grad(reference, logits)
     torch.testing.assert_close(summed, reference, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(summed_grad, reference_grad, rtol=1e-12, atol=1e-12)
+
+
+def test_label_smoothed_cross_entropy_blocks_give_the_one_block_numbers_for_bf16_logits(monkeypatch):
+    """The CPU loops over blocks of rows (`_loss_block_rows`): bf16 logits of 37 tokens in blocks of
+    8 rows give the very loss and gradient of one block, and the gradient stays bf16."""
+    torch.manual_seed(0)
+    logits = (3 * torch.randn(37, 50)).bfloat16().requires_grad_()
+    labels = torch.randint(0, 50, (37,))
+    labels[[0, 9, 36]] = -100
+    results = []
+    for block_bytes in (1 << 40, 8 * 50 * 4):
+        monkeypatch.setattr(modeling_transformer_seq2seq, "_LOSS_BLOCK_BYTES", block_bytes)
+        loss = label_smoothed_cross_entropy(logits, labels, 0.1)
+        (grad,) = torch.autograd.grad(loss, logits)
+        results.append((loss, grad))
+    assert modeling_transformer_seq2seq._loss_block_rows(logits) == 8
+    (loss_one, grad_one), (loss_blocks, grad_blocks) = results
+    assert grad_blocks.dtype == torch.bfloat16 and loss_blocks.dtype == torch.float32
+    assert torch.equal(loss_one, loss_blocks) and torch.equal(grad_one, grad_blocks)
+    reference = torch.nn.functional.cross_entropy(logits.float(), labels, label_smoothing=0.1)
+    torch.testing.assert_close(loss_blocks, reference)
 
 
 def test_label_smoothed_cross_entropy_is_zero_when_every_label_is_ignored():

@@ -401,7 +401,8 @@ def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: 
     """
     # The model file's one-pass loss: the value of F.cross_entropy(..., label_smoothing=...), but its
     # backward keeps no extra (tokens, vocab_size) tensors (measured 303 -> 251 ms on 3,700 x 8,000
-    # logits, benchmarks/README.md). It works on any family's logits.
+    # logits, benchmarks/README.md), and on a CPU it works through cache-sized blocks of rows
+    # (benchmarks/probe_loss_blocks.py). It works on any family's logits.
     return label_smoothed_cross_entropy(logits.flatten(0, 1), labels.flatten(), label_smoothing, reduction="sum")
 
 
@@ -1065,8 +1066,8 @@ def train(config: TrainConfig) -> Path:
                     format_score(test, "bleu_lowercase"), format_score(test, "chrf"), test["bleu_signature"])
         if greedy is not None:
             (output_dir / "test_translations_greedy.txt").write_text("".join(h + "\n" for h in greedy["hypotheses"]), encoding="utf-8")
-            logger.info("test (greedy): BLEU %s, lower-cased BLEU %s, chrF %s", format_score(greedy, "bleu"), format_score(greedy, "bleu_lowercase"),
-                        format_score(greedy, "chrf"))
+            logger.info("test (greedy): BLEU %s, lower-cased BLEU %s, chrF %s (%s)", format_score(greedy, "bleu"),
+                        format_score(greedy, "bleu_lowercase"), format_score(greedy, "chrf"), greedy["bleu_signature"])
     accelerator.wait_for_everyone()
     accelerator.end_training()
     return output_dir

@@ -48,7 +48,10 @@ def test_main_job_quick_runs_end_to_end(tmp_path):
         assert "translation" in config["custom_pipelines"]
         card = (export / "README.md").read_text(encoding="utf-8")
         assert card.startswith("---") and f"{model['bleu']:.2f} ± " in card  # test_bootstrap's interval reaches the card
+        assert model["bleu_ci95"] >= 0.0 and model["chrf_ci95"] > 0.0  # ... and the summary
         assert (export / "model.safetensors").exists()
     # The table the job prints is the one it writes.
     table = (out / "summary.md").read_text(encoding="utf-8")
     assert table.splitlines()[0].startswith("| model |") and table in done.stdout
+    for model in summary["models"]:
+        assert f"| {model['bleu']:.1f} ± {model['bleu_ci95']:.1f} | {model['chrf']:.1f} ± {model['chrf_ci95']:.1f} |" in table

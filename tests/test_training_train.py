@@ -761,6 +761,7 @@ def test_test_greedy_adds_a_greedy_entry_scored_like_the_translations_it_writes(
     beam_hyps = (run / "test_translations.txt").read_text(encoding="utf-8").splitlines()
     assert beam["chrf_ci95"] == pytest.approx(corpus_scores(beam_hyps, refs, "en", n_bootstrap=200)["chrf_ci95"])
     assert f"chrF {greedy['chrf']:.2f} ± {greedy['chrf_ci95']:.2f}" in caplog.text  # the log line shows the interval
+    assert f"± {greedy['chrf_ci95']:.2f} ({greedy['bleu_signature']})" in caplog.text  # ... and the greedy line its signature
 
 
 def test_test_bootstrap_below_2_is_refused():

@@ -145,10 +145,19 @@ def summarize(name: str, run_dir: Path, export_dir: Path, translations: list[str
         "num_beams": test.get("num_beams"),
         "bleu": test.get("bleu"),
         "chrf": test.get("chrf"),
+        # 95% bootstrap half-widths, present when the recipe sets test_bootstrap (all of ours do)
+        "bleu_ci95": test.get("bleu_ci95"),
+        "chrf_ci95": test.get("chrf_ci95"),
         "bleu_signature": test.get("bleu_signature"),
         "chrf_signature": test.get("chrf_signature"),
         "translations": dict(zip(NEW_SENTENCES, translations)),
     }
+
+
+def _score(row: dict, metric: str) -> str:
+    """``"41.6"``, or ``"41.6 ± 1.6"`` when the row holds the metric's 95% half-width."""
+    interval = row.get(f"{metric}_ci95")
+    return f"{row[metric]:.1f}" + ("" if interval is None else f" ± {interval:.1f}")
 
 
 def results_table(rows: list[dict]) -> str:
@@ -157,7 +166,7 @@ def results_table(rows: list[dict]) -> str:
     for r in rows:
         lines.append(
             f"| {r['model']} | {r['steps']} | {r['train_wall_time_s']:.0f} s | {r['target_tokens_per_s']:.0f} | "
-            f"{r['test_set']} ({r['test_sentences']}) | {r['bleu']:.1f} | {r['chrf']:.1f} |"
+            f"{r['test_set']} ({r['test_sentences']}) | {_score(r, 'bleu')} | {_score(r, 'chrf')} |"
         )
     lines.append("")
     lines.append(f"BLEU signature: `{rows[0]['bleu_signature']}`; chrF signature: `{rows[0]['chrf_signature']}`")

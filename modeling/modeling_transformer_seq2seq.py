@@ -605,7 +605,7 @@ def _loss_block_rows(logits: torch.Tensor) -> int:
     """Rows per block of the cross-entropy's loops: ~4 MiB of float32 on a CPU, all rows elsewhere."""
     if logits.device.type != "cpu":
         return max(1, logits.size(0))
-    return max(1, _LOSS_BLOCK_BYTES // (4 * logits.size(-1)))
+    return max(1, _LOSS_BLOCK_BYTES // (4 * max(1, logits.size(-1))))
 
 
 class _LabelSmoothedCrossEntropy(torch.autograd.Function):
@@ -616,8 +616,10 @@ class _LabelSmoothedCrossEntropy(torch.autograd.Function):
     tensors there (the gradient of the log-probabilities, then of the logits); this keeps only
     the logits (alive anyway as the model output) and a per-token log-sum-exp, and allocates the
     single gradient tensor in backward. Same numbers, 2 × (tokens, vocab_size) less peak memory.
-    On a CPU both passes go through the rows in cache-sized blocks (`_loss_block_rows`); every
-    row's numbers are the same as in one block.
+    On a CPU both passes go through the rows in cache-sized blocks (`_loss_block_rows`). Each row's
+    numbers are those of one block bit for bit for row-contiguous logits (the model's) of a
+    vocabulary under 32,768 pieces; otherwise torch may reduce a short block's rows in another
+    order (a difference of 1 ulp).
     """
 
     @staticmethod

@@ -589,11 +589,6 @@ class TransformerSeq2SeqDecoderLayer(GradientCheckpointingLayer):
 # --------------------------------------------------------------------------------------------
 
 
-def _upcast_half(tensor: torch.Tensor) -> torch.Tensor:
-    """float16/bfloat16 → float32 (softmax statistics need the range); other dtypes unchanged."""
-    return tensor.float() if tensor.element_size() < 4 else tensor
-
-
 # On a CPU the loss walks the (tokens, vocab_size) logits in blocks of rows of about this many
 # float32 bytes, so each block's float32 copy, softmax and gradient stay in the cache instead of
 # streaming several full-vocab float32 temporaries through memory (benchmarks/probe_loss_blocks.py;

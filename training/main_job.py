@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from .metrics import format_score
+
 RECIPES = Path(__file__).resolve().parent / "recipes"
 
 #: (name, recipe) of the two models the job trains.
@@ -154,19 +156,13 @@ def summarize(name: str, run_dir: Path, export_dir: Path, translations: list[str
     }
 
 
-def _score(row: dict, metric: str) -> str:
-    """``"41.6"``, or ``"41.6 ± 1.6"`` when the row holds the metric's 95% half-width."""
-    interval = row.get(f"{metric}_ci95")
-    return f"{row[metric]:.1f}" + ("" if interval is None else f" ± {interval:.1f}")
-
-
 def results_table(rows: list[dict]) -> str:
     header = "| model | steps | train time | target tok/s | test set (sentences) | BLEU | chrF |"
     lines = [header, "|---|---:|---:|---:|---|---:|---:|"]
     for r in rows:
         lines.append(
             f"| {r['model']} | {r['steps']} | {r['train_wall_time_s']:.0f} s | {r['target_tokens_per_s']:.0f} | "
-            f"{r['test_set']} ({r['test_sentences']}) | {_score(r, 'bleu')} | {_score(r, 'chrf')} |"
+            f"{r['test_set']} ({r['test_sentences']}) | {format_score(r, 'bleu', 1)} | {format_score(r, 'chrf', 1)} |"
         )
     lines.append("")
     lines.append(f"BLEU signature: `{rows[0]['bleu_signature']}`; chrF signature: `{rows[0]['chrf_signature']}`")

@@ -104,8 +104,9 @@ def corpus_scores(
     return {**result, **signatures}
 
 
-def format_score(result: dict, metric: str) -> str:
+def format_score(result: dict, metric: str, digits: int = 2) -> str:
     """``"41.59"``, or ``"41.59 ± 1.62"`` when ``result`` (from `corpus_scores` with ``n_bootstrap > 1``)
-    holds the 95% half-width ``<metric>_ci95``; ``metric`` is ``"bleu"``, ``"bleu_lowercase"`` or ``"chrf"``."""
+    holds the 95% half-width ``<metric>_ci95`` (a None half-width counts as absent); ``metric`` is
+    ``"bleu"``, ``"bleu_lowercase"`` or ``"chrf"``; ``digits`` after the decimal point."""
     interval = result.get(f"{metric}_ci95")
-    return f"{result[metric]:.2f}" + ("" if interval is None else f" ± {interval:.2f}")
+    return f"{result[metric]:.{digits}f}" + ("" if interval is None else f" ± {interval:.{digits}f}")

@@ -14,6 +14,7 @@ from .configuration_checks import check_choice, reject_misspelt_options
 
 POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned")
 NORM_ORDERS = ("post", "pre")
+NORM_TYPES = ("layer_norm", "scale_norm")
 ACTIVATION_FUNCTIONS = ("relu", "gelu")
 
 
@@ -45,10 +46,18 @@ class TransformerSeq2SeqConfig(PreTrainedConfig):
             x + Sublayer(LayerNorm(x)) with a final LayerNorm after each stack (Wang et al. 2019,
             "Learning Deep Transformer Models for Machine Translation"), which trains without warm-up
             tricks at depth.
+        norm_type: `"layer_norm"` (the paper: LayerNorm with a gain and a shift per feature) or
+            `"scale_norm"`, g · x / ||x||_2 with one learned scalar g per norm, initialised to
+            √d_model (Nguyen & Salazar 2019, "Transformers without Tears", eq. 6; proposed with
+            `norm_order="pre"` for low-resource pairs).
+        fix_norm: token embeddings of unit L2 length, in the input embedding lookup (before the
+            √d_model scaling) and in `lm_head`, whose logits become |h| · cos(h, e_w) (FixNorm,
+            Nguyen & Chiang 2018; with `norm_type="scale_norm"` the final norm's g sets the
+            logits' range, as in Nguyen & Salazar 2019, §2.3).
         scale_embedding: multiply token embeddings by √d_model (§3.4).
         max_position_embeddings: the longest source or target sequence (in tokens) the model accepts;
             longer inputs raise a `ValueError`.
-        layer_norm_eps: epsilon of every LayerNorm.
+        layer_norm_eps: epsilon of every LayerNorm (with ScaleNorm: the smallest ||x|| divided by).
         share_encoder_decoder_embeddings: one embedding matrix for source and target tokens (§3.4;
             needs a joint vocabulary).
         tie_word_embeddings: `lm_head` reuses the decoder's token embedding matrix (§3.4).
@@ -58,7 +67,7 @@ class TransformerSeq2SeqConfig(PreTrainedConfig):
 
     Raises:
         ValueError: `d_model` not divisible by a head count, or an unknown `position_embedding_type`,
-            `norm_order` or `activation_function` (the message names the valid values).
+            `norm_order`, `norm_type` or `activation_function` (the message names the valid values).
     """
 
     model_type = "transformer_seq2seq"
@@ -84,6 +93,8 @@ class TransformerSeq2SeqConfig(PreTrainedConfig):
     activation_dropout: float = 0.0
     position_embedding_type: str = "sinusoidal"
     norm_order: str = "post"
+    norm_type: str = "layer_norm"
+    fix_norm: bool = False
     scale_embedding: bool = True
     max_position_embeddings: int = 1024
     layer_norm_eps: float = 1e-5
@@ -104,6 +115,7 @@ class TransformerSeq2SeqConfig(PreTrainedConfig):
         _check_divisible(self.d_model, self.decoder_attention_heads, "decoder_attention_heads")
         check_choice("position_embedding_type", self.position_embedding_type, POSITION_EMBEDDING_TYPES)
         check_choice("norm_order", self.norm_order, NORM_ORDERS)
+        check_choice("norm_type", self.norm_type, NORM_TYPES)
         check_choice("activation_function", self.activation_function, ACTIVATION_FUNCTIONS)
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1); got {self.label_smoothing}")

@@ -468,9 +468,43 @@ class TransformerSeq2SeqScaledEmbedding(nn.Embedding):
         super().__init__(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
         self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
 
+        self.fix_norm = config.fix_norm
+
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """(batch, len) ids → (batch, len, d_model)."""
-        return super().forward(input_ids) * self.embed_scale
+        """(batch, len) ids → (batch, len, d_model); with `fix_norm` each embedding first scaled
+        to unit L2 length (FixNorm, Nguyen & Chiang 2018)."""
+        embeddings = super().forward(input_ids)
+        if self.fix_norm:
+            embeddings = F.normalize(embeddings, dim=-1)
+        return embeddings * self.embed_scale
+
+
+class ScaleNorm(nn.Module):
+    """ScaleNorm(x) = g · x / max(||x||_2, eps), one learned scalar g (Nguyen & Salazar 2019,
+    "Transformers without Tears", eq. 6): projects each vector onto the sphere of radius g
+    instead of standardising each feature as LayerNorm does. g starts at √d_model, the length a
+    LayerNorm output of unit-variance features has.
+
+    Shapes: (..., d_model) → (..., d_model). `weight` is g, shape (1,).
+    """
+
+    def __init__(self, d_model: int, eps: float = 1e-5):
+        super().__init__()
+        self.d_model = d_model
+        self.eps = eps
+        self.weight = nn.Parameter(torch.full((1,), math.sqrt(d_model)))
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        norm = torch.linalg.vector_norm(hidden_states, dim=-1, keepdim=True).clamp_min(self.eps)
+        return hidden_states * (self.weight / norm)
+
+
+def norm_layer(config: TransformerSeq2SeqConfig) -> nn.Module:
+    """The normalisation every residual block and stack uses: `nn.LayerNorm` (the paper, §3.1)
+    or `ScaleNorm` (`config.norm_type`)."""
+    if config.norm_type == "scale_norm":
+        return ScaleNorm(config.d_model, eps=config.layer_norm_eps)
+    return nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
 
 # --------------------------------------------------------------------------------------------
@@ -489,9 +523,9 @@ class TransformerSeq2SeqEncoderLayer(GradientCheckpointingLayer):
         self.pre_norm = config.norm_order == "pre"
         self.dropout = config.dropout
         self.self_attn = TransformerSeq2SeqAttention(config, config.encoder_attention_heads)
-        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.self_attn_layer_norm = norm_layer(config)
         self.feed_forward = TransformerSeq2SeqFeedForward(config, config.encoder_ffn_dim)
-        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.final_layer_norm = norm_layer(config)
 
     def forward(
         self,
@@ -533,11 +567,11 @@ class TransformerSeq2SeqDecoderLayer(GradientCheckpointingLayer):
         self.dropout = config.dropout
         heads = config.decoder_attention_heads
         self.self_attn = TransformerSeq2SeqAttention(config, heads, is_causal=True, layer_idx=layer_idx)
-        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.self_attn_layer_norm = norm_layer(config)
         self.encoder_attn = TransformerSeq2SeqAttention(config, heads, is_cross_attention=True, layer_idx=layer_idx)
-        self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.encoder_attn_layer_norm = norm_layer(config)
         self.feed_forward = TransformerSeq2SeqFeedForward(config, config.decoder_ffn_dim)
-        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.final_layer_norm = norm_layer(config)
 
     def forward(
         self,
@@ -742,6 +776,8 @@ class TransformerSeq2SeqPreTrainedModel(PreTrainedModel):
         elif isinstance(module, nn.LayerNorm):
             init.ones_(module.weight)
             init.zeros_(module.bias)
+        elif isinstance(module, ScaleNorm):
+            init.constant_(module.weight, math.sqrt(module.d_model))
         if isinstance(module, nn.Linear) and module.bias is not None:
             init.zeros_(module.bias)
 
@@ -763,7 +799,7 @@ class TransformerSeq2SeqEncoder(nn.Module):
         self.embed_positions = TransformerSeq2SeqPositionalEmbedding(config)
         self.layers = nn.ModuleList(TransformerSeq2SeqEncoderLayer(config) for _ in range(config.encoder_layers))
         pre_norm = config.norm_order == "pre"
-        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if pre_norm else None
+        self.layer_norm = norm_layer(config) if pre_norm else None
 
     def forward(
         self,
@@ -842,7 +878,7 @@ class TransformerSeq2SeqDecoder(nn.Module):
             TransformerSeq2SeqDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers)
         )
         pre_norm = config.norm_order == "pre"
-        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if pre_norm else None
+        self.layer_norm = norm_layer(config) if pre_norm else None
 
     @staticmethod
     def _self_attention_mask(
@@ -1208,7 +1244,10 @@ class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedMod
         )
         # (batch, tgt_len, vocab_size); while decoding with a cache (no autograd, CPU float32)
         # through a weight packed once per generate() call
-        logits = packed_linear(outputs.last_hidden_state, self.lm_head, scope=outputs.cache)
+        if self.config.fix_norm:  # logits |h| cos(h, e_w): unit-length output embeddings
+            logits = F.linear(outputs.last_hidden_state, F.normalize(self.lm_head.weight, dim=-1))
+        else:
+            logits = packed_linear(outputs.last_hidden_state, self.lm_head, scope=outputs.cache)
 
         loss = None
         if labels is not None:

@@ -28,7 +28,7 @@ from conftest import run_process_tree
 
 from attention_seq2seq.training import train as train_module
 from attention_seq2seq.training.config import RecipeError, config_from_dict, load_recipe, parse_command_line
-from attention_seq2seq.training.train import Collate, TrainConfig, optimizer_update, train, validate_config
+from attention_seq2seq.training.train import Collate, TrainConfig, optimizer_param_groups, optimizer_update, train, validate_config
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RECIPES = REPO_ROOT / "training" / "recipes"
@@ -241,6 +241,46 @@ def test_two_accumulated_micro_batches_equal_one_batch_of_both(family):
     # Negative control: the per-micro-batch mean (HF's default loss) moves the weights elsewhere.
     naive = _one_update(family, [pairs[:2], pairs[2:]], mean_per_micro=True)
     assert max((naive[k] - whole[k]).abs().max().item() for k in whole) > 1e-4
+
+
+@pytest.mark.parametrize("family", ["transformer", "rnn"])
+def test_weight_decay_shrinks_matrices_and_embeddings_but_not_biases_or_layer_norms(family):
+    import attention_seq2seq as pkg
+
+    torch.manual_seed(0)
+    if family == "rnn":
+        model = pkg.RNNSeq2SeqForConditionalGeneration(pkg.RNNSeq2SeqConfig(vocab_size=40, **TINY_RNN))
+    else:
+        model = pkg.TransformerSeq2SeqForConditionalGeneration(pkg.TransformerSeq2SeqConfig(vocab_size=40, **TINY_TRANSFORMER))
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    lr, weight_decay = 0.1, 0.5
+    groups = optimizer_param_groups(model, weight_decay)
+    # Every trainable tensor once, the tied lm_head / embedding matrix included.
+    assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
+    optimizer = torch.optim.AdamW(groups, lr=lr)
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)  # a zero gradient: AdamW's step is the decay alone
+    optimizer.step()
+    for name, p in model.named_parameters():
+        expected = before[name] * (1 - lr * weight_decay) if p.dim() >= 2 else before[name]
+        torch.testing.assert_close(p.detach(), expected, rtol=0, atol=1e-7, msg=name)
+    assert any(p.dim() == 1 for p in model.parameters())  # the negative side was exercised
+    if family == "transformer":
+        assert all(p.dim() == 1 for n, p in model.named_parameters() if "layer_norm" in n)
+
+
+def test_the_trainer_builds_its_adamw_from_the_decay_groups(shared_data, tmp_path, monkeypatch):
+    seen = []
+
+    def spy(model, weight_decay):
+        groups = optimizer_param_groups(model, weight_decay)
+        seen.append((weight_decay, groups))
+        return groups
+
+    monkeypatch.setattr(train_module, "optimizer_param_groups", spy)
+    train(tiny_config(shared_data, tmp_path / "run", weight_decay=0.3, max_steps=1, eval_every=100, save_every=100,
+                      num_plot_sentences=0, test_max_examples=2))
+    assert [(wd, [g["weight_decay"] for g in groups]) for wd, groups in seen] == [(0.3, [0.3, 0.0])]
 
 
 def test_update_with_coverage_follows_the_models_own_loss_gradient():

@@ -29,9 +29,11 @@ from conftest import read_multi30k_pairs
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 VARIANTS = [
-    pytest.param(norm, pos, id=f"{norm}-norm-{pos}")
+    pytest.param(dict(norm_order=norm, position_embedding_type=pos), id=f"{norm}-norm-{pos}")
     for norm in ("post", "pre")
     for pos in ("sinusoidal", "learned")
+] + [  # Nguyen & Salazar 2019's low-resource setup: pre-norm ScaleNorm with FixNorm embeddings
+    pytest.param(dict(norm_order="pre", norm_type="scale_norm", fix_norm=True), id="pre-scalenorm-fixnorm")
 ]
 
 
@@ -82,6 +84,7 @@ def padded_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         (dict(decoder_attention_heads=5), "divisible by decoder_attention_heads"),
         (dict(position_embedding_type="rotary"), "'sinusoidal', 'learned'; got 'rotary'"),
         (dict(norm_order="sandwich"), "'post', 'pre'; got 'sandwich'"),
+        (dict(norm_type="rms_norm"), "norm_type must be one of 'layer_norm', 'scale_norm'; got 'rms_norm'"),
         (dict(activation_function="swish"), "'relu', 'gelu'; got 'swish'"),
         (dict(label_smoothing=1.0), "label_smoothing"),
         (dict(d_modle=64), "unknown option 'd_modle'.*did you mean 'd_model'"),
@@ -221,14 +224,62 @@ def test_embeddings_are_scaled_by_sqrt_d_model_and_positions_added():
     torch.testing.assert_close(first_layer_input, expected)
 
 
+def test_scale_norm_projects_onto_the_sphere_of_radius_g():
+    # Nguyen & Salazar 2019, eq. 6: g * x / ||x||. (3, 4) has length 5; g = 2 -> (1.2, 1.6).
+    norm = modeling_transformer_seq2seq.ScaleNorm(2)
+    assert norm.weight.item() == pytest.approx(math.sqrt(2))  # g starts at sqrt(d_model)
+    with torch.no_grad():
+        norm.weight.fill_(2.0)
+    out = norm(torch.tensor([[3.0, 4.0], [0.0, 0.0]]))
+    torch.testing.assert_close(out, torch.tensor([[1.2, 1.6], [0.0, 0.0]]))  # a zero vector stays 0, no NaN
+    model = tiny_model(norm_type="scale_norm")
+    norms = [m for m in model.modules() if isinstance(m, modeling_transformer_seq2seq.ScaleNorm)]
+    assert len(norms) == 2 * 2 + 2 * 3 and not any(isinstance(m, torch.nn.LayerNorm) for m in model.modules())
+    assert all(m.weight.item() == pytest.approx(4.0) for m in norms)  # sqrt(16), also after _init_weights
+
+
+def test_fix_norm_gives_unit_length_input_embeddings_and_cosine_logits():
+    # FixNorm (Nguyen & Chiang 2018): logits_w = |h| cos(h, e_w), inputs sqrt(d_model) e_w / |e_w|.
+    model = tiny_model(norm_order="pre", norm_type="scale_norm", fix_norm=True)
+    input_ids, attention_mask, decoder_input_ids = padded_batch()
+    out = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+                output_hidden_states=True)
+    h = model.model.decoder(decoder_input_ids, encoder_hidden_states=out.encoder_last_hidden_state,
+                            encoder_attention_mask=attention_mask).last_hidden_state.double()
+    e = model.lm_head.weight.double()
+    cosine = (h @ e.T) / (h.norm(dim=-1, keepdim=True) * e.norm(dim=-1).clamp_min(1e-12))  # the padding row is 0
+    torch.testing.assert_close(out.logits.double(), h.norm(dim=-1, keepdim=True) * cosine, rtol=1e-5, atol=1e-5)
+    # The final ScaleNorm makes |h| = g, so every logit lies in [-g, g].
+    g = model.model.decoder.layer_norm.weight.item()
+    torch.testing.assert_close(h.norm(dim=-1), torch.full(h.shape[:2], g, dtype=torch.float64), rtol=1e-5, atol=1e-5)
+    embedded = out.encoder_hidden_states[0] - sinusoidal_position_encoding(64, 16)[: input_ids.size(1)]
+    torch.testing.assert_close(embedded.norm(dim=-1)[input_ids != PAD], torch.full(((input_ids != PAD).sum().item(),), 4.0))
+
+
+def test_scale_norm_and_fix_norm_survive_save_and_load(tmp_path):
+    from transformers import AutoModelForSeq2SeqLM
+
+    model = tiny_model(norm_order="pre", norm_type="scale_norm", fix_norm=True)
+    with torch.no_grad():  # trained gains, so a re-initialisation on load would show
+        for i, m in enumerate(m for m in model.modules() if isinstance(m, modeling_transformer_seq2seq.ScaleNorm)):
+            m.weight.fill_(1.5 + i)
+    input_ids, attention_mask, decoder_input_ids = padded_batch()
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
+    assert (loaded.config.norm_type, loaded.config.fix_norm) == ("scale_norm", True)
+    new_logits = loaded(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+    torch.testing.assert_close(new_logits, logits, rtol=0, atol=0)
+
+
 # --------------------------------------------------------------------------------------------
 # Whole-model behaviour
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("norm_order, position_embedding_type", VARIANTS)
-def test_decoder_is_causal(norm_order, position_embedding_type):
-    model = tiny_model(norm_order=norm_order, position_embedding_type=position_embedding_type)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_decoder_is_causal(variant):
+    model = tiny_model(**variant)
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     logits = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
     t = 3
@@ -239,9 +290,9 @@ def test_decoder_is_causal(norm_order, position_embedding_type):
     assert (new_logits[:, t:] - logits[:, t:]).abs().amax(dim=-1).min() > 1e-4
 
 
-@pytest.mark.parametrize("norm_order, position_embedding_type", VARIANTS)
-def test_padded_source_tokens_change_nothing(norm_order, position_embedding_type):
-    model = tiny_model(norm_order=norm_order, position_embedding_type=position_embedding_type)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_padded_source_tokens_change_nothing(variant):
+    model = tiny_model(**variant)
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     out = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
     garbage = input_ids.clone()
@@ -256,9 +307,9 @@ def test_padded_source_tokens_change_nothing(norm_order, position_embedding_type
     assert (unmasked[1] - out.logits[1]).abs().max() > 1e-4
 
 
-@pytest.mark.parametrize("norm_order, position_embedding_type", VARIANTS)
-def test_eager_and_sdpa_agree(norm_order, position_embedding_type):
-    model = tiny_model(norm_order=norm_order, position_embedding_type=position_embedding_type)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_eager_and_sdpa_agree(variant):
+    model = tiny_model(**variant)
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     labels = decoder_input_ids.roll(-1, dims=1)
     kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
@@ -281,9 +332,9 @@ def test_attention_weights_under_sdpa_raise_with_the_fix():
         model(input_ids=input_ids, decoder_input_ids=decoder_input_ids, output_attentions=True)
 
 
-@pytest.mark.parametrize("norm_order, position_embedding_type", VARIANTS)
-def test_incremental_decoding_with_cache_equals_teacher_forcing(norm_order, position_embedding_type):
-    model = tiny_model(norm_order=norm_order, position_embedding_type=position_embedding_type)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_incremental_decoding_with_cache_equals_teacher_forcing(variant):
+    model = tiny_model(**variant)
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     full = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
 
@@ -321,9 +372,9 @@ def test_multi_token_step_after_cached_positions_is_causal():
     torch.testing.assert_close(torch.cat([first.logits, rest.logits], 1), full, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("norm_order, position_embedding_type", VARIANTS)
-def test_batch_equals_each_sentence_alone(norm_order, position_embedding_type):
-    model = tiny_model(norm_order=norm_order, position_embedding_type=position_embedding_type)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_batch_equals_each_sentence_alone(variant):
+    model = tiny_model(**variant)
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     labels = decoder_input_ids.roll(-1, 1)
     labels[1, 3:] = -100  # the second target is shorter: padded as the collator does

@@ -91,7 +91,7 @@ class TrainConfig:
     adam_beta1: float = 0.9
     adam_beta2: float = 0.98  # 0.98 as in Vaswani et al. 2017, section 5.3
     adam_epsilon: float = 1e-8
-    weight_decay: float = 0.0  # AdamW's decoupled weight decay
+    weight_decay: float = 0.0  # AdamW's decoupled weight decay (Loshchilov & Hutter 2019), applied to weight matrices and embeddings only: biases and LayerNorm gains are not decayed (optimizer_param_groups)
     max_grad_norm: float = 1.0  # clip the global gradient norm to this; 0 disables clipping
     label_smoothing: float = 0.1  # epsilon of the label-smoothed cross-entropy (Szegedy et al. 2016)
     source_word_dropout: float = 0.0  # replace each source subword (not </s>, not padding) by <unk> with this probability in training batches (word dropout: Gal & Ghahramani 2016; Sennrich & Zhang 2019 for small-data NMT): the encoder learns not to lean on any one token; 0: off
@@ -563,6 +563,27 @@ def load_data(config: TrainConfig, accelerator: Accelerator, output_dir: Path):
     return tokenized, info, tokenizer
 
 
+def optimizer_param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """AdamW parameter groups: decay for weight matrices and embeddings, none for the rest.
+
+    Parameters with two or more dimensions (linear and recurrent weight matrices, embeddings;
+    the tied `lm_head` is the embedding, listed once) get `weight_decay`; vectors (biases,
+    LayerNorm gains and shifts, attention vectors such as Bahdanau's v_a) get 0, as in BERT and
+    transformers' Trainer: shrinking a LayerNorm gain towards 0 rescales a whole layer rather
+    than regularising it. Frozen parameters (requires_grad False) are left out.
+
+    Returns:
+        Two groups, `[{"params": decayed, "weight_decay": weight_decay}, {"params": rest,
+        "weight_decay": 0.0}]`; an empty group is dropped.
+    """
+    decay, no_decay = [], []
+    for param in model.parameters():  # parameters() yields a shared (tied) tensor once
+        if param.requires_grad:
+            (decay if param.dim() >= 2 else no_decay).append(param)
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return [group for group in groups if group["params"]]
+
+
 def build_model(config: TrainConfig, tokenizer):
     config_cls, model_cls = _model_classes(config.model_family)
     reserved = {"vocab_size", "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "label_smoothing"}
@@ -812,7 +833,7 @@ def train(config: TrainConfig) -> Path:
     model = build_model(config, tokenizer)
     set_seed(config.seed, device_specific=True)  # dropout: a different stream on each rank
     optimizer = torch.optim.AdamW(
-        model.parameters(),
+        optimizer_param_groups(model, config.weight_decay),
         lr=config.learning_rate,
         betas=(config.adam_beta1, config.adam_beta2),
         eps=config.adam_epsilon,

@@ -352,6 +352,10 @@ def _transformer_architecture(config, num_parameters: int) -> tuple[str, list[st
         "scaled": " √d_model-scaled" if config.scale_embedding else "",
     }
     parts = [sections["overview"], sections[config.position_embedding_type], sections[config.norm_order]]
+    if getattr(config, "norm_type", "layer_norm") == "scale_norm":
+        parts.append(sections["scale_norm"])
+    if getattr(config, "fix_norm", False):
+        parts.append(sections["fix_norm"])
     text = fill("\n\n".join(parts), values, "hub_cards/transformer_seq2seq.md")
     return text, ["transformer"], ["vaswani2017"]
 

@@ -48,7 +48,7 @@ class TransformerSeq2SeqConfig(PreTrainedConfig):
             tricks at depth.
         norm_type: `"layer_norm"` (the paper: LayerNorm with a gain and a shift per feature) or
             `"scale_norm"`, g · x / ||x||_2 with one learned scalar g per norm, initialised to
-            √d_model (Nguyen & Salazar 2019, "Transformers without Tears", eq. 6; proposed with
+            √d_model (Nguyen & Salazar 2019, "Transformers without Tears", §2; proposed with
             `norm_order="pre"` for low-resource pairs).
         fix_norm: token embeddings of unit L2 length, in the input embedding lookup (before the
             √d_model scaling) and in `lm_head`, whose logits become |h| · cos(h, e_w) (FixNorm,

@@ -76,6 +76,20 @@ CITATIONS = {
   year      = {2017},
   url       = {https://arxiv.org/abs/1706.03762}
 }""",
+    "nguyen2019": """@inproceedings{nguyen2019transformers,
+  title     = {Transformers without Tears: Improving the Normalization of Self-Attention},
+  author    = {Nguyen, Toan Q. and Salazar, Julian},
+  booktitle = {Proceedings of the 16th International Conference on Spoken Language Translation},
+  year      = {2019},
+  url       = {https://arxiv.org/abs/1910.05895}
+}""",
+    "nguyen2018": """@inproceedings{nguyen2018improving,
+  title     = {Improving Lexical Choice in Neural Machine Translation},
+  author    = {Nguyen, Toan Q. and Chiang, David},
+  booktitle = {Proceedings of NAACL-HLT 2018},
+  year      = {2018},
+  url       = {https://arxiv.org/abs/1710.01329}
+}""",
     "tu2016": """@inproceedings{tu2016modeling,
   title     = {Modeling Coverage for Neural Machine Translation},
   author    = {Tu, Zhaopeng and Lu, Zhengdong and Liu, Yang and Liu, Xiaohua and Li, Hang},
@@ -352,12 +366,15 @@ def _transformer_architecture(config, num_parameters: int) -> tuple[str, list[st
         "scaled": " √d_model-scaled" if config.scale_embedding else "",
     }
     parts = [sections["overview"], sections[config.position_embedding_type], sections[config.norm_order]]
+    citations = ["vaswani2017"]
     if getattr(config, "norm_type", "layer_norm") == "scale_norm":
         parts.append(sections["scale_norm"])
+        citations.append("nguyen2019")
     if getattr(config, "fix_norm", False):
         parts.append(sections["fix_norm"])
+        citations.append("nguyen2018")
     text = fill("\n\n".join(parts), values, "hub_cards/transformer_seq2seq.md")
-    return text, ["transformer"], ["vaswani2017"]
+    return text, ["transformer"], citations
 
 
 def _training_data(metrics: dict | None) -> tuple[str, list[str]]:

@@ -456,9 +456,22 @@ class TransformerSeq2SeqPositionalEmbedding(nn.Module):
         return self.weight[past_length:end]
 
 
+def unit_rows(weight: torch.Tensor) -> torch.Tensor:
+    """Each row of `weight` (..., d_model) scaled to unit L2 length (FixNorm, Nguyen & Chiang 2018).
+
+    A zero row (the padding embedding) stays zero and gets no gradient, where `F.normalize` would
+    divide it by its eps and send ~1e12 times the gradient into it. The length is taken in float32,
+    so float16 weights do not round the guard to 0 (0/0 = NaN); the result has `weight`'s dtype.
+    """
+    norm = torch.linalg.vector_norm(weight, dim=-1, keepdim=True, dtype=torch.float32)
+    scaled = (weight.float() / norm.clamp_min(torch.finfo(torch.float32).tiny)).to(weight.dtype)
+    return torch.where(norm > 0, scaled, torch.zeros_like(scaled))
+
+
 class TransformerSeq2SeqScaledEmbedding(nn.Embedding):
     """Token embeddings multiplied by √d_model (Vaswani et al. 2017, §3.4: "In the embedding layers,
-    we multiply those weights by √d_model"), or by 1 when `scale_embedding=False`.
+    we multiply those weights by √d_model"), or by 1 when `scale_embedding=False`; with `fix_norm`
+    each embedding is first scaled to unit length (`unit_rows`).
 
     A plain `nn.Embedding` underneath, so it can be shared between encoder and decoder and tied to
     `lm_head` (which uses the unscaled weight, as in the paper).
@@ -467,7 +480,6 @@ class TransformerSeq2SeqScaledEmbedding(nn.Embedding):
     def __init__(self, config: TransformerSeq2SeqConfig):
         super().__init__(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
         self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-
         self.fix_norm = config.fix_norm
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -475,13 +487,13 @@ class TransformerSeq2SeqScaledEmbedding(nn.Embedding):
         to unit L2 length (FixNorm, Nguyen & Chiang 2018)."""
         embeddings = super().forward(input_ids)
         if self.fix_norm:
-            embeddings = F.normalize(embeddings, dim=-1)
+            embeddings = unit_rows(embeddings)
         return embeddings * self.embed_scale
 
 
 class ScaleNorm(nn.Module):
     """ScaleNorm(x) = g · x / max(||x||_2, eps), one learned scalar g (Nguyen & Salazar 2019,
-    "Transformers without Tears", eq. 6): projects each vector onto the sphere of radius g
+    "Transformers without Tears", §2): projects each vector onto the sphere of radius g
     instead of standardising each feature as LayerNorm does. g starts at √d_model, the length a
     LayerNorm output of unit-variance features has.
 
@@ -515,7 +527,8 @@ def norm_layer(config: TransformerSeq2SeqConfig) -> nn.Module:
 class TransformerSeq2SeqEncoderLayer(GradientCheckpointingLayer):
     """One encoder layer: self-attention, then the feed-forward network (§3.1), each wrapped as
     LayerNorm(x + Dropout(Sublayer(x))) (post-norm, the paper) or, with `norm_order="pre"`,
-    x + Dropout(Sublayer(LayerNorm(x))) (a departure: Wang et al. 2019).
+    x + Dropout(Sublayer(LayerNorm(x))) (a departure: Wang et al. 2019); `norm_type="scale_norm"`
+    puts ScaleNorm where LayerNorm stands (`norm_layer`).
     """
 
     def __init__(self, config: TransformerSeq2SeqConfig):
@@ -745,7 +758,7 @@ class TransformerSeq2SeqPreTrainedModel(PreTrainedModel):
     Initialisation (the paper does not state one; this follows the reference tensor2tensor/fairseq
     setup): Xavier-uniform linear weights, zero biases, token and learned position embeddings
     ~ N(0, init_std²) with init_std = d_model^-0.5 by default (unit variance after the √d_model scaling), the padding row
-    zero, LayerNorms at (1, 0).
+    zero, LayerNorms at (1, 0), ScaleNorm gains g at √d_model.
     """
 
     config_class = TransformerSeq2SeqConfig
@@ -789,7 +802,7 @@ class TransformerSeq2SeqPreTrainedModel(PreTrainedModel):
 
 class TransformerSeq2SeqEncoder(nn.Module):
     """N encoder layers over scaled token embeddings plus positions (§3.1, §3.4, §3.5); with
-    `norm_order="pre"` a final LayerNorm normalises the stack's output."""
+    `norm_order="pre"` a final norm (`norm_layer`) normalises the stack's output."""
 
     def __init__(self, config: TransformerSeq2SeqConfig, embed_tokens: nn.Embedding):
         super().__init__()
@@ -866,7 +879,7 @@ class TransformerSeq2SeqEncoder(nn.Module):
 
 class TransformerSeq2SeqDecoder(nn.Module):
     """N decoder layers over the shifted target (§3.1): masked self-attention, cross-attention to
-    the encoder output, feed-forward; with `norm_order="pre"` a final LayerNorm."""
+    the encoder output, feed-forward; with `norm_order="pre"` a final norm (`norm_layer`)."""
 
     def __init__(self, config: TransformerSeq2SeqConfig, embed_tokens: nn.Embedding):
         super().__init__()
@@ -1244,8 +1257,9 @@ class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedMod
         )
         # (batch, tgt_len, vocab_size); while decoding with a cache (no autograd, CPU float32)
         # through a weight packed once per generate() call
-        if self.config.fix_norm:  # logits |h| cos(h, e_w): unit-length output embeddings
-            logits = F.linear(outputs.last_hidden_state, F.normalize(self.lm_head.weight, dim=-1))
+        if self.config.fix_norm:  # logits |h| cos(h, e_w): unit-length output embeddings, renormalised
+            # at every call (decoding steps too; the packed-weight path below is not used)
+            logits = F.linear(outputs.last_hidden_state, unit_rows(self.lm_head.weight))
         else:
             logits = packed_linear(outputs.last_hidden_state, self.lm_head, scope=outputs.cache)
 

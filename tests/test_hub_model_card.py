@@ -122,13 +122,14 @@ def test_transformer_card_reads_sizes_from_the_config():
     assert "pre-norm" in text and "Table 3, row E" in text
     assert r"\mathrm{Attention}(Q, K, V)" in text and CITATIONS["vaswani2017"] in text
     assert "12,345 parameters" in text
-    assert "ScaleNorm" not in text and "FixNorm" not in text
+    assert "ScaleNorm" not in text and "FixNorm" not in text and CITATIONS["nguyen2019"] not in text
 
 
 def test_transformer_card_names_scale_norm_and_fix_norm_when_the_config_uses_them():
     config = TransformerSeq2SeqConfig(**TRANSFORMER, norm_order="pre", norm_type="scale_norm", fix_norm=True)
     text = ModelCard(_render(config, _metrics())).text
     assert "ScaleNorm (Nguyen & Salazar, 2019" in text and r"\lVert h \rVert \cos(h, e_w)" in text
+    assert CITATIONS["nguyen2019"] in text and CITATIONS["nguyen2018"] in text
 
 
 @pytest.mark.parametrize(

@@ -265,6 +265,8 @@ def test_weight_decay_shrinks_matrices_and_embeddings_but_not_biases_or_layer_no
         expected = before[name] * (1 - lr * weight_decay) if p.dim() >= 2 else before[name]
         torch.testing.assert_close(p.detach(), expected, rtol=0, atol=1e-7, msg=name)
     assert any(p.dim() == 1 for p in model.parameters())  # the negative side was exercised
+    # Without decay: one group, as the optimizer states of older checkpoints have (resumable).
+    assert [len(g["params"]) for g in optimizer_param_groups(model, 0.0)] == [len(list(model.parameters()))]
     if family == "transformer":
         assert all(p.dim() == 1 for n, p in model.named_parameters() if "layer_norm" in n)
 

@@ -256,6 +256,22 @@ def test_fix_norm_gives_unit_length_input_embeddings_and_cosine_logits():
     torch.testing.assert_close(embedded.norm(dim=-1)[input_ids != PAD], torch.full(((input_ids != PAD).sum().item(),), 4.0))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_fix_norm_leaves_the_zero_padding_row_without_gradient_and_finite_in_half_precision(dtype):
+    # Dividing the zero padding embedding by its (clamped) length would send ~1e12 x its gradient
+    # into it, and in float16 a clamp of 1e-12 rounds to 0 (0/0 = NaN).
+    torch.manual_seed(0)
+    model = tiny_model(norm_order="pre", norm_type="scale_norm", fix_norm=True).train().to(dtype)
+    input_ids, attention_mask, decoder_input_ids = padded_batch()
+    labels = torch.randint(4, 37, decoder_input_ids.shape)
+    loss = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids, labels=labels).loss
+    loss.backward()
+    grads = torch.cat([p.grad.flatten().float() for p in model.parameters() if p.grad is not None])
+    assert torch.isfinite(loss) and torch.isfinite(grads).all()
+    assert model.lm_head.weight.grad[PAD].abs().max().item() == 0.0
+    assert grads.norm().item() < 100  # the same order as without FixNorm, not ~1e10
+
+
 def test_scale_norm_and_fix_norm_survive_save_and_load(tmp_path):
     from transformers import AutoModelForSeq2SeqLM
 

@@ -574,8 +574,12 @@ def optimizer_param_groups(model: torch.nn.Module, weight_decay: float) -> list[
 
     Returns:
         Two groups, `[{"params": decayed, "weight_decay": weight_decay}, {"params": rest,
-        "weight_decay": 0.0}]`; an empty group is dropped.
+        "weight_decay": 0.0}]` (an empty group is dropped), or, for `weight_decay` 0, one group of
+        every parameter: the optimizer state checkpoints written before the groups existed had
+        one, and a run resumed from them keeps working.
     """
+    if weight_decay == 0:
+        return [{"params": [param for param in model.parameters() if param.requires_grad], "weight_decay": 0.0}]
     decay, no_decay = [], []
     for param in model.parameters():  # parameters() yields a shared (tied) tensor once
         if param.requires_grad:

@@ -53,7 +53,7 @@ class TransformerSeq2SeqConfig(PreTrainedConfig):
         fix_norm: token embeddings of unit L2 length, in the input embedding lookup (before the
             √d_model scaling) and in `lm_head`, whose logits become |h| · cos(h, e_w) (FixNorm,
             Nguyen & Chiang 2018; with `norm_type="scale_norm"` the final norm's g sets the
-            logits' range, as in Nguyen & Salazar 2019, §2.3).
+            logits' range, as in Nguyen & Salazar 2019, §2).
         scale_embedding: multiply token embeddings by √d_model (§3.4).
         max_position_embeddings: the longest source or target sequence (in tokens) the model accepts;
             longer inputs raise a `ValueError`.

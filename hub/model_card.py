@@ -367,10 +367,10 @@ def _transformer_architecture(config, num_parameters: int) -> tuple[str, list[st
     }
     parts = [sections["overview"], sections[config.position_embedding_type], sections[config.norm_order]]
     citations = ["vaswani2017"]
-    if getattr(config, "norm_type", "layer_norm") == "scale_norm":
+    if config.norm_type == "scale_norm":
         parts.append(sections["scale_norm"])
         citations.append("nguyen2019")
-    if getattr(config, "fix_norm", False):
+    if config.fix_norm:
         parts.append(sections["fix_norm"])
         citations.append("nguyen2018")
     text = fill("\n\n".join(parts), values, "hub_cards/transformer_seq2seq.md")

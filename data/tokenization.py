@@ -205,6 +205,20 @@ def _add_byte_fallback(tokenizer: Tokenizer) -> Tokenizer:
     spec = json.loads(tokenizer.to_str())
     model = spec["model"]
     if model["type"] == "Unigram":
+        # The trainer sums its EM statistics over threads in no fixed order, so two trainings on
+        # the same text give scores that differ in the last bits, and pieces of near-equal score
+        # in either order (other ids). Scores rounded to 1e-9 and sorted (score, then piece) make
+        # the file, and so every run that trains one, reproducible.
+        # The characters the trainer adds so that every text can be spelt sit below every learned
+        # word piece, with scores in steps of 1e-4 handed out in hash-map order: the same scores
+        # go to the characters in code-point order instead.
+        special = [entry for entry in model["vocab"] if entry[0] in SPECIAL_TOKENS]
+        learned = [[piece, round(score, 9)] for piece, score in model["vocab"] if piece not in SPECIAL_TOKENS]
+        lowest_word = min((score for piece, score in learned if len(piece) > 1), default=float("inf"))
+        spelling = [entry for entry in learned if len(entry[0]) == 1 and entry[1] < lowest_word]
+        learned = [entry for entry in learned if not (len(entry[0]) == 1 and entry[1] < lowest_word)]
+        spelling = [[piece, score] for piece, score in zip(sorted(p for p, _ in spelling), sorted((s for _, s in spelling), reverse=True))]
+        model["vocab"] = special + sorted(learned, key=lambda entry: (-entry[1], entry[0])) + spelling
         known = {piece for piece, _ in model["vocab"]}
         floor = min(score for _, score in model["vocab"]) - 10.0
         model["vocab"] += [[piece, floor] for piece in BYTE_PIECES if piece not in known]

@@ -25,14 +25,32 @@ pytestmark = pytest.mark.slow
     not {"spaRV1909eb", "engWEB2015eb"} <= set(installed_modules()),
     reason="needs Debian's sword-text-sparv and sword-text-web (scripts/install.sh installs them)",
 )
-def test_main_job_quick_runs_end_to_end(tmp_path):
+def test_main_job_quick_runs_end_to_end_and_repeats_itself_bit_for_bit(tmp_path):
+    # The mixed-precision decision lives in a cache of this test's own, shared by both runs.
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "ATTENTION_SEQ2SEQ_CACHE": str(tmp_path / "cache")}
+
+    def job(out):
+        done = subprocess.run(
+            [sys.executable, "-m", "attention_seq2seq.training.main_job", "--quick", "--output-dir", str(out)],
+            env=env, capture_output=True, text=True, timeout=1800,
+        )
+        assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+        return done, json.loads((out / "summary.json").read_text(encoding="utf-8"))
+
     out = tmp_path / "job"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    done = subprocess.run(
-        [sys.executable, "-m", "attention_seq2seq.training.main_job", "--quick", "--output-dir", str(out)],
-        env=env, capture_output=True, text=True, timeout=1800,
-    )
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    done, summary = job(out)
+    # Fixed work: the recipes' updates, whatever the machine's speed; the plan and estimate come first.
+    assert [m["steps"] for m in summary["models"]] == [60, 60]
+    assert done.stdout.index("60 updates of <= 2048 tokens, about") < done.stdout.index("== 3/5 train")
+    assert "main job done in" in done.stdout and "(measured)" in done.stdout
+    # Quiet: no per-split dataset bars, no echoed Hub-user script, no Accelerate thread hint.
+    for noise in ("examples/s]", "sys.modules[", "OMP_NUM_THREADS", "Writing model shards"):
+        assert noise not in done.stdout + done.stderr, noise
+    # The same command on the same machine gives the same models and the same scores.
+    _, again = job(tmp_path / "again")
+    for first, second in zip(summary["models"], again["models"]):
+        for key in ("steps", "mixed_precision", "bleu", "chrf", "bleu_ci95", "chrf_ci95", "translations"):
+            assert first[key] == second[key], (first["model"], key)
 
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     assert [m["model"] for m in summary["models"]] == ["bible-rnn-luong", "bible-transformer-small"]

@@ -6,7 +6,9 @@ It does what a user of the package does, with the package's own commands:
 1. reads the built-in offline corpus (Spanish RV1909 -> English WEB, Debian's SWORD modules);
 2. trains a Luong-attention RNN and a Transformer-small with Accelerate
    (``accelerate launch --cpu -m attention_seq2seq.training.train --recipe ...``), each for a fixed
-   wall-clock budget, and scores each on the held-out test chapters (BLEU, chrF, signature);
+   number of updates (a slower or busier machine takes longer and gets the same model), in bf16
+   or float32 as a measurement on this machine decides (``mixed_precision: auto``), and scores each
+   on the held-out test chapters (BLEU, chrF, signature);
 3. exports both as Hub-ready folders (``attention-seq2seq export``): safetensors, remote code,
    model card, attention heat-map;
 4. loads each export as a Hub user would, in a fresh Python process where this package cannot be
@@ -16,13 +18,21 @@ It does what a user of the package does, with the package's own commands:
 
 Usage::
 
-    python -m attention_seq2seq.training.main_job [--output-dir runs/main-job] [--minutes 5]
+    python -m attention_seq2seq.training.main_job [--output-dir runs/main-job]
     python -m attention_seq2seq.training.main_job --quick    # a 2-minute smoke version (the CI test)
+    python -m attention_seq2seq.training.main_job --minutes 5  # opt-in: a wall-clock budget per model
+
+Before training, the job prints the work it will do (updates per model) and an estimate of the
+time on this machine from a measured training step; each model shows a progress bar with its
+ETA; the table at the end gives the measured times. ``--minutes N`` trades that for a wall-clock
+budget: each model trains for N minutes with its learning rate annealed to 0 at the end of
+them, so the result then depends on the machine's speed and load.
 """
 
 from __future__ import annotations
 
 import argparse
+import codecs
 import json
 import os
 import shutil
@@ -56,11 +66,11 @@ QUICK_OVERRIDES = {
     "bible-transformer-small": [
         "--model_config.d_model", "64", "--model_config.encoder_ffn_dim", "128",
         "--model_config.decoder_ffn_dim", "128", "--model_config.encoder_attention_heads", "4",
-        "--model_config.decoder_attention_heads", "4", "--warmup_steps", "20",
+        "--model_config.decoder_attention_heads", "4",
     ],
 }
 QUICK_COMMON = [
-    "--max_train_examples", "3000", "--vocab_size", "2000", "--max_time_minutes", "0.4",
+    "--max_train_examples", "3000", "--vocab_size", "2000", "--max_steps", "60", "--warmup_steps", "20",
     "--eval_max_examples", "20", "--test_max_examples", "40", "--eval_num_beams", "2",
     "--test_num_beams", "2", "--save_every", "1000", "--max_tokens", "2048",
     # Untrained models rarely emit </s>: a short generation limit keeps their evaluation quick.
@@ -80,27 +90,89 @@ print(json.dumps([o["translation_text"] for o in out], ensure_ascii=False))
 """
 
 
-def _run(cmd: list[str], log: Path | None = None, env: dict | None = None) -> str:
-    """Run a command, echoing it; stream its output to ``log`` (and the terminal). Raises on failure."""
-    print("$ " + " ".join(cmd), flush=True)
+def _relay(proc: subprocess.Popen, log, live: bool) -> None:
+    """Copy a child's output to the terminal and to ``log``.
+
+    A progress bar redraws itself with carriage returns. ``live`` (our stdout is a terminal):
+    the bytes go to the terminal as they come, so the bar moves in place; otherwise each redraw
+    becomes a line of its own. The log file gets whole lines, a bar only in its last state.
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    fd = proc.stdout.fileno()
+    pending = ""
+    while True:
+        chunk = os.read(fd, 65536)
+        text = decoder.decode(chunk, final=not chunk)
+        if live and text:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        pending += text
+        if not chunk and pending:  # the child's last line, without its newline
+            pending += "\n"
+        *lines, pending = pending.split("\n")
+        for line in lines:
+            redraws = [part for part in line.split("\r") if part.strip()]
+            if redraws:
+                log.write(redraws[-1] + "\n")
+            if not live:
+                for part in redraws:
+                    sys.stdout.write(part + "\n")
+        if not live:  # a bar redraws without ending its line: show each finished redraw now
+            *redraws, pending = pending.split("\r")
+            for part in redraws:
+                if part.strip():
+                    sys.stdout.write(part + "\n")
+            sys.stdout.flush()
+        if not chunk:
+            return
+
+
+def _run(cmd: list[str], log: Path | None = None, env: dict | None = None, show: str | None = None) -> str:
+    """Run a command, echoing it (or ``show`` in its place); stream its output to ``log`` (and
+    the terminal), or return it when there is no log. Raises SystemExit on failure."""
+    print("$ " + (show or " ".join(cmd)), flush=True)
     if log is None:
         done = subprocess.run(cmd, env=env, text=True, capture_output=True)
         if done.returncode != 0:
             sys.stderr.write(done.stdout + done.stderr)
-            raise SystemExit(f"main job: command failed with exit code {done.returncode}: {' '.join(cmd)}")
+            raise SystemExit(f"main job: command failed with exit code {done.returncode}: {show or ' '.join(cmd)}")
         return done.stdout
     log.parent.mkdir(parents=True, exist_ok=True)
+    live = sys.stdout.isatty()
+    env = dict(env if env is not None else os.environ)
+    if live:  # the training bar redraws twice a second at the terminal's width
+        size = shutil.get_terminal_size()
+        env.update({"ATTENTION_SEQ2SEQ_PROGRESS": "live", "COLUMNS": str(size.columns), "LINES": str(size.lines)})
     with open(log, "w", encoding="utf-8") as handle:
-        proc = subprocess.Popen(cmd, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            handle.write(line)
-            if not line.startswith("\r"):
-                sys.stdout.write(line)
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        _relay(proc, handle, live)
         code = proc.wait()
     if code != 0:
         raise SystemExit(f"main job: command failed with exit code {code} (log: {log}): {' '.join(cmd)}")
     return ""
+
+
+def _child_env() -> dict:
+    """The environment of the job's commands: offline, and without the hints that libraries
+    print for every process (Accelerate's OMP_NUM_THREADS notice, tokenizers' fork warning)."""
+    env = dict(os.environ)
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # torch's default intra-op threads (one per core), said explicitly: accelerate launch --cpu
+    # otherwise prints a hint about it and may pick a different count.
+    env.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
+    return env
+
+
+def _quiet_libraries() -> None:
+    """No per-split progress bars from datasets in this process (the corpus check)."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        import datasets
+
+        datasets.disable_progress_bars()
+    except ImportError:
+        pass
 
 
 def _bin(name: str) -> str:
@@ -127,20 +199,60 @@ def translate_as_hub_user(export_dir: Path, sentences: tuple[str, ...]) -> list[
     """Translate with ``pipeline("translation", trust_remote_code=True)`` in a clean process."""
     with tempfile.TemporaryDirectory() as modules_cache:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": modules_cache}
-        out = _run([sys.executable, "-c", _HUB_USER_SCRIPT, str(export_dir), json.dumps(list(sentences))], env=env)
+        out = _run([sys.executable, "-c", _HUB_USER_SCRIPT, str(export_dir), json.dumps(list(sentences))], env=env,
+                   show=f'pipeline("translation", model="{export_dir}", trust_remote_code=True) in a fresh Python process '
+                        "where attention_seq2seq cannot be imported")
     return json.loads(out.strip().splitlines()[-1])
 
 
-def summarize(name: str, run_dir: Path, export_dir: Path, translations: list[str], minutes: float) -> dict:
+def train_arguments(name: str, recipe: Path, quick: bool, minutes: float | None) -> list[str]:
+    """The recipe and the overrides that the job passes to the training script for ``name``."""
+    args = ["--recipe", str(recipe)]
+    if quick:
+        args += QUICK_COMMON + QUICK_OVERRIDES[name]
+    if minutes is not None:  # opt-in wall-clock budget: the lr anneals to 0 when the minutes run out
+        args += ["--max_steps", "null", "--schedule", "linear_time", "--max_time_minutes", str(minutes)]
+    return args
+
+
+def plan(name: str, recipe: Path, quick: bool, minutes: float | None) -> dict:
+    """The work of one model and its estimated time on this machine, before any training.
+
+    The estimate is ``updates x`` one training step of the model's shape and batch size, timed
+    here in the precision that ``mixed_precision: auto`` picks (the same measurement, kept in
+    its cache, that the training run then reads back: training/precision.py). It leaves out
+    the tokenizer, validation and test, which the job's own timings report afterwards.
+    """
+    from .config import parse_command_line
+    from .train import TrainConfig, resolve_precision
+
+    config = parse_command_line(TrainConfig, train_arguments(name, recipe, quick, minutes))
+    choice = resolve_precision(config)
+    step_s = choice.step_s if choice is not None else None
+    steps = config.max_steps
+    return {
+        "updates": steps,
+        "max_tokens": config.max_tokens,
+        "mixed_precision": choice.mixed_precision if choice is not None else config.mixed_precision,
+        "precision_reason": choice.reason if choice is not None else "set by the recipe",
+        "step_s": step_s,
+        "estimated_train_s": None if minutes is not None or step_s is None or steps is None else round(steps * step_s, 1),
+    }
+
+
+def summarize(name: str, run_dir: Path, export_dir: Path, translations: list[str], work: dict, timings: dict) -> dict:
     metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
     test_name, test = next(iter(metrics["test"].items()))
     train = metrics.get("train", {})
     return {
         "model": name,
         "export": str(export_dir),
-        "budget_minutes": minutes,
+        "budget_minutes": work.get("budget_minutes"),
         "steps": train.get("steps"),
+        "mixed_precision": train.get("mixed_precision"),
+        "estimated_train_s": work.get("estimated_train_s"),
         "train_wall_time_s": train.get("wall_time_s"),
+        "job_wall_time_s": timings,  # seconds of each stage of this model: train (incl. data and test), export, load
         "target_tokens_per_s": train.get("target_tokens_per_s"),
         "test_set": test_name,
         "test_sentences": test.get("num_sentences"),
@@ -157,11 +269,13 @@ def summarize(name: str, run_dir: Path, export_dir: Path, translations: list[str
 
 
 def results_table(rows: list[dict]) -> str:
-    header = "| model | steps | train time | target tok/s | test set (sentences) | BLEU | chrF |"
-    lines = [header, "|---|---:|---:|---:|---|---:|---:|"]
+    header = "| model | updates | precision | train time (estimated) | target tok/s | test set (sentences) | BLEU | chrF |"
+    lines = [header, "|---|---:|---|---:|---:|---|---:|---:|"]
     for r in rows:
+        estimate = f" ({r['estimated_train_s']:.0f} s)" if r.get("estimated_train_s") else ""
+        precision = {"bf16": "bf16", "no": "float32"}.get(r.get("mixed_precision"), r.get("mixed_precision"))
         lines.append(
-            f"| {r['model']} | {r['steps']} | {r['train_wall_time_s']:.0f} s | {r['target_tokens_per_s']:.0f} | "
+            f"| {r['model']} | {r['steps']} | {precision} | {r['train_wall_time_s']:.0f} s{estimate} | {r['target_tokens_per_s']:.0f} | "
             f"{r['test_set']} ({r['test_sentences']}) | {format_score(r, 'bleu', 1)} | {format_score(r, 'chrf', 1)} |"
         )
     lines.append("")
@@ -182,10 +296,15 @@ def main(argv: list[str] | None = None) -> int:
         description="Train, evaluate, export and load a Luong RNN and a Transformer-small on the built-in Bible corpus.",
     )
     parser.add_argument("--output-dir", type=Path, default=Path("runs/main-job"), help="runs and exports go here")
-    parser.add_argument("--minutes", type=float, default=5.0, help="training budget of each model (default: 5)")
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="opt-in: train each model for N minutes (lr annealed to 0 at the end) instead of the recipes' "
+                             "fixed number of updates; the result then depends on this machine's speed and load")
     parser.add_argument("--quick", action="store_true", help="tiny models and data: a ~2-minute smoke test of the whole job")
     parser.add_argument("--overwrite", action="store_true", help="replace the runs and exports of a previous job")
     args = parser.parse_args(argv)
+    if args.minutes is not None and not args.minutes > 0:
+        parser.error(f"--minutes must be > 0; got {args.minutes:g}")
+    _quiet_libraries()
 
     start = time.time()
     out = args.output_dir
@@ -195,31 +314,54 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
 
-    print("== 1/4 corpus: built-in Bible, Spanish RV1909 -> English WEB (Debian SWORD modules)", flush=True)
+    print("== 1/5 corpus: built-in Bible, Spanish RV1909 -> English WEB (Debian SWORD modules)", flush=True)
     n_sources = check_sentences_are_new(NEW_SENTENCES)
     print(f"   {n_sources} distinct source verses; the demo sentences are not among them", flush=True)
+
+    print("== 2/5 the work, and its time on this machine (a measured training step of each model)", flush=True)
+    works = {}
+    for name, recipe in MODELS:
+        work = works[name] = {**plan(name, recipe, args.quick, args.minutes), "budget_minutes": args.minutes}
+        precision = {"bf16": "bf16", "no": "float32"}.get(work["mixed_precision"], work["mixed_precision"])
+        if args.minutes is not None:
+            amount = f"{args.minutes:g} minutes (opt-in wall-clock budget: the number of updates depends on this machine)"
+        else:
+            amount = f"{work['updates']} updates of <= {work['max_tokens']} tokens"
+            if work["estimated_train_s"] is not None:
+                amount += f", about {work['estimated_train_s'] / 60:.1f} min"
+        print(f"   {name}: {amount}; {precision}: {work['precision_reason']}", flush=True)
+    estimates = [w["estimated_train_s"] for w in works.values()]
+    if None not in estimates:
+        print(f"   training both: about {sum(estimates) / 60:.1f} min here, plus data, tests, exports and loading "
+              "(a slower or busier machine takes longer and trains the same models)", flush=True)
 
     rows = []
     for name, recipe in MODELS:
         run_dir, export_dir = out / "runs" / name, out / "exports" / name
-        minutes = 0.4 if args.quick else args.minutes
-        print(f"== 2/4 train {name} for {minutes:g} min with Accelerate ({recipe.name})", flush=True)
+        timings = {}
+        print(f"== 3/5 train and test {name} with Accelerate ({recipe.name})", flush=True)
         cmd = [
             _bin("accelerate"), "launch", "--cpu", "--num_processes", "1", "--num_machines", "1",
             "--mixed_precision", "no", "--dynamo_backend", "no",
-            "-m", "attention_seq2seq.training.train", "--recipe", str(recipe),
-            "--output_dir", str(run_dir), "--max_time_minutes", str(minutes), "--log_with", "none",
+            "-m", "attention_seq2seq.training.train", *train_arguments(name, recipe, args.quick, args.minutes),
+            "--output_dir", str(run_dir), "--log_with", "none",
         ]
-        if args.quick:
-            cmd += QUICK_COMMON + QUICK_OVERRIDES[name]
-        _run(cmd, log=out / "logs" / f"train-{name}.log")
+        stage = time.time()
+        _run(cmd, log=out / "logs" / f"train-{name}.log", env=_child_env())
+        timings["train_and_test_s"] = round(time.time() - stage, 1)
 
-        print(f"== 3/4 export {name} -> {export_dir}", flush=True)
-        _run([_bin("attention-seq2seq"), "export", str(run_dir), "-o", str(export_dir)])
+        print(f"== 4/5 export {name} -> {export_dir}", flush=True)
+        stage = time.time()
+        _run([_bin("attention-seq2seq"), "export", str(run_dir), "-o", str(export_dir)], env=_child_env())
+        timings["export_s"] = round(time.time() - stage, 1)
 
-        print(f"== 4/4 load the export as a Hub user and translate new sentences ({name})", flush=True)
+        print(f"== 5/5 load the export as a Hub user and translate new sentences ({name})", flush=True)
+        stage = time.time()
         translations = translate_as_hub_user(export_dir, NEW_SENTENCES)
-        rows.append(summarize(name, run_dir, export_dir, translations, minutes))
+        timings["load_and_translate_s"] = round(time.time() - stage, 1)
+        rows.append(summarize(name, run_dir, export_dir, translations, works[name], timings))
+        print(f"   {name}: {rows[-1]['steps']} updates, trained in {rows[-1]['train_wall_time_s'] / 60:.1f} min; "
+              f"test BLEU {format_score(rows[-1], 'bleu', 1)}, chrF {format_score(rows[-1], 'chrf', 1)}", flush=True)
 
     table = results_table(rows)
     total = time.time() - start
@@ -227,7 +369,10 @@ def main(argv: list[str] | None = None) -> int:
     (out / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     (out / "summary.md").write_text(table + "\n", encoding="utf-8")
     print("\n" + table)
-    print(f"\nmain job done in {total / 60:.1f} min; exports in {out / 'exports'}; summary in {out / 'summary.md'}")
+    print(f"\nmain job done in {total / 60:.1f} min (measured)")
+    print(f"  exports (Hub-ready folders): {out / 'exports'}")
+    print(f"  runs (metrics.json, test translations, attention plots, checkpoints): {out / 'runs'}")
+    print(f"  summary: {out / 'summary.md'} and {out / 'summary.json'}; logs: {out / 'logs'}")
     return 0
 
 

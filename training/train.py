@@ -129,7 +129,7 @@ class TrainConfig:
     # ---- system --------------------------------------------------------------------------------
     seed: int = 1234  # model init, dropout and data order
     num_threads: int | None = None  # torch intra-op CPU threads of each process (None: torch's default, one per core)
-    mixed_precision: str | None = None  # "no", "fp16" (GPU) or "bf16" (GPU, or a CPU with AVX512-BF16/AMX: ~1.4x faster here); None: what `accelerate launch/config` says, else "no"
+    mixed_precision: str | None = None  # "auto" (measure this model's training step in float32 and CPU bf16 on this machine, interleaved, and take bf16 only where it is >= 1.1x faster; the decision is cached per machine and model shape: training/precision.py), "no", "fp16" (GPU) or "bf16" (GPU, or a CPU with AVX512-BF16/AMX); None: what `accelerate launch/config` says, else "no"
     log_every: int = 50  # updates between progress/TensorBoard logs (each costs one host sync); with several ranks also how often linear_time reads the clock
     log_with: str = "tensorboard"  # "tensorboard" or "none"
     # ---- debugging (used by the tests) ---------------------------------------------------------
@@ -142,7 +142,7 @@ CHOICES = {
     "tokenizer_type": ("unigram", "bpe"),
     "schedule": SCHEDULES,
     "early_stopping_metric": ("bleu", "chrf", "loss"),
-    "mixed_precision": (None, "no", "fp16", "bf16"),
+    "mixed_precision": (None, "auto", "no", "fp16", "bf16"),
     "log_with": ("tensorboard", "none"),
 }
 
@@ -513,15 +513,16 @@ def optimizer_update(accelerator, model, optimizer, scheduler, micro: list[dict]
 # ---------------------------------------------------------------------------------------------
 # Building blocks: accelerator, data, model
 # ---------------------------------------------------------------------------------------------
-def build_accelerator(config: TrainConfig, output_dir: Path) -> Accelerator:
+def build_accelerator(config: TrainConfig, output_dir: Path, mixed_precision: str | None = None) -> Accelerator:
     """The Accelerator of this run. ``accelerate launch --multi_gpu --num_processes N`` on a
     machine without CUDA starts N ranks that form one gloo group only if the Accelerator is built
-    with ``cpu=True``; without it each rank would silently train its own copy of the model."""
+    with ``cpu=True``; without it each rank would silently train its own copy of the model.
+    ``mixed_precision`` is the resolved choice (never ``"auto"``); None: ``config.mixed_precision``."""
     multi_process = int(os.environ.get("WORLD_SIZE", "1")) > 1
     cpu = multi_process and not torch.cuda.is_available()
     return Accelerator(
         cpu=cpu,
-        mixed_precision=config.mixed_precision,
+        mixed_precision=mixed_precision or config.mixed_precision,
         log_with=None if config.log_with == "none" else config.log_with,
         project_dir=str(output_dir),
     )
@@ -540,10 +541,9 @@ def load_data(config: TrainConfig, accelerator: Accelerator, output_dir: Path):
     from ..data.corpora import load_corpus
     from ..data.tokenization import train_tokenizer
 
-    if not accelerator.is_main_process:
-        import datasets
+    import datasets
 
-        datasets.disable_progress_bars()  # one set of "tokenize ..." bars, not one per rank
+    datasets.disable_progress_bars()  # seconds of work per split: the log states what matters
     with accelerator.main_process_first():  # the Bible corpus prepares a cached copy once
         raw, info = load_corpus(config.corpus, filters=config.corpus_filters or None, return_info=True)
     if config.max_train_examples is not None:
@@ -586,6 +586,23 @@ def optimizer_param_groups(model: torch.nn.Module, weight_decay: float) -> list[
             (decay if param.dim() >= 2 else no_decay).append(param)
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     return [group for group in groups if group["params"]]
+
+
+def resolve_precision(config: TrainConfig):
+    """``config.mixed_precision`` made concrete: a :class:`~.precision.PrecisionChoice` for
+    ``"auto"`` (measured on a throw-away model of the run's shape, or read from the cache), None
+    for any other value (used as it is)."""
+    if config.mixed_precision != "auto":
+        return None
+    from .precision import resolve_mixed_precision
+
+    config_cls, model_cls = _model_classes(config.model_family)
+
+    def throwaway_model():
+        return model_cls(config_cls(vocab_size=config.vocab_size, **config.model_config))
+
+    return resolve_mixed_precision(config.model_family, config.model_config, config.vocab_size, config.max_tokens,
+                                   build_model=throwaway_model)
 
 
 def build_model(config: TrainConfig, tokenizer):
@@ -761,6 +778,9 @@ def _setup_logging(is_main: bool) -> None:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         logger.addHandler(handler)
     logging.getLogger("accelerate").setLevel(logging.WARNING)
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()  # "Writing model shards": one file, a bar per save
     for name in ("accelerate.utils.other", "accelerate.checkpointing", "accelerate.accelerator"):
         target = logging.getLogger(name)
         if not any(isinstance(f, _QuietCheckpointNotices) for f in target.filters):
@@ -783,18 +803,21 @@ def train(config: TrainConfig) -> Path:
     validate_config(config)
     output_dir = Path(config.output_dir).resolve()
     ckpt_root, best_root, plots_dir = output_dir / "checkpoints", output_dir / "best", output_dir / "plots"
-    accelerator = build_accelerator(config, output_dir)
+    if config.num_threads is not None:
+        torch.set_num_threads(config.num_threads)
+    precision = resolve_precision(config)  # None unless mixed_precision is "auto"
+    accelerator = build_accelerator(config, output_dir, precision.mixed_precision if precision else None)
     is_main = accelerator.is_main_process
     _setup_logging(is_main)
     world = accelerator.num_processes
     logger.info("world size %d, device %s, mixed precision %s", world, accelerator.device, accelerator.mixed_precision)
+    if precision is not None:
+        logger.info("mixed_precision auto -> %s: %s", precision.mixed_precision, precision.reason)
     if _step_dirs(ckpt_root) and not config.resume:
         raise FileExistsError(f"{ckpt_root} already holds checkpoints: pass --resume to continue the run or choose another output_dir")
     if is_main:
         output_dir.mkdir(parents=True, exist_ok=True)
         dump_recipe(config, output_dir / "recipe.yaml")
-    if config.num_threads is not None:
-        torch.set_num_threads(config.num_threads)
     set_seed(config.seed)
 
     # ---- data and model -----------------------------------------------------------------------
@@ -880,6 +903,11 @@ def train(config: TrainConfig) -> Path:
     num_params = sum(p.numel() for p in unwrapped.parameters())
     logger.info("%s: %.2fM parameters, %d training pairs, %d micro-batches per epoch per rank",
                 type(unwrapped).__name__, num_params / 1e6, len(train_set), state.batches_per_epoch)
+    if total_steps is not None:
+        work = f"{total_steps - state.step} updates to do ({(total_steps - state.step) / updates_per_epoch:.2f} epochs)"
+        if precision is not None and precision.step_s is not None:
+            work += f"; about {(total_steps - state.step) * precision.step_s / 60:.1f} min on this machine ({1000 * precision.step_s:.0f} ms a step measured)"
+        logger.info(work)
     target_lang = info.target_lang
     plot_sources = data["validation"]["source"][: config.num_plot_sentences]  # fixed sentences
     dump = None
@@ -928,8 +956,11 @@ def train(config: TrainConfig) -> Path:
     earlier_sessions_s = state.wall_time_s
     if time_budget is not None:  # warm-up 0 (or a resume after it): the decay starts now at the latest
         time_budget.observe(earlier_sessions_s, state.step, config.warmup_steps)
+    # A terminal (or the main job relaying one: ATTENTION_SEQ2SEQ_PROGRESS=live) redraws the bar
+    # twice a second; a log file gets a line per 30 s.
+    live = sys.stderr.isatty() or os.environ.get("ATTENTION_SEQ2SEQ_PROGRESS") == "live"
     progress = tqdm(total=total_steps, initial=state.step, disable=not is_main, desc="train", unit="upd", dynamic_ncols=True,
-                    mininterval=0.5 if sys.stderr.isatty() else 30.0)  # a log file gets a line per 30 s
+                    mininterval=0.5 if live else 30.0)
     stop_reason = None
     while stop_reason is None and (total_steps is None or state.step < total_steps):
         # One optimizer update: draw the micro-batches first, to know the global token count.
@@ -1065,6 +1096,8 @@ def train(config: TrainConfig) -> Path:
                 "loss_history": state.train_loss,
                 "world_size": world,
                 "num_threads": torch.get_num_threads(),  # torch intra-op threads of each process
+                "mixed_precision": accelerator.mixed_precision,
+                **({"mixed_precision_auto": precision.to_dict()} if precision is not None else {}),
                 "stopped_by": stop_reason,
                 "final_model": final_desc,
                 "num_parameters": num_params,

@@ -116,6 +116,9 @@ def test_command_line_overrides_recipe_and_merges_model_config(tmp_path):
 def test_wrong_types_and_inconsistent_limits_are_rejected():
     with pytest.raises(RecipeError, match="field 'max_steps' must be int"):
         config_from_dict(TrainConfig, {"max_steps": "ten"})
+    # `mixed_precision: no` in a YAML recipe arrives as False: the message says to quote it
+    with pytest.raises(RecipeError, match=r"field 'mixed_precision' must be str or null; got False \(YAML reads an unquoted no"):
+        config_from_dict(TrainConfig, yaml.safe_load("mixed_precision: no"))
     with pytest.raises(RecipeError, match="set at least one of max_steps, max_epochs, max_time_minutes"):
         validate_config(TrainConfig())
     with pytest.raises(RecipeError, match="average_best_k .* keep_best_k"):

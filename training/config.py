@@ -99,7 +99,10 @@ def coerce(name: str, value: Any, tp: Any) -> Any:
         elif isinstance(value, t):
             return value
     names = " or ".join(getattr(t, "__name__", str(t)) for t in allowed) + (" or null" if nullable else "")
-    raise RecipeError(f"field {name!r} must be {names}; got {value!r}")
+    hint = ""
+    if isinstance(value, bool) and str in allowed:  # YAML 1.1: unquoted no/off/yes/on are booleans
+        hint = f' (YAML reads an unquoted no, off, yes or on as a boolean: quote it, e.g. {name}: "no")'
+    raise RecipeError(f"field {name!r} must be {names}; got {value!r}{hint}")
 
 
 def config_from_dict(cls: type[T], values: dict[str, Any], base: T | None = None) -> T:

@@ -604,6 +604,9 @@ class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, GenerationMi
     Bahdanau A.2.2 W_o t_i), with label-smoothed cross-entropy and the coverage loss."""
 
     _tied_weights_keys = {"lm_head.weight": "model.decoder.embed_tokens.weight"}
+    # forward takes `num_items_in_batch` (transformers' loss-kwargs contract): Trainer then passes
+    # the target-token count of the whole accumulated update and does not rescale the loss itself.
+    accepts_loss_kwargs = True
 
     def __init__(self, config: RNNSeq2SeqConfig):
         super().__init__(config)
@@ -668,11 +671,17 @@ class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, GenerationMi
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
     ) -> RNNSeq2SeqLMOutput | tuple:
         """Logits (batch, tgt_len, vocab_size) and, with ``labels`` (batch, tgt_len; -100 ignored),
         the mean token loss: label-smoothed cross-entropy + coverage_loss_weight × mean coverage
         penalty (See et al. 2017, eq. 13). With only ``labels``, ``decoder_input_ids`` are the
-        labels shifted right behind ``decoder_start_token_id``. See ``RNNSeq2SeqModel.forward``."""
+        labels shifted right behind ``decoder_start_token_id``. See ``RNNSeq2SeqModel.forward``.
+
+        ``num_items_in_batch``: the number of labels that are not -100 in the whole update (every
+        micro-batch of a gradient accumulation, every process), as transformers' Trainer passes it;
+        both loss terms are then summed over this batch's kept positions and divided by it, so
+        accumulated micro-batches add up to the full batch's mean. None: this batch's own count."""
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         if labels is not None:
             use_cache = False if use_cache is None else use_cache
@@ -694,15 +703,22 @@ class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, GenerationMi
 
         loss = None
         if labels is not None:
+            real = labels != -100
+            if num_items_in_batch is None:
+                count = real.sum().clamp(min=1)
+            elif torch.is_tensor(num_items_in_batch):
+                count = num_items_in_batch.to(logits.device).clamp(min=1)
+            else:
+                count = max(int(num_items_in_batch), 1)
             loss = F.cross_entropy(
-                logits.flatten(0, 1).float(),
+                logits.flatten(0, 1).to(torch.promote_types(logits.dtype, torch.float32)),  # half → float32
                 labels.flatten(),
                 ignore_index=-100,
                 label_smoothing=self.config.label_smoothing,
-            )
+                reduction="sum",
+            ) / count
             if outputs.coverage_penalty is not None and self.config.coverage_loss_weight:
-                real = labels != -100
-                penalty = outputs.coverage_penalty.masked_select(real).sum() / real.sum().clamp(min=1)
+                penalty = outputs.coverage_penalty.masked_select(real).sum() / count
                 loss = loss + self.config.coverage_loss_weight * penalty
 
         output = RNNSeq2SeqLMOutput(

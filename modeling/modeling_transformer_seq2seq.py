@@ -709,6 +709,14 @@ class _LabelSmoothedCrossEntropy(torch.autograd.Function):
         return grad, None, None, None, None
 
 
+def _as_count(num_items_in_batch: int | torch.Tensor, like: torch.Tensor) -> torch.Tensor | int:
+    """`num_items_in_batch` as a divisor for `like` (a scalar loss): a tensor on its device, at
+    least 1 (an update whose labels are all -100 has a zero loss, not NaN)."""
+    if torch.is_tensor(num_items_in_batch):
+        return num_items_in_batch.to(like.device).clamp(min=1)
+    return max(int(num_items_in_batch), 1)
+
+
 def label_smoothed_cross_entropy(
     logits: torch.Tensor,
     labels: torch.Tensor,
@@ -1127,6 +1135,9 @@ class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedMod
     # `share_encoder_decoder_embeddings=False` only lm_head follows the decoder embeddings).
     # transformers applies the mapping only when `tie_word_embeddings=True`; encoder/decoder
     # sharing does not depend on it, because the embedding is one module.
+    # forward takes `num_items_in_batch` (transformers' loss-kwargs contract): Trainer then passes
+    # the target-token count of the whole accumulated update and does not rescale the loss itself.
+    accepts_loss_kwargs = True
     _tied_weights_keys = {
         "model.encoder.embed_tokens.weight": "model.shared.weight",
         "model.decoder.embed_tokens.weight": "model.shared.weight",
@@ -1227,12 +1238,18 @@ class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedMod
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
     ) -> Seq2SeqLMOutput | tuple:
         """Next-token logits for every decoder position, and the loss when `labels` are given.
 
         Args:
             labels: (batch, tgt_len) target ids, -100 on padding. Without `decoder_input_ids`,
                 those are `shift_tokens_right(labels)`: `<s>` followed by the labels but the last.
+            num_items_in_batch: the number of labels that are not -100 in the whole update (all
+                micro-batches of a gradient accumulation, all processes); the loss is then the sum
+                over this batch's kept positions divided by it, so that accumulated micro-batches
+                add up to the full batch's mean. transformers' Trainer passes it. None: divide by
+                this batch's own count.
             Others: see `TransformerSeq2SeqModel.forward`.
 
         Returns:
@@ -1265,7 +1282,13 @@ class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedMod
 
         loss = None
         if labels is not None:
-            loss = label_smoothed_cross_entropy(logits.flatten(0, 1), labels.flatten(), self.config.label_smoothing)
+            if num_items_in_batch is None:
+                loss = label_smoothed_cross_entropy(logits.flatten(0, 1), labels.flatten(), self.config.label_smoothing)
+            else:
+                total = label_smoothed_cross_entropy(
+                    logits.flatten(0, 1), labels.flatten(), self.config.label_smoothing, reduction="sum"
+                )
+                loss = total / _as_count(num_items_in_batch, total)
         output = Seq2SeqLMOutput(
             loss=loss,
             logits=logits,

@@ -396,3 +396,96 @@ def test_torchrun_two_cpu_processes_form_one_group(runs_root, finetune_data, tmp
     assert result.stderr.count("fine-tuned model written") == 1  # rank 0 only
     epochs = json.loads((tmp_path / "ddp" / "metrics.json").read_text())["train"]["epochs"]
     assert epochs == pytest.approx(4 * 2 * 8 / 160)
+
+
+# ------------------------------------------------------------------------------------------------
+# Gradient accumulation under Seq2SeqTrainer (transformers' loss-kwargs contract)
+
+
+def _tiny_float64_model(family: str):
+    import torch
+
+    from attention_seq2seq import (
+        RNNSeq2SeqConfig,
+        RNNSeq2SeqForConditionalGeneration,
+        TransformerSeq2SeqConfig,
+        TransformerSeq2SeqForConditionalGeneration,
+    )
+
+    torch.manual_seed(0)
+    if family == "transformer_seq2seq":
+        config = TransformerSeq2SeqConfig(
+            vocab_size=29, d_model=8, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+            decoder_attention_heads=2, encoder_ffn_dim=16, decoder_ffn_dim=16, dropout=0.0,
+            max_position_embeddings=32, label_smoothing=0.1,
+        )
+        model = TransformerSeq2SeqForConditionalGeneration(config)
+    else:  # coverage: its loss term is normalised by the target tokens as well
+        config = RNNSeq2SeqConfig(vocab_size=29, embedding_size=6, hidden_size=8, dropout=0.0, attention="bahdanau",
+                                  coverage=True, label_smoothing=0.1)
+        model = RNNSeq2SeqForConditionalGeneration(config)
+    return model.double()
+
+
+def _two_examples_of_2_and_10_target_tokens():
+    return [
+        {"input_ids": [5, 6, 7, 2], "labels": [8, 2]},
+        {"input_ids": [9, 10, 2], "labels": [11, 12, 13, 14, 15, 16, 17, 18, 19, 2]},
+    ]
+
+
+def _pad_collator(examples):
+    import torch
+
+    def pad(rows, value):
+        width = max(len(row) for row in rows)
+        return torch.tensor([row + [value] * (width - len(row)) for row in rows])
+
+    sources = [example["input_ids"] for example in examples]
+    return {
+        "input_ids": pad(sources, 0),
+        "attention_mask": pad([[1] * len(row) for row in sources], 0),
+        "labels": pad([example["labels"] for example in examples], -100),
+    }
+
+
+def _trainer_gradients(family: str, tmp_path: Path, batch_size: int, accumulation: int) -> dict:
+    """The gradients of the first update of a Seq2SeqTrainer run (SGD, no clipping), by parameter."""
+    from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, TrainerCallback
+
+    gradients = {}
+
+    class RecordGradients(TrainerCallback):
+        def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+            if not gradients:
+                gradients.update({name: p.grad.detach().clone() for name, p in model.named_parameters()
+                                  if p.grad is not None})
+
+    model = _tiny_float64_model(family)
+    args = Seq2SeqTrainingArguments(
+        output_dir=str(tmp_path / f"{family}-{batch_size}x{accumulation}"), max_steps=1,
+        per_device_train_batch_size=batch_size, gradient_accumulation_steps=accumulation,
+        optim="sgd", learning_rate=0.1, lr_scheduler_type="constant", max_grad_norm=0.0, weight_decay=0.0,
+        label_smoothing_factor=0.0, save_strategy="no", report_to="none", remove_unused_columns=False,
+        dataloader_num_workers=0, use_cpu=True, seed=0, logging_steps=1,
+    )
+    trainer = Seq2SeqTrainer(model=model, args=args, data_collator=_pad_collator,
+                             train_dataset=_two_examples_of_2_and_10_target_tokens(),
+                             callbacks=[RecordGradients()])
+    trainer.train()
+    return gradients
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_gradient_accumulation_equals_the_full_batch_under_seq2seq_trainer(family, tmp_path):
+    """Two examples of 2 and 10 target tokens: two micro-batches of one, accumulated, give the
+    gradient of the full batch of two (the mean loss per target token of the whole update), in
+    float64 within 1e-6. Without `num_items_in_batch` the Trainer averaged the two micro-batch
+    means instead (each example weighted 1/2, not 2/12 and 10/12)."""
+    full = _trainer_gradients(family, tmp_path, batch_size=2, accumulation=1)
+    accumulated = _trainer_gradients(family, tmp_path, batch_size=1, accumulation=2)
+    assert full.keys() == accumulated.keys() and len(full) > 5
+    for name, gradient in full.items():
+        assert gradient.dtype.is_floating_point and gradient.dtype.itemsize == 8
+        difference = (accumulated[name] - gradient).abs().max().item()
+        assert difference < 1e-6, f"{name}: accumulated and full-batch gradients differ by {difference:.3g}"

@@ -29,11 +29,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
-from transformers import GenerationMixin, PreTrainedModel
+from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import ModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
 
 from ..configuration.configuration_rnn_seq2seq import RNNSeq2SeqConfig
+from .generation_lengths import Seq2SeqGenerationMixin
 from .rnn_attention import BahdanauAttention, LuongAttention, luong_attentional_state, maxout
 # Imported for its side effect on save_pretrained, which copies the model file and the flat
 # siblings it imports: a re-saved remote-code model then keeps the pipeline that
@@ -599,7 +600,7 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
         return output if return_dict else output.to_tuple()
 
 
-class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, GenerationMixin):
+class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, Seq2SeqGenerationMixin):
     """``RNNSeq2SeqModel`` plus ``lm_head``: p(y_t | y_<t, x) = softmax(W_s f_t) (Luong eq. 6;
     Bahdanau A.2.2 W_o t_i), with label-smoothed cross-entropy and the coverage loss."""
 

@@ -35,7 +35,6 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
-from transformers.generation import GenerationMixin
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -48,6 +47,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from ..configuration.configuration_transformer_seq2seq import TransformerSeq2SeqConfig
 from .fast_dropout import dropout
 from .fast_inference import PaddingFreeLayout, packed_linear
+from .generation_lengths import Seq2SeqGenerationMixin
 # Imported for its side effect on save_pretrained, which copies the model file and the flat
 # siblings it imports: a re-saved remote-code model then keeps the pipeline that
 # config.custom_pipelines names, and pipeline("translation", model=<re-saved folder>) still loads.
@@ -1122,13 +1122,15 @@ class TransformerSeq2SeqModel(TransformerSeq2SeqPreTrainedModel):
         return output if return_dict is not False else output.to_tuple()
 
 
-class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedModel, GenerationMixin):
+class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedModel, Seq2SeqGenerationMixin):
     """The Transformer translation model: `TransformerSeq2SeqModel` plus the output projection
     `lm_head` (the "learned linear transformation" before the softmax, §3.4), tied by default to
     the decoder's token embeddings.
 
-    Generation defaults (in `generation_config`): beam search with 5 beams, at most 128 new tokens,
-    starting from `<s>` (id 1) and stopping at `</s>` (id 2).
+    Generation defaults (in `generation_config`): beam search with 5 beams, at most 128 new tokens
+    (fewer when `max_position_embeddings` is smaller: `Seq2SeqGenerationMixin`), starting from `<s>`
+    (id 1) and stopping at `</s>` (id 2). A `max_length` passed to `generate()` beats the default
+    `max_new_tokens`.
     """
 
     # {target: source}, as transformers v5 wants; the instance narrows it to its config (with
@@ -1191,6 +1193,9 @@ class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedMod
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    def _max_decoder_positions(self) -> int:
+        return self.config.max_position_embeddings
 
     def _expand_inputs_for_generation(self, expand_size=1, is_encoder_decoder=False, input_ids=None, **model_kwargs):
         """Repeat the decoder-side inputs `expand_size` times (beams, returned sequences) but keep

@@ -426,6 +426,18 @@ def test_generation_defaults_live_in_generation_config():
     assert (out[:, 0] == BOS).all()
 
 
+def test_an_explicit_max_length_beats_the_default_max_new_tokens():
+    """generate(max_length=N) stops at N decoder tokens; before, the model's max_new_tokens=128 won
+    (129 tokens). </s> is suppressed so that only the length limit can stop decoding."""
+    model = make_model("bahdanau-gru")
+    input_ids, attention_mask = source_batch()
+    kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, suppress_tokens=[EOS])
+    assert model.generate(**kwargs, max_length=7).shape == (3, 7)
+    assert model.generate(**kwargs, max_length=7, num_beams=1).shape == (3, 7)
+    assert model.generate(**kwargs, max_new_tokens=4).shape == (3, 5)
+    assert model.generation_config.max_new_tokens == 128
+
+
 @pytest.mark.parametrize("variant", ["bahdanau-gru", "luong-dot-nofeed-lstm-last-bridge"])
 def test_sampling_with_top_k_1_equals_greedy(variant):
     model = make_model(variant)

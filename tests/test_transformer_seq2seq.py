@@ -464,6 +464,37 @@ def test_generation_defaults_live_in_generation_config():
     assert out[:, 0].tolist() == [BOS, BOS]
 
 
+def test_an_explicit_max_length_beats_the_default_max_new_tokens():
+    """generate(max_length=N) stops at N decoder tokens; before, the model's max_new_tokens=128 won
+    (129 tokens). </s> is suppressed so that only the length limit can stop decoding."""
+    model = tiny_model()
+    input_ids, attention_mask, _ = padded_batch()
+    kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, suppress_tokens=[EOS])
+    assert model.generate(**kwargs, max_length=10).shape == (2, 10)
+    assert model.generate(**kwargs, max_length=10, num_beams=1).shape == (2, 10)
+    from transformers import GenerationConfig
+
+    assert model.generate(**kwargs, generation_config=GenerationConfig(max_length=6)).shape == (2, 6)
+    assert model.generate(**kwargs, max_new_tokens=4).shape == (2, 5)  # max_new_tokens still counts new tokens
+    assert model.generation_config.max_new_tokens == 128  # the model's default is untouched
+
+
+def test_default_generation_length_is_capped_at_max_position_embeddings():
+    """With max_position_embeddings=8 the default (128 new tokens) stops at 8 decoder tokens instead
+    of failing at the step past the position table; an explicit longer request is refused before
+    decoding, naming both numbers (8 + 1 tokens still decode: the last token is never fed back)."""
+    model = tiny_model(max_position_embeddings=8)
+    input_ids, attention_mask, _ = padded_batch()
+    kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, suppress_tokens=[EOS])
+    for num_beams in (1, 3):
+        assert model.generate(**kwargs, num_beams=num_beams).shape == (2, 8)
+    assert model.generate(**kwargs, max_new_tokens=8, num_beams=1).shape == (2, 9)
+    with pytest.raises(ValueError, match=r"up to 21 decoder tokens \(max_new_tokens=20.*max_position_embeddings=8"):
+        model.generate(**kwargs, max_new_tokens=20)
+    with pytest.raises(ValueError, match=r"up to 12 decoder tokens \(max_length=12\).*max_position_embeddings=8"):
+        model.generate(**kwargs, max_length=12)
+
+
 def test_sampling_is_reproducible_under_a_seed():
     model = tiny_model()
     input_ids, attention_mask, _ = padded_batch()

@@ -622,6 +622,9 @@ class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, Seq2SeqGener
         self.generation_config.bos_token_id = config.bos_token_id
         self.generation_config.eos_token_id = config.eos_token_id
         self.generation_config.pad_token_id = config.pad_token_id
+        # Generation settings passed to the config (num_beams=3, ...), which moved them out of it
+        for name, value in (getattr(config, "_generation_settings", None) or {}).items():
+            setattr(self.generation_config, name, value)
 
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:

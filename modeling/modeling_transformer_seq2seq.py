@@ -1161,6 +1161,9 @@ class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedMod
         self.post_init()
         self.generation_config.num_beams = 5
         self.generation_config.max_new_tokens = 128
+        # Generation settings passed to the config (num_beams=3, ...), which moved them out of it
+        for name, value in (getattr(config, "_generation_settings", None) or {}).items():
+            setattr(self.generation_config, name, value)
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.model.get_input_embeddings()

@@ -692,6 +692,24 @@ def test_invalid_configs_raise_and_name_the_valid_values(kwargs, message):
     assert message in str(error.value)
 
 
+@pytest.mark.parametrize(
+    "foreign, ours", [("rnn_type", "cell_type"), ("attention_type", "attention="), ("brnn", "bidirectional")]
+)
+def test_another_toolkits_option_name_is_refused_naming_ours(foreign, ours):
+    with pytest.raises(ValueError, match=f"no option '{foreign}'.*use {ours}"):
+        RNNSeq2SeqConfig(vocab_size=VOCAB, hidden_size=8, embedding_size=8, **{foreign: "lstm"})
+
+
+def test_unknown_options_warn_once_and_generation_settings_move_to_generation_config():
+    with pytest.warns(UserWarning) as caught:
+        config = RNNSeq2SeqConfig(vocab_size=VOCAB, hidden_size=8, embedding_size=8, colour="blue", num_beams=2)
+    messages = sorted(str(w.message) for w in caught)
+    assert len(messages) == 2
+    assert "generation setting(s) num_beams=2" in messages[0] and "unknown option(s) 'colour'" in messages[1]
+    assert RNNSeq2SeqForConditionalGeneration(config).generation_config.num_beams == 2
+    assert "num_beams" not in config.to_dict()
+
+
 def test_config_round_trips_resolved_defaults(tmp_path):
     config = RNNSeq2SeqConfig(vocab_size=VOCAB, hidden_size=8, embedding_size=8, window="local-p")
     assert (config.score, config.window_size, config.input_feeding, config.attention_mode) == (

@@ -191,14 +191,18 @@ class RNNSeq2SeqEncoder(nn.Module):
         attention).
 
         Raises:
-            ValueError: if a sentence has no real token.
+            ValueError: a row of ``attention_mask`` is all 0 (a sentence without a real token),
+                naming the rows.
         """
         batch, src_len = input_ids.shape
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         lengths = attention_mask.sum(-1).cpu()
         if bool((lengths == 0).any()):
-            raise ValueError("every source sentence needs at least one real token (attention_mask is all 0 in a row)")
+            rows = (lengths == 0).nonzero().flatten().tolist()
+            raise ValueError(
+                f"attention_mask row(s) {rows} are all 0: every source sentence needs at least one real token"
+            )
 
         embeds = self.dropout(self.embed_tokens(input_ids))  # (batch, src_len, embedding_size)
         packed = pack_padded_sequence(embeds, lengths, batch_first=True, enforce_sorted=False)

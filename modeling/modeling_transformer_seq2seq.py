@@ -750,6 +750,23 @@ def label_smoothed_cross_entropy(
 # --------------------------------------------------------------------------------------------
 
 
+def check_source_rows(attention_mask: torch.Tensor | None) -> None:
+    """Raise `ValueError` naming the rows of a (batch, src_len) source `attention_mask` that are all 0.
+
+    Such a row has no key to attend to: SDPA would return its output silently, and eager attention
+    would spread the row's weights uniformly over its padding. The RNN encoder refuses the same rows
+    (it cannot pack a sequence of length 0).
+    """
+    if attention_mask is None:
+        return
+    empty = ~attention_mask.bool().any(dim=-1)  # (batch,)
+    if bool(empty.any()):
+        rows = empty.nonzero().flatten().tolist()
+        raise ValueError(
+            f"attention_mask row(s) {rows} are all 0: every source sentence needs at least one real token"
+        )
+
+
 def _check_output_attentions(config: TransformerSeq2SeqConfig, output_attentions: bool) -> None:
     if output_attentions and config._attn_implementation != "eager":
         raise ValueError(
@@ -847,13 +864,15 @@ class TransformerSeq2SeqEncoder(nn.Module):
             are the same either way (up to float rounding).
 
         Raises:
-            ValueError: the source is longer than `max_position_embeddings`, or attention weights
-                are asked for without attn_implementation="eager".
+            ValueError: the source is longer than `max_position_embeddings`, a row of
+                `attention_mask` is all 0 (naming the rows), or attention weights are asked for
+                without attn_implementation="eager".
         """
         config = self.config
         output_attentions = config.output_attentions if output_attentions is None else output_attentions
         output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
         _check_output_attentions(config, output_attentions)
+        check_source_rows(attention_mask)
 
         hidden_states = self.embed_tokens(input_ids) + self.embed_positions(input_ids.size(1))
         hidden_states = dropout(hidden_states, self.dropout, self.training)

@@ -532,6 +532,17 @@ def test_encoder_outputs_may_be_passed_as_a_tuple(variant, output_hidden_states)
     assert torch.equal(got, expected)
 
 
+def test_a_source_row_without_real_tokens_is_refused_naming_the_row():
+    model = make_model("bahdanau-gru")
+    input_ids, attention_mask = source_batch()
+    attention_mask[1] = 0
+    message = r"attention_mask row\(s\) \[1\] are all 0: every source sentence needs at least one real token"
+    with pytest.raises(ValueError, match=message):
+        model(input_ids=input_ids, attention_mask=attention_mask, labels=input_ids)
+    with pytest.raises(ValueError, match=message):
+        model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=3)
+
+
 def test_labels_are_shifted_right_into_decoder_input_ids():
     labels = torch.tensor([[7, 8, EOS], [9, EOS, -100]])
     assert shift_tokens_right(labels, PAD, BOS).tolist() == [[BOS, 7, 8], [BOS, 9, EOS]]

@@ -613,6 +613,23 @@ def test_labels_alone_build_shifted_decoder_inputs_and_loss_is_label_smoothed_me
     assert out.loss.item() == pytest.approx(expected.item(), rel=1e-5)
 
 
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_a_source_row_without_real_tokens_is_refused_naming_the_row(attn_implementation):
+    """Same error as the RNN's; before, the row was translated silently (eager spread its attention
+    uniformly over the padding)."""
+    model = tiny_model(attn_implementation)
+    input_ids, attention_mask, decoder_input_ids = padded_batch()
+    attention_mask[1] = 0
+    message = r"attention_mask row\(s\) \[1\] are all 0: every source sentence needs at least one real token"
+    for training in (False, True):
+        model.train(training)
+        with pytest.raises(ValueError, match=message):
+            model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
+    model.eval()
+    with pytest.raises(ValueError, match=message):
+        model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=3)
+
+
 def test_exceeding_max_position_embeddings_raises_clearly():
     model = tiny_model(max_position_embeddings=8)
     with pytest.raises(ValueError, match="longer than max_position_embeddings=8"):

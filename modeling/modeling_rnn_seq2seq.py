@@ -741,6 +741,17 @@ class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, Seq2SeqGener
         )
         return output if return_dict else output.to_tuple()
 
+    def _expand_inputs_for_generation(self, expand_size=1, is_encoder_decoder=False, input_ids=None, **model_kwargs):
+        """Repeat the inputs for beams or several returned sequences, after reading `encoder_outputs`
+        given as a tuple (`RNNEncoderOutput.to_tuple()`) into an `RNNEncoderOutput`: transformers
+        expands only a dict of tensors, and failed on a tuple with an obscure `TypeError`."""
+        encoder_outputs = model_kwargs.get("encoder_outputs")
+        if encoder_outputs is not None and not isinstance(encoder_outputs, RNNEncoderOutput):
+            model_kwargs["encoder_outputs"] = self.model._encoder_outputs_from_tuple(tuple(encoder_outputs))
+        return super()._expand_inputs_for_generation(
+            expand_size, is_encoder_decoder=is_encoder_decoder, input_ids=input_ids, **model_kwargs
+        )
+
     def prepare_inputs_for_generation(
         self, input_ids: torch.LongTensor, cache: RNNDecoderCache | None = None, **kwargs
     ):

@@ -532,6 +532,21 @@ def test_encoder_outputs_may_be_passed_as_a_tuple(variant, output_hidden_states)
     assert torch.equal(got, expected)
 
 
+@pytest.mark.parametrize("variant", ["luong-dot-nofeed-lstm-last-bridge", "bahdanau-gru"])
+def test_generate_from_encoder_outputs_as_a_tuple_with_beams(variant):
+    """generate(encoder_outputs=<tuple>, num_beams=3) translates as generate(input_ids=...); before,
+    transformers' expansion for the beams raised "TypeError: only integer tensors of a single
+    element can be converted to an index"."""
+    model = make_model(variant)
+    input_ids, attention_mask = source_batch()
+    as_tuple = model.get_encoder()(input_ids, attention_mask, return_dict=False)
+    kwargs = dict(attention_mask=attention_mask, max_new_tokens=6, num_beams=3)
+    expected = model.generate(input_ids=input_ids, **kwargs)
+    assert torch.equal(model.generate(encoder_outputs=as_tuple, **kwargs), expected)
+    two = model.generate(encoder_outputs=as_tuple, num_return_sequences=2, **kwargs)
+    assert torch.equal(two, model.generate(input_ids=input_ids, num_return_sequences=2, **kwargs))
+
+
 def test_a_source_row_without_real_tokens_is_refused_naming_the_row():
     model = make_model("bahdanau-gru")
     input_ids, attention_mask = source_batch()

@@ -463,8 +463,9 @@ def unit_rows(weight: torch.Tensor) -> torch.Tensor:
     divide it by its eps and send ~1e12 times the gradient into it. The length is taken in float32,
     so float16 weights do not round the guard to 0 (0/0 = NaN); the result has `weight`'s dtype.
     """
-    norm = torch.linalg.vector_norm(weight, dim=-1, keepdim=True, dtype=torch.float32)
-    scaled = (weight.float() / norm.clamp_min(torch.finfo(torch.float32).tiny)).to(weight.dtype)
+    compute_dtype = torch.promote_types(weight.dtype, torch.float32)  # float16/bf16 → float32; float64 stays
+    norm = torch.linalg.vector_norm(weight, dim=-1, keepdim=True, dtype=compute_dtype)
+    scaled = (weight.to(compute_dtype) / norm.clamp_min(torch.finfo(compute_dtype).tiny)).to(weight.dtype)
     return torch.where(norm > 0, scaled, torch.zeros_like(scaled))
 
 

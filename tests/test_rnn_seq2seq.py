@@ -607,6 +607,29 @@ def test_coverage_loss_adds_lambda_times_mean_overlap_with_past_attention(varian
     assert torch.stack(penalties).mean() > 1e-3
 
 
+def test_cosine_score_in_half_precision_on_a_padded_batch_gives_finite_gradients():
+    """model.half() with the cosine score: padded encoder states are exact zeros, and
+    F.normalize's eps (1e-8) rounds to 0 in float16, so their 0/0 sent NaN into every gradient.
+    Unit vectors are now taken in float32, zero vectors kept at zero without a gradient."""
+    model = make_model("luong-cosine-feed-2layers").train().half()
+    input_ids, attention_mask = source_batch()  # lengths 5, 2, 4: padded
+    labels, _ = target_batch()
+    loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+    loss.backward()
+    assert torch.isfinite(loss)
+    not_finite = [name for name, p in model.named_parameters() if p.grad is not None and not p.grad.isfinite().all()]
+    assert not not_finite
+    assert model.model.decoder.attention.key_strength.weight.grad.abs().sum() > 0
+
+    from attention_seq2seq.modeling.rnn_attention import unit_vectors
+
+    states = torch.tensor([[3.0, 4.0], [0.0, 0.0], [1e-3, 0.0]], requires_grad=True)
+    unit = unit_vectors(states)
+    torch.testing.assert_close(unit, torch.tensor([[0.6, 0.8], [0.0, 0.0], [1.0, 0.0]]))
+    unit.sum().backward()
+    assert states.grad[1].tolist() == [0.0, 0.0] and states.grad.isfinite().all()
+
+
 def test_coverage_enters_the_score():
     model = make_model("bahdanau-lstm-coverage")
     input_ids, attention_mask = source_batch()

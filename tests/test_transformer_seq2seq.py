@@ -319,6 +319,15 @@ def test_fix_norm_leaves_the_zero_padding_row_without_gradient_and_finite_in_hal
     assert grads.norm().item() < 100  # the same order as without FixNorm, not ~1e10
 
 
+def test_fix_norm_unit_rows_keep_float64():
+    """unit_rows took the length in float32 for every dtype, which torch refuses for float64."""
+    from attention_seq2seq.modeling.modeling_transformer_seq2seq import unit_rows
+
+    weight = torch.tensor([[3.0, 4.0], [0.0, 0.0]], dtype=torch.float64)
+    assert unit_rows(weight).dtype == torch.float64
+    assert unit_rows(weight).tolist() == [[0.6, 0.8], [0.0, 0.0]]
+
+
 def test_scale_norm_and_fix_norm_survive_save_and_load(tmp_path):
     from transformers import AutoModelForSeq2SeqLM
 

@@ -213,6 +213,21 @@ def test_locate_model_tells_the_four_forms_apart(runs_root, tmp_path):
             locate_model(bad)
 
 
+def test_a_missing_folder_under_an_existing_one_is_not_taken_for_a_hub_id(tmp_path, monkeypatch, capsys, no_network):
+    """-m runs/nope where ./runs exists: "model folder not found" at once; before, it was looked
+    up on the Hub (54 s of retries with a network). owner/name without such a folder stays a Hub id."""
+    from attention_seq2seq.errors import UserError
+    from attention_seq2seq.inference import locate_model
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    with pytest.raises(UserError, match="model folder not found: runs/nope"):
+        locate_model("runs/nope")
+    assert locate_model("someone/model").kind == "hub"
+    line = _one_line_error(capsys, ["translate", "-m", "runs/nope", "Hallo"])
+    assert "model folder not found: runs/nope" in line
+
+
 # ------------------------------------------------------------------------------------------------
 # translate
 

@@ -7,6 +7,9 @@ import ...``); standard library only.
 from __future__ import annotations
 
 import difflib
+import numbers
+import types
+import typing
 import warnings
 
 # Keys a config.json (or transformers itself) hands to a config's constructor that no option of ours
@@ -16,6 +19,38 @@ BOOKKEEPING_KEYS = frozenset({
     "model_type", "name_or_path", "transformers_version", "torch_dtype", "auto_map", "custom_pipelines",
     "attn_implementation", "experts_implementation", "output_attentions", "num_labels", "per_layer_config",
 })
+
+
+def _accepts(kind: type, value: object) -> bool:
+    if kind is type(None):
+        return value is None
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is int:  # numpy integers too; True is not a size
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if kind is float:  # an int is a float here (dropout: 0 in a recipe)
+        return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def check_field_types(config: object) -> None:
+    """Raise ``ValueError`` naming the option and its type when a value of the config's own fields
+    (those its class declares, not transformers' base fields) has the wrong type.
+
+    ``dropout="high"`` would otherwise fail later with ``'<=' not supported between instances of
+    'float' and 'str'``, or be stored and fail when the model is built.
+    """
+    cls = type(config)
+    for name, annotation in cls.__dict__.get("__annotations__", {}).items():
+        if name.startswith("_") or name not in cls.__dataclass_fields__:
+            continue
+        kind = eval(annotation, {}) if isinstance(annotation, str) else annotation  # noqa: S307 (our own annotations)
+        union = typing.get_origin(kind) in (typing.Union, types.UnionType)
+        kinds = [typing.get_origin(k) or k for k in (typing.get_args(kind) if union else (kind,))]
+        value = getattr(config, name)
+        if not any(_accepts(k, value) for k in kinds):
+            names = " or ".join("None" if k is type(None) else k.__name__ for k in kinds)
+            raise ValueError(f"{name} must be {names}; got {value!r}")
 
 
 def check_choice(name: str, value: object, valid: tuple[str, ...]) -> None:

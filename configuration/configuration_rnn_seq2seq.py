@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from transformers import GenerationConfig, PreTrainedConfig
 
-from .configuration_checks import check_choice, generation_setting_names, sort_extra_options
+from .configuration_checks import check_choice, check_field_types, generation_setting_names, sort_extra_options
 
 CELL_TYPES = ("gru", "lstm")
 BRIDGES = ("zero", "last", "projection")
@@ -149,6 +149,7 @@ class RNNSeq2SeqConfig(PreTrainedConfig):
             self, kwargs, foreign_names=FOREIGN_OPTION_NAMES,
             generation_names=generation_setting_names(GenerationConfig, self), aliases=set(self.attribute_map),
         )
+        check_field_types(self)
         self._resolve_and_validate()
         super().__post_init__(**kwargs)
         if generation_settings:  # read by the model's __init__ into its generation_config; never saved here

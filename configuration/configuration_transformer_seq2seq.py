@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from transformers import GenerationConfig, PreTrainedConfig
 
-from .configuration_checks import check_choice, generation_setting_names, sort_extra_options
+from .configuration_checks import check_choice, check_field_types, generation_setting_names, sort_extra_options
 
 POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned")
 NORM_ORDERS = ("post", "pre")
@@ -151,6 +151,7 @@ class TransformerSeq2SeqConfig(PreTrainedConfig):
             self, kwargs, foreign_names=FOREIGN_OPTION_NAMES,
             generation_names=generation_setting_names(GenerationConfig, self), aliases=set(self.attribute_map),
         )
+        check_field_types(self)
         _check_divisible(self.d_model, self.encoder_attention_heads, "encoder_attention_heads")
         _check_divisible(self.d_model, self.decoder_attention_heads, "decoder_attention_heads")
         check_choice("position_embedding_type", self.position_embedding_type, POSITION_EMBEDDING_TYPES)

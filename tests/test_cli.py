@@ -137,6 +137,19 @@ def test_unknown_recipe_field_is_named_with_the_valid_ones(tmp_path, capsys):
     assert "learning_rat" in line and "learning_rate" in line
 
 
+@pytest.mark.parametrize("recipe, expected", [
+    ("multi30k-transformer-small.yaml", "dropout must be float; got 'high'"),
+    ("bible-rnn-bahdanau.yaml", "dropout must be float or int; got 'high'"),
+])
+def test_a_model_config_value_of_the_wrong_type_is_named_with_its_type(recipe, expected, tmp_path, capsys):
+    """Before: "'<=' not supported between instances of 'float' and 'str'" (RNN), or accepted (Transformer)."""
+    recipe_path = Path(__file__).resolve().parents[1] / "training" / "recipes" / recipe
+    line = _one_line_error(capsys, ["train", "--recipe", str(recipe_path), "--model_config.dropout", "high",
+                                    "--output_dir", str(tmp_path / "run")])
+    assert f"model_config: {expected}" in line
+    assert not (tmp_path / "run").exists()
+
+
 def test_user_errors_exit_2_with_one_line(tmp_path, capsys):
     missing = tmp_path / "no-such-run"
     assert "model folder not found" in _one_line_error(capsys, ["translate", "-m", str(missing), "Hallo"])

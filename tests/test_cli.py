@@ -150,6 +150,20 @@ def test_a_model_config_value_of_the_wrong_type_is_named_with_its_type(recipe, e
     assert not (tmp_path / "run").exists()
 
 
+def test_a_missing_recipe_is_one_line_naming_the_file_from_the_training_module_too(tmp_path, capsys):
+    """`python -m attention_seq2seq.training.train --recipe missing.yaml` (what `accelerate launch`
+    runs in each process) printed a FileNotFoundError traceback; now one line, exit status 2."""
+    from attention_seq2seq.training.train import main as train_main
+
+    missing = tmp_path / "missing.yaml"
+    with pytest.raises(SystemExit) as exit_info:
+        train_main(["--recipe", str(missing)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"error: recipe not found: {missing}" and "Traceback" not in err
+    assert f"recipe not found: {missing}" in _one_line_error(capsys, ["train", "--recipe", str(missing)])
+
+
 def test_user_errors_exit_2_with_one_line(tmp_path, capsys):
     missing = tmp_path / "no-such-run"
     assert "model folder not found" in _one_line_error(capsys, ["translate", "-m", str(missing), "Hallo"])

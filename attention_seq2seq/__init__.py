@@ -38,6 +38,23 @@ def _register_auto_classes() -> None:
 
 _register_auto_classes()
 
+
+def _write_remote_code(model, save_directory) -> None:
+    from .hub.export import write_remote_code  # imported when first needed
+
+    write_remote_code(model, save_directory)
+
+
+def _install_remote_code_writer() -> None:
+    """`register_for_auto_class()` + `save_pretrained()` on the installed package's models writes
+    the flattened remote code (see modeling/saving.py)."""
+    from .modeling import saving
+
+    saving.REMOTE_CODE_WRITER = _write_remote_code
+
+
+_install_remote_code_writer()
+
 __all__ = [
     "RNNSeq2SeqConfig",
     "RNNSeq2SeqModel",

@@ -35,6 +35,7 @@ from transformers.modeling_outputs import ModelOutput, Seq2SeqLMOutput, Seq2SeqM
 
 from ..configuration.configuration_rnn_seq2seq import RNNSeq2SeqConfig
 from .generation_lengths import Seq2SeqGenerationMixin
+from .saving import Seq2SeqSavingMixin
 from .rnn_attention import BahdanauAttention, LuongAttention, luong_attentional_state, maxout
 # Imported for its side effect on save_pretrained, which copies the model file and the flat
 # siblings it imports: a re-saved remote-code model then keeps the pipeline that
@@ -467,7 +468,7 @@ class RNNSeq2SeqDecoder(nn.Module):
 # ---------------------------------------------------------------------------------------------
 
 
-class RNNSeq2SeqPreTrainedModel(PreTrainedModel):
+class RNNSeq2SeqPreTrainedModel(Seq2SeqSavingMixin, PreTrainedModel):
     config_class = RNNSeq2SeqConfig
     base_model_prefix = "model"
     main_input_name = "input_ids"

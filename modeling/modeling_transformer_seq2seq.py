@@ -48,6 +48,7 @@ from ..configuration.configuration_transformer_seq2seq import TransformerSeq2Seq
 from .fast_dropout import dropout
 from .fast_inference import PaddingFreeLayout, packed_linear
 from .generation_lengths import Seq2SeqGenerationMixin
+from .saving import Seq2SeqSavingMixin
 # Imported for its side effect on save_pretrained, which copies the model file and the flat
 # siblings it imports: a re-saved remote-code model then keeps the pipeline that
 # config.custom_pipelines names, and pipeline("translation", model=<re-saved folder>) still loads.
@@ -778,7 +779,7 @@ def _check_output_attentions(config: TransformerSeq2SeqConfig, output_attentions
         )
 
 
-class TransformerSeq2SeqPreTrainedModel(PreTrainedModel):
+class TransformerSeq2SeqPreTrainedModel(Seq2SeqSavingMixin, PreTrainedModel):
     """Weight initialisation and transformers capabilities shared by the Transformer models.
 
     Initialisation (the paper does not state one; this follows the reference tensor2tensor/fairseq

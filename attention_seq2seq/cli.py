@@ -392,9 +392,13 @@ def cmd_evaluate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
         "reference": args.corpus or str(args.ref),
     }
     results = {name: result}
-    output = Path(args.output or f"eval_{name}.json")
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    # Default: next to the run's metrics.json, never into the current folder (a checkout, say);
+    # for an export, model folder or Hub id only with --output.
+    run_dir = loaded.location.run_dir
+    output = Path(args.output) if args.output else (run_dir / f"eval_{name}.json" if run_dir is not None else None)
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     if args.hypotheses:
         Path(args.hypotheses).write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
     if args.update_metrics:
@@ -404,7 +408,10 @@ def cmd_evaluate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
         metrics.setdefault("test", {})[name] = entry
         metrics_file.write_text(json.dumps(metrics, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     print(format_score_table(results))
-    print(f"scores written to {output}", file=sys.stderr)
+    if output is not None:
+        print(f"scores written to {output}", file=sys.stderr)
+    else:
+        print(f"{parser.prog}: note: no JSON written (give --output FILE to keep the scores)", file=sys.stderr)
     return 0
 
 
@@ -663,7 +670,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "(default: from the corpus, or the --ref file suffix)")
     test.add_argument("--limit", metavar="N", type=_positive_int, help="score only the first N sentences")
     out = p.add_argument_group("output")
-    out.add_argument("-o", "--output", help="JSON file (default: eval_<name>.json)")
+    out.add_argument("-o", "--output", help="JSON file (default: <run>/eval_<name>.json for a training "
+                     "output folder; none for other models)")
     out.add_argument("--hypotheses", help="also write the translations to this file")
     out.add_argument("--update-metrics", action="store_true",
                      help="add the scores to MODEL's metrics.json (a training folder), for the model card")

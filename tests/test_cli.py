@@ -367,6 +367,26 @@ def test_evaluate_two_files_writes_json_and_prints_a_table(run, tmp_path, capsys
     assert signatures == [f"BLEU signature: {result['bleu_signature']}", f"chrF signature: {result['chrf_signature']}"]
 
 
+def test_evaluate_without_output_writes_into_the_run_folder_never_the_current_one(runs_root, tmp_path, monkeypatch,
+                                                                                 capsys):
+    """Before: eval_<name>.json landed in the current folder (a checkout: inside the repository)."""
+    run = tmp_path / "run"
+    shutil.copytree(build_tiny_run("rnn_seq2seq", runs_root), run)
+    pairs = read_multi30k_pairs(4, split="val")
+    src, ref = tmp_path / "val.de", tmp_path / "val.en"
+    src.write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
+    ref.write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    for model in (run, run / "model"):  # a training run, then a plain model folder
+        assert main(["evaluate", "-m", str(model), "--src", str(src), "--ref", str(ref), "--greedy",
+                     "--no-progress"]) == 0
+    assert list(cwd.iterdir()) == [] and not list((run / "model").glob("eval_*"))
+    assert json.loads((run / "eval_val.json").read_text())["val"]["num_sentences"] == 4
+    assert "no JSON written" in capsys.readouterr().err
+
+
 def test_evaluate_bootstrap_interval_reaches_the_json_and_the_table(run, tmp_path, capsys):
     pairs, output, hypotheses = _evaluate_val_files(run, tmp_path, "--greedy", "--bootstrap", "200")
     row = capsys.readouterr().out.splitlines()[2]

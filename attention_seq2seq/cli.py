@@ -620,7 +620,10 @@ def cmd_push(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 # The parser
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(finetune_options: bool = True) -> argparse.ArgumentParser:
+    """The command line's parser. ``finetune_options=False`` leaves out the options of ``finetune``
+    (its configuration dataclass lives next to transformers' Trainer, whose import takes seconds);
+    `main` asks for them only when the command line names ``finetune``."""
     parser = _Parser(
         prog=PROG,
         description="The classic attention models for sequence-to-sequence learning, as transformers models.",
@@ -644,10 +647,11 @@ def build_parser() -> argparse.ArgumentParser:
     # The training script's own options (--recipe FILE, --FIELD VALUE) are passed on unparsed.
 
     p = add("finetune", "fine-tune a model with transformers' Seq2SeqTrainer", _FINETUNE_EPILOG, cmd_finetune)
-    from .training.config import field_comments
-    from .training.finetune_trainer import FinetuneConfig, add_config_arguments
+    if finetune_options:
+        from .training.config import field_comments
+        from .training.finetune_trainer import FinetuneConfig, add_config_arguments
 
-    add_config_arguments(p, field_comments(FinetuneConfig))
+        add_config_arguments(p, field_comments(FinetuneConfig))
 
     p = add("translate", "translate sentences from arguments, a file or stdin", _TRANSLATE_EPILOG, cmd_translate)
     _add_model_argument(p)
@@ -715,7 +719,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else argv
+    parser = build_parser(finetune_options="finetune" in words)
     args, unknown = parser.parse_known_args(argv)
     if args.command == "train":
         args.train_args = unknown

@@ -75,6 +75,54 @@ def test_every_command_is_listed_in_the_parser():
     assert sorted(subparsers) == sorted(COMMANDS)
 
 
+_IMPORTS_AFTER = r"""
+import json, sys
+from attention_seq2seq.cli import main
+for argv in (["--help"], ["--version"], ["translate", "--help"]):
+    try:
+        main(argv)
+    except SystemExit:
+        pass
+heavy = sorted(name for name in ("torch", "transformers", "datasets", "numpy") if name in sys.modules)
+print(json.dumps(heavy))
+"""
+
+_REGISTERED_AFTER = r"""
+import json, sys
+exec(sys.argv[1])  # the first import of the session
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+from attention_seq2seq.modeling import saving
+print(json.dumps(["rnn_seq2seq" in CONFIG_MAPPING, "transformer_seq2seq" in CONFIG_MAPPING,
+                  saving.REMOTE_CODE_WRITER is not None]))
+"""
+
+
+def _run_python(code: str, *args: str) -> str:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    completed = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300,
+                               env=env)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return completed.stdout.strip().splitlines()[-1]
+
+
+def test_help_and_version_import_neither_torch_nor_transformers():
+    """`attention-seq2seq --help` imported torch, transformers and both models first (6-11 s)."""
+    assert json.loads(_run_python(_IMPORTS_AFTER)) == []
+
+
+@pytest.mark.parametrize("first_import", [
+    "import attention_seq2seq",
+    "import transformers; import attention_seq2seq",
+    "from attention_seq2seq.modeling.modeling_transformer_seq2seq import TransformerSeq2SeqModel",
+    "import attention_seq2seq.configuration.configuration_rnn_seq2seq",
+    "from attention_seq2seq import RNNSeq2SeqConfig",
+])
+def test_the_auto_classes_are_registered_whatever_is_imported_first(first_import):
+    """The package imports lazily but still registers both families (and the remote-code writer)
+    once transformers is loaded."""
+    assert json.loads(_run_python(_REGISTERED_AFTER, first_import)) == [True, True, True]
+
+
 @pytest.mark.parametrize("command", COMMANDS)
 def test_help_of_each_command_has_examples(command, capsys):
     with pytest.raises(SystemExit) as exit_info:

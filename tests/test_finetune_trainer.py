@@ -489,3 +489,47 @@ def test_gradient_accumulation_equals_the_full_batch_under_seq2seq_trainer(famil
         assert gradient.dtype.is_floating_point and gradient.dtype.itemsize == 8
         difference = (accumulated[name] - gradient).abs().max().item()
         assert difference < 1e-6, f"{name}: accumulated and full-batch gradients differ by {difference:.3g}"
+
+
+_DDP_GRADIENTS = r"""
+import sys
+sys.path.insert(0, sys.argv[1])  # tests/
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from test_finetune_trainer import _trainer_gradients
+
+family, out = sys.argv[2], Path(sys.argv[3])
+gradients = _trainer_gradients(family, out.parent / f"rank{dist.get_rank() if dist.is_initialized() else 0}",
+                               batch_size=1, accumulation=1)
+if not dist.is_initialized() or dist.get_rank() == 0:
+    torch.save(gradients, out)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", FAMILIES)
+def test_ddp_over_two_cpu_processes_equals_the_full_batch(family, tmp_path):
+    """torchrun --nproc_per_node 2, one example per process (2 and 10 target tokens): the update's
+    gradient is the full batch's, within 1e-6 in float64 (the model divides by the target tokens
+    of both processes, which the Trainer gathers as num_items_in_batch)."""
+    import torch
+
+    script = tmp_path / "ddp_gradients.py"
+    script.write_text(_DDP_GRADIENTS)
+    torchrun = Path(sys.executable).with_name("torchrun")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    result = run_process_tree(
+        [str(torchrun), "--nproc_per_node", "2", str(script), str(REPO_ROOT / "tests"), family,
+         str(tmp_path / "grads.pt")],
+        timeout=600, env=env, cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    ddp = torch.load(tmp_path / "grads.pt")
+    full = _trainer_gradients(family, tmp_path, batch_size=2, accumulation=1)
+    assert ddp.keys() == full.keys()
+    for name, gradient in full.items():
+        difference = (ddp[name] - gradient).abs().max().item()
+        assert difference < 1e-6, f"{name}: DDP and full-batch gradients differ by {difference:.3g}"

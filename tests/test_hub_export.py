@@ -33,7 +33,7 @@ from attention_seq2seq.hub.export import (
     strip_png_metadata,
 )
 from attention_seq2seq.modeling.pipeline_translation import Seq2SeqTranslationPipeline
-from conftest import read_multi30k_pairs
+from conftest import read_pairs
 
 FAMILIES = ("rnn_seq2seq", "transformer_seq2seq")
 SOURCES = [
@@ -72,8 +72,8 @@ def _build_tokenizer(pairs):
 
 
 @pytest.fixture(scope="module")
-def tokenizer(shared_data):
-    return _build_tokenizer(read_multi30k_pairs(300))
+def tokenizer():
+    return _build_tokenizer(read_pairs(300))
 
 
 def _tiny_model(family: str, vocab_size: int):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import read_multi30k_pairs
+from conftest import read_pairs
 from torch.nn import functional as F
 from transformers import AutoConfig, AutoModelForSeq2SeqLM
 from transformers.modeling_outputs import Seq2SeqLMOutput
@@ -805,8 +805,8 @@ def _word_level_batch(pairs):
 
 
 @pytest.mark.parametrize("variant", list(OVERFIT_VARIANTS))
-def test_every_decoder_variant_overfits_20_multi30k_pairs(shared_data, variant):
-    vocab_size, input_ids, attention_mask, labels = _word_level_batch(read_multi30k_pairs(20))
+def test_every_decoder_variant_overfits_20_training_pairs(variant):
+    vocab_size, input_ids, attention_mask, labels = _word_level_batch(read_pairs(20))
     config = RNNSeq2SeqConfig(
         vocab_size=vocab_size, embedding_size=32, hidden_size=64, dropout=0.0, **OVERFIT_VARIANTS[variant]
     )

@@ -25,7 +25,7 @@ from attention_seq2seq.modeling.modeling_transformer_seq2seq import (
     shift_tokens_right,
     sinusoidal_position_encoding,
 )
-from conftest import read_multi30k_pairs
+from conftest import read_pairs
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 VARIANTS = [
@@ -773,8 +773,8 @@ def _encode(sentences, vocab, pad_value):
 
 
 @pytest.mark.parametrize("norm_order", ["post", "pre"])
-def test_overfits_twenty_multi30k_pairs(shared_data, norm_order):
-    pairs = read_multi30k_pairs(20)
+def test_overfits_twenty_training_pairs(norm_order):
+    pairs = read_pairs(20)
     vocab = _word_vocab(pairs)
     input_ids = _encode([de for de, _ in pairs], vocab, PAD)
     labels = _encode([en for _, en in pairs], vocab, -100)

@@ -549,10 +549,16 @@ def test_averaging_two_checkpoints_of_a_run_gives_their_mean_and_a_working_model
     for name in first:
         torch.testing.assert_close(averaged[name], (first[name] + second[name]) / 2, rtol=0, atol=1e-7)
     capsys.readouterr()
-    # The result is a complete model folder (config, generation config, tokenizer): it translates
-    # (a sentence it was trained on, so that the tiny model says more than </s>).
-    assert main(["translate", "-m", str(out), read_pairs(1)[0][0], "--greedy"]) == 0
-    assert capsys.readouterr().out.strip()
+    # The result is a complete model folder (config, generation config, tokenizer): it translates,
+    # as transformers does with the same folder.
+    sentence = read_pairs(1)[0][0]
+    assert main(["translate", "-m", str(out), sentence, "--greedy"]) == 0
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    tokenizer, model = AutoTokenizer.from_pretrained(out), AutoModelForSeq2SeqLM.from_pretrained(out).eval()
+    with torch.inference_mode():
+        ids = model.generate(**tokenizer([sentence], return_tensors="pt"), num_beams=1, do_sample=False)
+    assert capsys.readouterr().out == tokenizer.decode(ids[0], skip_special_tokens=True).strip() + "\n"
 
 
 # ------------------------------------------------------------------------------------------------

@@ -203,10 +203,10 @@ def _saved_hf_dataset(tmp_path: Path, layout: str, pairs: list[tuple[str, str]])
     return folder
 
 
-def test_hf_translation_layout_from_disk(tmp_path, shared_data):  # shared_data: skip without the corpora
-    from conftest import read_multi30k_pairs
+def test_hf_translation_layout_from_disk(tmp_path):
+    from conftest import read_pairs
 
-    pairs = read_multi30k_pairs(60)
+    pairs = read_pairs(60)  # real sentences (Multi30k, else the committed Bible pairs), stored as "de"/"en"
     folder = _saved_hf_dataset(tmp_path, "translation", pairs)
     corpus = load_corpus(f"hf:{folder}::de-en")
     assert {s: len(d) for s, d in corpus.items()} == {"train": 40, "validation": 10, "test": 10}
@@ -215,10 +215,10 @@ def test_hf_translation_layout_from_disk(tmp_path, shared_data):  # shared_data:
         load_corpus(f"hf:{folder}::fr-en")
 
 
-def test_hf_two_column_layout_and_split_names(tmp_path, shared_data):  # shared_data: skip without the corpora
-    from conftest import read_multi30k_pairs
+def test_hf_two_column_layout_and_split_names(tmp_path):
+    from conftest import read_pairs
 
-    pairs = read_multi30k_pairs(60)
+    pairs = read_pairs(60)  # real sentences (Multi30k, else the committed Bible pairs), stored as "de"/"en"
     folder = _saved_hf_dataset(tmp_path, "columns", pairs)
     corpus = load_corpus(f"hf:{folder}::de-en:src_key=german,tgt_key=english,validation=test,test=validation")
     assert (corpus["validation"][0]["source"], corpus["validation"][0]["target"]) == pairs[50]

@@ -507,6 +507,9 @@ gradients = _trainer_gradients(family, out.parent / f"rank{dist.get_rank() if di
                                batch_size=1, accumulation=1)
 if not dist.is_initialized() or dist.get_rank() == 0:
     torch.save(gradients, out)
+if dist.is_initialized():  # leave the group explicitly: gloo's threads could abort the exit
+    dist.barrier()
+    dist.destroy_process_group()
 """
 
 

@@ -43,11 +43,15 @@ def head(path: Path, n: int) -> list[str]:
 
 
 @pytest.fixture
-def multi30k_slice(shared_data, tmp_path) -> Path:
-    """train 300 / val 40 / test2016 30 lines of Multi30k in Multi30k's own file names."""
-    for split, n in (("train", 300), ("val", 40), ("test2016", 30)):
-        for lang in ("de", "en"):
-            write_lines(tmp_path / f"{split}.{lang}", head(shared_data / "multi30k" / f"{split}.{lang}", n))
+def multi30k_slice(tmp_path) -> Path:
+    """train 300 / val 40 / test2016 30 real sentence pairs (conftest.read_pairs: Multi30k, else the
+    committed Bible pairs) in Multi30k's own file names, source side as .de, target side as .en."""
+    from conftest import read_pairs
+
+    for split, stem, n in (("train", "train", 300), ("val", "val", 40), ("test", "test2016", 30)):
+        pairs = read_pairs(n, split=split)
+        write_lines(tmp_path / f"{stem}.de", [source for source, _ in pairs])
+        write_lines(tmp_path / f"{stem}.en", [target for _, target in pairs])
     return tmp_path
 
 

@@ -1,50 +1,152 @@
 """attention_seq2seq: the classic attention models for sequence-to-sequence learning as
 transformers v5 models.
 
-Importing the package registers both model families with transformers' Auto classes
-(``AutoConfig``, ``AutoModel``, ``AutoModelForSeq2SeqLM``), so a folder written by
-``save_pretrained`` loads with ``AutoModelForSeq2SeqLM.from_pretrained`` while the package is
-installed. Hub exports (``attention-seq2seq export``) carry their own flattened code instead.
+The package registers both model families with transformers' Auto classes (``AutoConfig``,
+``AutoModel``, ``AutoModelForSeq2SeqLM``), so a folder written by ``save_pretrained`` loads with
+``AutoModelForSeq2SeqLM.from_pretrained`` while the package is installed. Hub exports
+(``attention-seq2seq export``) carry their own flattened code instead.
+
+Importing the package is cheap (the command line's ``--help`` answers without torch): the model
+and config classes load on first use (``attention_seq2seq.TransformerSeq2SeqConfig``), and the Auto
+classes are registered as soon as transformers is imported, whichever comes first
+(``register_auto_classes()`` does it at once).
 """
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import sys
 
 __version__ = "0.1.0"
 
-from .configuration.configuration_rnn_seq2seq import RNNSeq2SeqConfig
-from .configuration.configuration_transformer_seq2seq import TransformerSeq2SeqConfig
-from .modeling.modeling_rnn_seq2seq import (
-    RNNSeq2SeqForConditionalGeneration,
-    RNNSeq2SeqModel,
-    RNNSeq2SeqPreTrainedModel,
-)
-from .modeling.modeling_transformer_seq2seq import (
-    TransformerSeq2SeqForConditionalGeneration,
-    TransformerSeq2SeqModel,
-    TransformerSeq2SeqPreTrainedModel,
-)
+# Public class -> the submodule that defines it (loaded on first access, PEP 562).
+_EXPORTS = {
+    "RNNSeq2SeqConfig": ".configuration.configuration_rnn_seq2seq",
+    "TransformerSeq2SeqConfig": ".configuration.configuration_transformer_seq2seq",
+    "RNNSeq2SeqModel": ".modeling.modeling_rnn_seq2seq",
+    "RNNSeq2SeqPreTrainedModel": ".modeling.modeling_rnn_seq2seq",
+    "RNNSeq2SeqForConditionalGeneration": ".modeling.modeling_rnn_seq2seq",
+    "TransformerSeq2SeqModel": ".modeling.modeling_transformer_seq2seq",
+    "TransformerSeq2SeqPreTrainedModel": ".modeling.modeling_transformer_seq2seq",
+    "TransformerSeq2SeqForConditionalGeneration": ".modeling.modeling_transformer_seq2seq",
+}
+
+__all__ = [*_EXPORTS, "register_auto_classes"]
 
 
-def _register_auto_classes() -> None:
-    """Register both families with the Auto classes (idempotent: safe on re-import)."""
-    from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
-
-    for config_cls, base_cls, lm_cls in (
-        (RNNSeq2SeqConfig, RNNSeq2SeqModel, RNNSeq2SeqForConditionalGeneration),
-        (TransformerSeq2SeqConfig, TransformerSeq2SeqModel, TransformerSeq2SeqForConditionalGeneration),
-    ):
-        AutoConfig.register(config_cls.model_type, config_cls, exist_ok=True)
-        AutoModel.register(config_cls, base_cls, exist_ok=True)
-        AutoModelForSeq2SeqLM.register(config_cls, lm_cls, exist_ok=True)
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    register_auto_classes()
+    value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+    globals()[name] = value
+    return value
 
 
-_register_auto_classes()
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
 
-__all__ = [
-    "RNNSeq2SeqConfig",
-    "RNNSeq2SeqModel",
-    "RNNSeq2SeqPreTrainedModel",
-    "RNNSeq2SeqForConditionalGeneration",
-    "TransformerSeq2SeqConfig",
-    "TransformerSeq2SeqModel",
-    "TransformerSeq2SeqPreTrainedModel",
-    "TransformerSeq2SeqForConditionalGeneration",
-]
+
+_registration = {"done": False, "running": False}
+
+
+def register_auto_classes() -> None:
+    """Register both families with the Auto classes, and make ``save_pretrained`` after
+    ``register_for_auto_class()`` write the flattened remote code (modeling/saving.py).
+    Idempotent; imports torch and transformers."""
+    if _registration["done"] or _registration["running"]:
+        return
+    _registration["running"] = True
+    try:
+        from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+
+        from .configuration.configuration_rnn_seq2seq import RNNSeq2SeqConfig
+        from .configuration.configuration_transformer_seq2seq import TransformerSeq2SeqConfig
+        from .modeling import modeling_rnn_seq2seq as rnn
+        from .modeling import modeling_transformer_seq2seq as transformer
+        from .modeling import saving
+
+        for config_cls, base_cls, lm_cls in (
+            (RNNSeq2SeqConfig, rnn.RNNSeq2SeqModel, rnn.RNNSeq2SeqForConditionalGeneration),
+            (TransformerSeq2SeqConfig, transformer.TransformerSeq2SeqModel,
+             transformer.TransformerSeq2SeqForConditionalGeneration),
+        ):
+            AutoConfig.register(config_cls.model_type, config_cls, exist_ok=True)
+            AutoModel.register(config_cls, base_cls, exist_ok=True)
+            AutoModelForSeq2SeqLM.register(config_cls, lm_cls, exist_ok=True)
+        saving.REMOTE_CODE_WRITER = _write_remote_code
+        _registration["done"] = True
+    finally:
+        _registration["running"] = False
+    if _REGISTER_HOOK in sys.meta_path:
+        sys.meta_path.remove(_REGISTER_HOOK)
+
+
+def _write_remote_code(model, save_directory) -> None:
+    from .hub.export import write_remote_code  # imported when first needed
+
+    write_remote_code(model, save_directory)
+
+
+# --------------------------------------------------------------------------------------------
+# Registering once transformers is imported
+
+
+def _importing_a_submodule(finished: str | None = None) -> bool:
+    """Whether one of this package's submodules (other than `finished`, which has just run) is
+    being executed right now: its classes may not exist yet, so registering must wait for it."""
+    prefix = __name__ + "."
+    return any(
+        name.startswith(prefix) and name != finished
+        and getattr(getattr(module, "__spec__", None), "_initializing", False)
+        for name, module in list(sys.modules.items())
+    )
+
+
+def _register_when_ready(finished: str | None = None) -> None:
+    if not _registration["done"] and "transformers" in sys.modules and not _importing_a_submodule(finished):
+        register_auto_classes()
+
+
+class _ThenRegister(importlib.abc.Loader):
+    """Wraps a module's loader: after the module has run, register if transformers is loaded."""
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        self._loader.exec_module(module)
+        _register_when_ready(finished=module.__name__)
+
+    def __getattr__(self, name):  # get_source, get_resource_reader, is_package, ...
+        return getattr(self._loader, name)
+
+
+class _RegisterHook(importlib.abc.MetaPathFinder):
+    """Until the families are registered: `transformers` and this package's submodules load
+    through `_ThenRegister`, so registering happens right after transformers is imported, or after
+    the submodule that imported it has finished."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != "transformers" and not fullname.startswith(__name__ + "."):
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _ThenRegister(spec.loader)
+                return spec
+        return None
+
+
+_REGISTER_HOOK = _RegisterHook()
+if "transformers" in sys.modules:
+    register_auto_classes()
+elif not any(isinstance(finder, _RegisterHook) for finder in sys.meta_path):
+    sys.meta_path.insert(0, _REGISTER_HOOK)

@@ -392,9 +392,13 @@ def cmd_evaluate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
         "reference": args.corpus or str(args.ref),
     }
     results = {name: result}
-    output = Path(args.output or f"eval_{name}.json")
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    # Default: next to the run's metrics.json, never into the current folder (a checkout, say);
+    # for an export, model folder or Hub id only with --output.
+    run_dir = loaded.location.run_dir
+    output = Path(args.output) if args.output else (run_dir / f"eval_{name}.json" if run_dir is not None else None)
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     if args.hypotheses:
         Path(args.hypotheses).write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
     if args.update_metrics:
@@ -404,7 +408,10 @@ def cmd_evaluate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
         metrics.setdefault("test", {})[name] = entry
         metrics_file.write_text(json.dumps(metrics, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     print(format_score_table(results))
-    print(f"scores written to {output}", file=sys.stderr)
+    if output is not None:
+        print(f"scores written to {output}", file=sys.stderr)
+    else:
+        print(f"{parser.prog}: note: no JSON written (give --output FILE to keep the scores)", file=sys.stderr)
     return 0
 
 
@@ -613,7 +620,10 @@ def cmd_push(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 # The parser
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(finetune_options: bool = True) -> argparse.ArgumentParser:
+    """The command line's parser. ``finetune_options=False`` leaves out the options of ``finetune``
+    (its configuration dataclass lives next to transformers' Trainer, whose import takes seconds);
+    `main` asks for them only when the command line names ``finetune``."""
     parser = _Parser(
         prog=PROG,
         description="The classic attention models for sequence-to-sequence learning, as transformers models.",
@@ -637,10 +647,11 @@ def build_parser() -> argparse.ArgumentParser:
     # The training script's own options (--recipe FILE, --FIELD VALUE) are passed on unparsed.
 
     p = add("finetune", "fine-tune a model with transformers' Seq2SeqTrainer", _FINETUNE_EPILOG, cmd_finetune)
-    from .training.config import field_comments
-    from .training.finetune_trainer import FinetuneConfig, add_config_arguments
+    if finetune_options:
+        from .training.config import field_comments
+        from .training.finetune_trainer import FinetuneConfig, add_config_arguments
 
-    add_config_arguments(p, field_comments(FinetuneConfig))
+        add_config_arguments(p, field_comments(FinetuneConfig))
 
     p = add("translate", "translate sentences from arguments, a file or stdin", _TRANSLATE_EPILOG, cmd_translate)
     _add_model_argument(p)
@@ -663,7 +674,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "(default: from the corpus, or the --ref file suffix)")
     test.add_argument("--limit", metavar="N", type=_positive_int, help="score only the first N sentences")
     out = p.add_argument_group("output")
-    out.add_argument("-o", "--output", help="JSON file (default: eval_<name>.json)")
+    out.add_argument("-o", "--output", help="JSON file (default: <run>/eval_<name>.json for a training "
+                     "output folder; none for other models)")
     out.add_argument("--hypotheses", help="also write the translations to this file")
     out.add_argument("--update-metrics", action="store_true",
                      help="add the scores to MODEL's metrics.json (a training folder), for the model card")
@@ -707,7 +719,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else argv
+    parser = build_parser(finetune_options="finetune" in words)
     args, unknown = parser.parse_known_args(argv)
     if args.command == "train":
         args.train_args = unknown

@@ -55,6 +55,10 @@ class LoadedModel:
 def locate_model(path_or_id: str | Path) -> ModelLocation:
     """Say what ``path_or_id`` is, without loading anything.
 
+    A value that looks like a path and does not exist (it starts with ``.``, ``/`` or ``~``, has
+    more than one ``/`` or a ``\\``, or its first part names a folder that exists here, as
+    ``runs/nope`` where ``runs/`` exists) is a missing folder, never a Hub id.
+
     Raises :class:`UserError` for a path that does not exist or holds no model.
     """
     text = str(path_or_id)
@@ -79,6 +83,14 @@ def locate_model(path_or_id: str | Path) -> ModelLocation:
     looks_local = text.startswith((".", "/", "~")) or text.count("/") > 1 or "\\" in text
     if looks_local or not _HUB_ID.match(text):
         raise UserError(f"model folder not found: {path}")
+    parent = text.split("/")[0]
+    if "/" in text and Path(parent).is_dir():
+        # "runs/nope" while ./runs exists: a mistyped folder, not the Hub repo "runs/nope" (which
+        # would otherwise be looked up over the network, with retries, before failing).
+        raise UserError(
+            f"model folder not found: {path} (the folder {parent}/ exists here; for the Hub repo "
+            f"{text!r}, run from another folder)"
+        )
     return ModelLocation(text, "hub")
 
 

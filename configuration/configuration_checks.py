@@ -7,6 +7,50 @@ import ...``); standard library only.
 from __future__ import annotations
 
 import difflib
+import numbers
+import types
+import typing
+import warnings
+
+# Keys a config.json (or transformers itself) hands to a config's constructor that no option of ours
+# reads: transformers' bookkeeping, exported folders' remote-code entries, arguments that
+# `PreTrainedConfig.__post_init__` consumes. They are never warned about.
+BOOKKEEPING_KEYS = frozenset({
+    "model_type", "name_or_path", "transformers_version", "torch_dtype", "auto_map", "custom_pipelines",
+    "attn_implementation", "experts_implementation", "output_attentions", "num_labels", "per_layer_config",
+})
+
+
+def _accepts(kind: type, value: object) -> bool:
+    if kind is type(None):
+        return value is None
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is int:  # numpy integers too; True is not a size
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if kind is float:  # an int is a float here (dropout: 0 in a recipe)
+        return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def check_field_types(config: object) -> None:
+    """Raise ``ValueError`` naming the option and its type when a value of the config's own fields
+    (those its class declares, not transformers' base fields) has the wrong type.
+
+    ``dropout="high"`` would otherwise fail later with ``'<=' not supported between instances of
+    'float' and 'str'``, or be stored and fail when the model is built.
+    """
+    cls = type(config)
+    for name, annotation in cls.__dict__.get("__annotations__", {}).items():
+        if name.startswith("_") or name not in cls.__dataclass_fields__:
+            continue
+        kind = eval(annotation, {}) if isinstance(annotation, str) else annotation  # noqa: S307 (our own annotations)
+        union = typing.get_origin(kind) in (typing.Union, types.UnionType)
+        kinds = [typing.get_origin(k) or k for k in (typing.get_args(kind) if union else (kind,))]
+        value = getattr(config, name)
+        if not any(_accepts(k, value) for k in kinds):
+            names = " or ".join("None" if k is type(None) else k.__name__ for k in kinds)
+            raise ValueError(f"{name} must be {names}; got {value!r}")
 
 
 def check_choice(name: str, value: object, valid: tuple[str, ...]) -> None:
@@ -29,3 +73,61 @@ def reject_misspelt_options(config: object, kwargs: dict) -> None:
         close = difflib.get_close_matches(key, fields, n=1, cutoff=0.85)
         if close:
             raise ValueError(f"unknown option {key!r} for {type(config).__name__}; did you mean {close[0]!r}?")
+
+
+def generation_setting_names(generation_config_class: type, config: object) -> frozenset[str]:
+    """The settings of ``generation_config_class`` (transformers' ``GenerationConfig``) that are not
+    also options of ``config`` (token ids, ``use_cache``) or transformers' own config arguments."""
+    names = set(generation_config_class().to_dict())
+    shared = set(type(config).__dataclass_fields__) | {"transformers_version", "output_attentions", "output_hidden_states"}
+    return frozenset(n for n in names if not n.startswith("_") and n not in shared)
+
+
+def sort_extra_options(
+    config: object,
+    kwargs: dict,
+    *,
+    foreign_names: dict[str, str],
+    generation_names: frozenset[str] | set[str],
+    aliases: frozenset[str] | set[str] = frozenset(),
+) -> dict:
+    """Check the keywords a config's dataclass fields did not take; return the generation settings.
+
+    In this order, for each key of ``kwargs`` (left in place unless said otherwise):
+
+    * one typo away from a real option: ``ValueError`` naming the option meant;
+    * another toolkit's name for one of our options (``foreign_names``: fairseq's
+      ``normalize_before``, OpenNMT's ``rnn_type``, ...): ``ValueError`` naming ours;
+    * a generation setting (``generation_names``: ``num_beams``, ``max_new_tokens``, ...): removed
+      from ``kwargs`` and returned, for the model to put into its ``generation_config``; one
+      warning names them all;
+    * anything else that is neither a bookkeeping key (``BOOKKEEPING_KEYS``, a private ``_`` key)
+      nor an alias (a config's ``attribute_map``): stored as transformers stores unknown keys, with
+      one warning naming them all, since no part of the model reads it.
+
+    Raises:
+        ValueError: a misspelt option or another toolkit's option name.
+    """
+    reject_misspelt_options(config, kwargs)
+    name = type(config).__name__
+    for key in kwargs:
+        if key in foreign_names:
+            raise ValueError(f"{name} has no option {key!r} (another toolkit's name); use {foreign_names[key]}")
+    generation = {key: kwargs.pop(key) for key in [k for k in kwargs if k in generation_names]}
+    if generation:
+        listed = ", ".join(f"{key}={value!r}" for key, value in generation.items())
+        warnings.warn(
+            f"{name}: generation setting(s) {listed} are not model options; moved to the model's "
+            f"generation_config (set them there, or pass them to generate())",
+            UserWarning,
+            stacklevel=4,
+        )
+    unknown = [key for key in kwargs if not key.startswith("_") and key not in BOOKKEEPING_KEYS and key not in aliases]
+    if unknown:
+        warnings.warn(
+            f"{name}: unknown option(s) {', '.join(repr(key) for key in unknown)} stored in the config but "
+            f"read by no part of the model",
+            UserWarning,
+            stacklevel=4,
+        )
+    return generation

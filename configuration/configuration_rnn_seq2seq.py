@@ -8,9 +8,9 @@ constructor, so a misspelt or meaningless combination fails before a model is bu
 
 from __future__ import annotations
 
-from transformers import PreTrainedConfig
+from transformers import GenerationConfig, PreTrainedConfig
 
-from .configuration_checks import check_choice, reject_misspelt_options
+from .configuration_checks import check_choice, check_field_types, generation_setting_names, sort_extra_options
 
 CELL_TYPES = ("gru", "lstm")
 BRIDGES = ("zero", "last", "projection")
@@ -18,6 +18,36 @@ ATTENTIONS = ("none", "bahdanau", "luong")
 LUONG_SCORES = ("dot", "general", "concat", "cosine", "scaled_dot")
 WINDOWS = ("global", "local-m", "local-p")
 ATTENTION_MODES = ("soft", "hard")
+
+# Other toolkits' names for options of this config (OpenNMT-py, Joey NMT, fairseq, torch), refused
+# with ours: stored silently, they would build another model without a word.
+FOREIGN_OPTION_NAMES = {
+    "rnn_type": "cell_type='gru' or 'lstm'",
+    "cell": "cell_type='gru' or 'lstm'",
+    "attention_type": "attention='bahdanau' or 'luong' (and score= for Luong's score)",
+    "global_attention": "attention='luong' with score=",
+    "input_feed": "input_feeding",
+    "brnn": "bidirectional",
+    "bidir": "bidirectional",
+    "encoder_type": "bidirectional",
+    "enc_layers": "encoder_layers",
+    "dec_layers": "decoder_layers",
+    "layers": "encoder_layers and decoder_layers",
+    "num_layers": "encoder_layers and decoder_layers",
+    "rnn_size": "hidden_size",
+    "hidden_dim": "hidden_size",
+    "word_vec_size": "embedding_size",
+    "emb_size": "embedding_size",
+    "embedding_dim": "embedding_size",
+    "coverage_attn": "coverage",
+    "lambda_coverage": "coverage_loss_weight",
+    "share_decoder_embeddings": "tie_word_embeddings",
+    "tied_softmax": "tie_word_embeddings",
+    "share_all_embeddings": "share_embeddings",
+    "param_init": "init_range",
+    "init_weight": "init_range",
+    "label_smoothing_factor": "label_smoothing",
+}
 
 
 class RNNSeq2SeqConfig(PreTrainedConfig):
@@ -73,7 +103,13 @@ class RNNSeq2SeqConfig(PreTrainedConfig):
     Raises:
         ValueError: for an unknown value (the message names the valid ones), for a combination
             that has no meaning (e.g. ``window`` with ``attention="none"``, ``input_feeding`` with
-            Bahdanau attention) and for a misspelt option name close to a real one.
+            Bahdanau attention), for a misspelt option name close to a real one, and for another
+            toolkit's name for one of ours (``rnn_type``, ``input_feed``, ...:
+            ``FOREIGN_OPTION_NAMES``), naming ours.
+
+    Generation settings (``num_beams``, ``max_new_tokens``, ``length_penalty``, ...) passed here move
+    to the model's ``generation_config`` with one warning; other unknown keys are stored with one
+    warning.
     """
 
     model_type = "rnn_seq2seq"
@@ -109,9 +145,19 @@ class RNNSeq2SeqConfig(PreTrainedConfig):
     use_cache: bool = True
 
     def __post_init__(self, **kwargs):
-        reject_misspelt_options(self, kwargs)
+        generation_settings = sort_extra_options(
+            self, kwargs, foreign_names=FOREIGN_OPTION_NAMES,
+            generation_names=generation_setting_names(GenerationConfig, self), aliases=set(self.attribute_map),
+        )
+        check_field_types(self)
         self._resolve_and_validate()
         super().__post_init__(**kwargs)
+        if generation_settings:  # read by the model's __init__ into its generation_config; never saved here
+            self._generation_settings = generation_settings
+
+    def _remove_keys_not_serialized(self, d: dict) -> None:
+        super()._remove_keys_not_serialized(d)
+        d.pop("_generation_settings", None)
 
     @property
     def num_directions(self) -> int:

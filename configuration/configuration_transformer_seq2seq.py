@@ -8,14 +8,46 @@ embeddings tied to the output projection (§3.4), and the package's special-toke
 
 from __future__ import annotations
 
-from transformers import PreTrainedConfig
+from transformers import GenerationConfig, PreTrainedConfig
 
-from .configuration_checks import check_choice, reject_misspelt_options
+from .configuration_checks import check_choice, check_field_types, generation_setting_names, sort_extra_options
 
 POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned")
 NORM_ORDERS = ("post", "pre")
 NORM_TYPES = ("layer_norm", "scale_norm")
 ACTIVATION_FUNCTIONS = ("relu", "gelu")
+
+# Other toolkits' names for options of this config (fairseq/FSMT, torch.nn.Transformer, Marian/BART
+# in transformers), refused with ours: stored silently, they would build another model without a word.
+FOREIGN_OPTION_NAMES = {
+    "normalize_before": "norm_order='pre'",
+    "encoder_normalize_before": "norm_order='pre' (one setting for both stacks)",
+    "decoder_normalize_before": "norm_order='pre' (one setting for both stacks)",
+    "norm_first": "norm_order='pre'",
+    "pre_norm": "norm_order='pre'",
+    "share_all_embeddings": "share_encoder_decoder_embeddings",
+    "share_decoder_input_output_embed": "tie_word_embeddings",
+    "encoder_embed_dim": "d_model",
+    "decoder_embed_dim": "d_model",
+    "embed_dim": "d_model",
+    "encoder_ffn_embed_dim": "encoder_ffn_dim",
+    "decoder_ffn_embed_dim": "decoder_ffn_dim",
+    "dim_feedforward": "encoder_ffn_dim and decoder_ffn_dim",
+    "nhead": "encoder_attention_heads and decoder_attention_heads",
+    "num_heads": "encoder_attention_heads and decoder_attention_heads",
+    "num_encoder_layers": "encoder_layers",
+    "num_decoder_layers": "decoder_layers",
+    "num_layers": "encoder_layers and decoder_layers",
+    "activation_fn": "activation_function",
+    "activation": "activation_function",
+    "no_scale_embedding": "scale_embedding=False",
+    "encoder_learned_pos": "position_embedding_type='learned'",
+    "decoder_learned_pos": "position_embedding_type='learned'",
+    "max_source_positions": "max_position_embeddings",
+    "max_target_positions": "max_position_embeddings",
+    "label_smoothing_factor": "label_smoothing",
+    "attention_type": "attn_implementation (from_pretrained / set_attn_implementation)",
+}
 
 
 def _check_divisible(d_model: int, num_heads: int, name: str) -> None:
@@ -65,9 +97,14 @@ class TransformerSeq2SeqConfig(PreTrainedConfig):
         init_std: standard deviation of the token embeddings' normal initialisation; `None` means
             d_model^-0.5, so that embeddings scaled by √d_model start at unit variance.
 
+    Generation settings (`num_beams`, `max_new_tokens`, `length_penalty`, ...) passed here move to
+    the model's `generation_config` with one warning; other unknown keys are stored with one warning.
+
     Raises:
         ValueError: `d_model` not divisible by a head count, or an unknown `position_embedding_type`,
-            `norm_order`, `norm_type` or `activation_function` (the message names the valid values).
+            `norm_order`, `norm_type` or `activation_function` (the message names the valid values);
+            a misspelt option, or another toolkit's name for one of ours (`normalize_before`,
+            `share_all_embeddings`, ...: `FOREIGN_OPTION_NAMES`), naming ours.
     """
 
     model_type = "transformer_seq2seq"
@@ -110,7 +147,11 @@ class TransformerSeq2SeqConfig(PreTrainedConfig):
     decoder_start_token_id: int | None = 1
 
     def __post_init__(self, **kwargs):
-        reject_misspelt_options(self, kwargs)
+        generation_settings = sort_extra_options(
+            self, kwargs, foreign_names=FOREIGN_OPTION_NAMES,
+            generation_names=generation_setting_names(GenerationConfig, self), aliases=set(self.attribute_map),
+        )
+        check_field_types(self)
         _check_divisible(self.d_model, self.encoder_attention_heads, "encoder_attention_heads")
         _check_divisible(self.d_model, self.decoder_attention_heads, "decoder_attention_heads")
         check_choice("position_embedding_type", self.position_embedding_type, POSITION_EMBEDDING_TYPES)
@@ -122,6 +163,12 @@ class TransformerSeq2SeqConfig(PreTrainedConfig):
         if self.max_position_embeddings <= 0:
             raise ValueError(f"max_position_embeddings must be positive; got {self.max_position_embeddings}")
         super().__post_init__(**kwargs)
+        if generation_settings:  # read by the model's __init__ into its generation_config; never saved here
+            self._generation_settings = generation_settings
+
+    def _remove_keys_not_serialized(self, d: dict) -> None:
+        super()._remove_keys_not_serialized(d)
+        d.pop("_generation_settings", None)
 
 
 __all__ = ["TransformerSeq2SeqConfig"]

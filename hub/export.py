@@ -282,6 +282,33 @@ def custom_pipelines() -> dict[str, dict]:
     return {task: dict(entry) for task in PIPELINE_TASKS}
 
 
+def write_remote_code(model, save_directory: str | os.PathLike) -> None:
+    """Make a folder that ``model.save_pretrained`` has just written load with
+    ``trust_remote_code=True`` where this package is not installed: the flattened code of the
+    model's family, and ``auto_map`` / ``custom_pipelines`` in its ``config.json`` (what
+    ``export_model`` ships, without the card, metrics or recipe).
+
+    Installed as ``modeling.saving.REMOTE_CODE_WRITER`` by the package, so that transformers'
+    ``register_for_auto_class()`` + ``save_pretrained()`` / ``push_to_hub()`` route (and
+    ``Seq2SeqTrainer.push_to_hub()`` of a registered model) works.
+
+    Raises:
+        ExportError: the model's ``model_type`` is not one of this package's families.
+    """
+    folder = Path(save_directory)
+    model_type = getattr(model.config, "model_type", None)
+    if model_type not in FAMILIES:
+        raise ExportError(f"model_type {model_type!r} is not one of {', '.join(FAMILIES)}")
+    family = FAMILIES[model_type]
+    for file_name, text in collect_shipped_code(family).items():
+        (folder / file_name).write_text(text, encoding="utf-8")
+    config_file = folder / "config.json"
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    config["auto_map"] = auto_map(family)
+    config["custom_pipelines"] = custom_pipelines()
+    config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
 # ---------------------------------------------------------------------------- PNG
 
 

@@ -427,7 +427,11 @@ def _training_procedure(metrics: dict | None, recipe: dict | None, generation_co
         rows = [f"| {name} | {_fmt(value)} |" for name, value in facts if value is not None]
         parts.append("| training run | |\n|---|---|\n" + "\n".join(rows))
     if recipe:
-        rows = [f"| `{name}` | `{_fmt(value)}` |" for name, value in _flatten(recipe)]
+        rows = [
+            f"| `{name}` | `{_fmt(value)}` |"
+            for name, value in _flatten(recipe)
+            if not name.rsplit(".", 1)[-1].startswith("debug_")  # the trainer's test hooks, not hyperparameters
+        ]
         parts.append(
             "Hyperparameters (the run's fully resolved recipe, `recipe.yaml` in this repository):"
             "\n\n| hyperparameter | value |\n|---|---|\n" + "\n".join(rows)

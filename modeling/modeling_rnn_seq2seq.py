@@ -29,11 +29,13 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
-from transformers import GenerationMixin, PreTrainedModel
+from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import ModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
 
 from ..configuration.configuration_rnn_seq2seq import RNNSeq2SeqConfig
+from .generation_lengths import Seq2SeqGenerationMixin
+from .saving import Seq2SeqSavingMixin
 from .rnn_attention import BahdanauAttention, LuongAttention, luong_attentional_state, maxout
 # Imported for its side effect on save_pretrained, which copies the model file and the flat
 # siblings it imports: a re-saved remote-code model then keeps the pipeline that
@@ -190,14 +192,18 @@ class RNNSeq2SeqEncoder(nn.Module):
         attention).
 
         Raises:
-            ValueError: if a sentence has no real token.
+            ValueError: a row of ``attention_mask`` is all 0 (a sentence without a real token),
+                naming the rows.
         """
         batch, src_len = input_ids.shape
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         lengths = attention_mask.sum(-1).cpu()
         if bool((lengths == 0).any()):
-            raise ValueError("every source sentence needs at least one real token (attention_mask is all 0 in a row)")
+            rows = (lengths == 0).nonzero().flatten().tolist()
+            raise ValueError(
+                f"attention_mask row(s) {rows} are all 0: every source sentence needs at least one real token"
+            )
 
         embeds = self.dropout(self.embed_tokens(input_ids))  # (batch, src_len, embedding_size)
         packed = pack_padded_sequence(embeds, lengths, batch_first=True, enforce_sorted=False)
@@ -462,7 +468,7 @@ class RNNSeq2SeqDecoder(nn.Module):
 # ---------------------------------------------------------------------------------------------
 
 
-class RNNSeq2SeqPreTrainedModel(PreTrainedModel):
+class RNNSeq2SeqPreTrainedModel(Seq2SeqSavingMixin, PreTrainedModel):
     config_class = RNNSeq2SeqConfig
     base_model_prefix = "model"
     main_input_name = "input_ids"
@@ -599,11 +605,14 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
         return output if return_dict else output.to_tuple()
 
 
-class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, GenerationMixin):
+class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, Seq2SeqGenerationMixin):
     """``RNNSeq2SeqModel`` plus ``lm_head``: p(y_t | y_<t, x) = softmax(W_s f_t) (Luong eq. 6;
     Bahdanau A.2.2 W_o t_i), with label-smoothed cross-entropy and the coverage loss."""
 
     _tied_weights_keys = {"lm_head.weight": "model.decoder.embed_tokens.weight"}
+    # forward takes `num_items_in_batch` (transformers' loss-kwargs contract): Trainer then passes
+    # the target-token count of the whole accumulated update and does not rescale the loss itself.
+    accepts_loss_kwargs = True
 
     def __init__(self, config: RNNSeq2SeqConfig):
         super().__init__(config)
@@ -618,6 +627,9 @@ class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, GenerationMi
         self.generation_config.bos_token_id = config.bos_token_id
         self.generation_config.eos_token_id = config.eos_token_id
         self.generation_config.pad_token_id = config.pad_token_id
+        # Generation settings passed to the config (num_beams=3, ...), which moved them out of it
+        for name, value in (getattr(config, "_generation_settings", None) or {}).items():
+            setattr(self.generation_config, name, value)
 
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:
@@ -668,11 +680,17 @@ class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, GenerationMi
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
     ) -> RNNSeq2SeqLMOutput | tuple:
         """Logits (batch, tgt_len, vocab_size) and, with ``labels`` (batch, tgt_len; -100 ignored),
         the mean token loss: label-smoothed cross-entropy + coverage_loss_weight × mean coverage
         penalty (See et al. 2017, eq. 13). With only ``labels``, ``decoder_input_ids`` are the
-        labels shifted right behind ``decoder_start_token_id``. See ``RNNSeq2SeqModel.forward``."""
+        labels shifted right behind ``decoder_start_token_id``. See ``RNNSeq2SeqModel.forward``.
+
+        ``num_items_in_batch``: the number of labels that are not -100 in the whole update (every
+        micro-batch of a gradient accumulation, every process), as transformers' Trainer passes it;
+        both loss terms are then summed over this batch's kept positions and divided by it, so
+        accumulated micro-batches add up to the full batch's mean. None: this batch's own count."""
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         if labels is not None:
             use_cache = False if use_cache is None else use_cache
@@ -694,15 +712,22 @@ class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, GenerationMi
 
         loss = None
         if labels is not None:
+            real = labels != -100
+            if num_items_in_batch is None:
+                count = real.sum().clamp(min=1)
+            elif torch.is_tensor(num_items_in_batch):
+                count = num_items_in_batch.to(logits.device).clamp(min=1)
+            else:
+                count = max(int(num_items_in_batch), 1)
             loss = F.cross_entropy(
-                logits.flatten(0, 1).float(),
+                logits.flatten(0, 1).to(torch.promote_types(logits.dtype, torch.float32)),  # half → float32
                 labels.flatten(),
                 ignore_index=-100,
                 label_smoothing=self.config.label_smoothing,
-            )
+                reduction="sum",
+            ) / count
             if outputs.coverage_penalty is not None and self.config.coverage_loss_weight:
-                real = labels != -100
-                penalty = outputs.coverage_penalty.masked_select(real).sum() / real.sum().clamp(min=1)
+                penalty = outputs.coverage_penalty.masked_select(real).sum() / count
                 loss = loss + self.config.coverage_loss_weight * penalty
 
         output = RNNSeq2SeqLMOutput(
@@ -716,6 +741,17 @@ class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, GenerationMi
             coverage_penalty=outputs.coverage_penalty,
         )
         return output if return_dict else output.to_tuple()
+
+    def _expand_inputs_for_generation(self, expand_size=1, is_encoder_decoder=False, input_ids=None, **model_kwargs):
+        """Repeat the inputs for beams or several returned sequences, after reading `encoder_outputs`
+        given as a tuple (`RNNEncoderOutput.to_tuple()`) into an `RNNEncoderOutput`: transformers
+        expands only a dict of tensors, and failed on a tuple with an obscure `TypeError`."""
+        encoder_outputs = model_kwargs.get("encoder_outputs")
+        if encoder_outputs is not None and not isinstance(encoder_outputs, RNNEncoderOutput):
+            model_kwargs["encoder_outputs"] = self.model._encoder_outputs_from_tuple(tuple(encoder_outputs))
+        return super()._expand_inputs_for_generation(
+            expand_size, is_encoder_decoder=is_encoder_decoder, input_ids=input_ids, **model_kwargs
+        )
 
     def prepare_inputs_for_generation(
         self, input_ids: torch.LongTensor, cache: RNNDecoderCache | None = None, **kwargs

@@ -35,7 +35,6 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
-from transformers.generation import GenerationMixin
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -48,6 +47,8 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from ..configuration.configuration_transformer_seq2seq import TransformerSeq2SeqConfig
 from .fast_dropout import dropout
 from .fast_inference import PaddingFreeLayout, packed_linear
+from .generation_lengths import Seq2SeqGenerationMixin
+from .saving import Seq2SeqSavingMixin
 # Imported for its side effect on save_pretrained, which copies the model file and the flat
 # siblings it imports: a re-saved remote-code model then keeps the pipeline that
 # config.custom_pipelines names, and pipeline("translation", model=<re-saved folder>) still loads.
@@ -463,8 +464,9 @@ def unit_rows(weight: torch.Tensor) -> torch.Tensor:
     divide it by its eps and send ~1e12 times the gradient into it. The length is taken in float32,
     so float16 weights do not round the guard to 0 (0/0 = NaN); the result has `weight`'s dtype.
     """
-    norm = torch.linalg.vector_norm(weight, dim=-1, keepdim=True, dtype=torch.float32)
-    scaled = (weight.float() / norm.clamp_min(torch.finfo(torch.float32).tiny)).to(weight.dtype)
+    compute_dtype = torch.promote_types(weight.dtype, torch.float32)  # float16/bf16 → float32; float64 stays
+    norm = torch.linalg.vector_norm(weight, dim=-1, keepdim=True, dtype=compute_dtype)
+    scaled = (weight.to(compute_dtype) / norm.clamp_min(torch.finfo(compute_dtype).tiny)).to(weight.dtype)
     return torch.where(norm > 0, scaled, torch.zeros_like(scaled))
 
 
@@ -709,6 +711,14 @@ class _LabelSmoothedCrossEntropy(torch.autograd.Function):
         return grad, None, None, None, None
 
 
+def _as_count(num_items_in_batch: int | torch.Tensor, like: torch.Tensor) -> torch.Tensor | int:
+    """`num_items_in_batch` as a divisor for `like` (a scalar loss): a tensor on its device, at
+    least 1 (an update whose labels are all -100 has a zero loss, not NaN)."""
+    if torch.is_tensor(num_items_in_batch):
+        return num_items_in_batch.to(like.device).clamp(min=1)
+    return max(int(num_items_in_batch), 1)
+
+
 def label_smoothed_cross_entropy(
     logits: torch.Tensor,
     labels: torch.Tensor,
@@ -742,6 +752,23 @@ def label_smoothed_cross_entropy(
 # --------------------------------------------------------------------------------------------
 
 
+def check_source_rows(attention_mask: torch.Tensor | None) -> None:
+    """Raise `ValueError` naming the rows of a (batch, src_len) source `attention_mask` that are all 0.
+
+    Such a row has no key to attend to: SDPA would return its output silently, and eager attention
+    would spread the row's weights uniformly over its padding. The RNN encoder refuses the same rows
+    (it cannot pack a sequence of length 0).
+    """
+    if attention_mask is None:
+        return
+    empty = ~attention_mask.bool().any(dim=-1)  # (batch,)
+    if bool(empty.any()):
+        rows = empty.nonzero().flatten().tolist()
+        raise ValueError(
+            f"attention_mask row(s) {rows} are all 0: every source sentence needs at least one real token"
+        )
+
+
 def _check_output_attentions(config: TransformerSeq2SeqConfig, output_attentions: bool) -> None:
     if output_attentions and config._attn_implementation != "eager":
         raise ValueError(
@@ -752,7 +779,7 @@ def _check_output_attentions(config: TransformerSeq2SeqConfig, output_attentions
         )
 
 
-class TransformerSeq2SeqPreTrainedModel(PreTrainedModel):
+class TransformerSeq2SeqPreTrainedModel(Seq2SeqSavingMixin, PreTrainedModel):
     """Weight initialisation and transformers capabilities shared by the Transformer models.
 
     Initialisation (the paper does not state one; this follows the reference tensor2tensor/fairseq
@@ -839,13 +866,15 @@ class TransformerSeq2SeqEncoder(nn.Module):
             are the same either way (up to float rounding).
 
         Raises:
-            ValueError: the source is longer than `max_position_embeddings`, or attention weights
-                are asked for without attn_implementation="eager".
+            ValueError: the source is longer than `max_position_embeddings`, a row of
+                `attention_mask` is all 0 (naming the rows), or attention weights are asked for
+                without attn_implementation="eager".
         """
         config = self.config
         output_attentions = config.output_attentions if output_attentions is None else output_attentions
         output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
         _check_output_attentions(config, output_attentions)
+        check_source_rows(attention_mask)
 
         hidden_states = self.embed_tokens(input_ids) + self.embed_positions(input_ids.size(1))
         hidden_states = dropout(hidden_states, self.dropout, self.training)
@@ -1114,19 +1143,24 @@ class TransformerSeq2SeqModel(TransformerSeq2SeqPreTrainedModel):
         return output if return_dict is not False else output.to_tuple()
 
 
-class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedModel, GenerationMixin):
+class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedModel, Seq2SeqGenerationMixin):
     """The Transformer translation model: `TransformerSeq2SeqModel` plus the output projection
     `lm_head` (the "learned linear transformation" before the softmax, §3.4), tied by default to
     the decoder's token embeddings.
 
-    Generation defaults (in `generation_config`): beam search with 5 beams, at most 128 new tokens,
-    starting from `<s>` (id 1) and stopping at `</s>` (id 2).
+    Generation defaults (in `generation_config`): beam search with 5 beams, at most 128 new tokens
+    (fewer when `max_position_embeddings` is smaller: `Seq2SeqGenerationMixin`), starting from `<s>`
+    (id 1) and stopping at `</s>` (id 2). A `max_length` passed to `generate()` beats the default
+    `max_new_tokens`.
     """
 
     # {target: source}, as transformers v5 wants; the instance narrows it to its config (with
     # `share_encoder_decoder_embeddings=False` only lm_head follows the decoder embeddings).
     # transformers applies the mapping only when `tie_word_embeddings=True`; encoder/decoder
     # sharing does not depend on it, because the embedding is one module.
+    # forward takes `num_items_in_batch` (transformers' loss-kwargs contract): Trainer then passes
+    # the target-token count of the whole accumulated update and does not rescale the loss itself.
+    accepts_loss_kwargs = True
     _tied_weights_keys = {
         "model.encoder.embed_tokens.weight": "model.shared.weight",
         "model.decoder.embed_tokens.weight": "model.shared.weight",
@@ -1148,6 +1182,9 @@ class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedMod
         self.post_init()
         self.generation_config.num_beams = 5
         self.generation_config.max_new_tokens = 128
+        # Generation settings passed to the config (num_beams=3, ...), which moved them out of it
+        for name, value in (getattr(config, "_generation_settings", None) or {}).items():
+            setattr(self.generation_config, name, value)
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.model.get_input_embeddings()
@@ -1180,6 +1217,9 @@ class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedMod
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    def _max_decoder_positions(self) -> int:
+        return self.config.max_position_embeddings
 
     def _expand_inputs_for_generation(self, expand_size=1, is_encoder_decoder=False, input_ids=None, **model_kwargs):
         """Repeat the decoder-side inputs `expand_size` times (beams, returned sequences) but keep
@@ -1227,12 +1267,18 @@ class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedMod
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
     ) -> Seq2SeqLMOutput | tuple:
         """Next-token logits for every decoder position, and the loss when `labels` are given.
 
         Args:
             labels: (batch, tgt_len) target ids, -100 on padding. Without `decoder_input_ids`,
                 those are `shift_tokens_right(labels)`: `<s>` followed by the labels but the last.
+            num_items_in_batch: the number of labels that are not -100 in the whole update (all
+                micro-batches of a gradient accumulation, all processes); the loss is then the sum
+                over this batch's kept positions divided by it, so that accumulated micro-batches
+                add up to the full batch's mean. transformers' Trainer passes it. None: divide by
+                this batch's own count.
             Others: see `TransformerSeq2SeqModel.forward`.
 
         Returns:
@@ -1265,7 +1311,13 @@ class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedMod
 
         loss = None
         if labels is not None:
-            loss = label_smoothed_cross_entropy(logits.flatten(0, 1), labels.flatten(), self.config.label_smoothing)
+            if num_items_in_batch is None:
+                loss = label_smoothed_cross_entropy(logits.flatten(0, 1), labels.flatten(), self.config.label_smoothing)
+            else:
+                total = label_smoothed_cross_entropy(
+                    logits.flatten(0, 1), labels.flatten(), self.config.label_smoothing, reduction="sum"
+                )
+                loss = total / _as_count(num_items_in_batch, total)
         output = Seq2SeqLMOutput(
             loss=loss,
             logits=logits,

@@ -56,6 +56,20 @@ def scaled_dot_score(query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     return query @ keys.transpose(1, 2) / math.sqrt(query.size(-1))
 
 
+def unit_vectors(states: torch.Tensor) -> torch.Tensor:
+    """Each vector of `states` (..., size) scaled to unit L2 length; a zero vector stays zero.
+
+    Padded encoder states are exact zeros. `F.normalize(x, eps=1e-8)` divides them by its eps,
+    which rounds to 0 in float16 (0/0 = NaN, and NaN gradients through every attention step). The
+    length is taken in float32, zero vectors are kept at zero without a gradient, and the result
+    has `states`' dtype (float64 states are normalised in float64).
+    """
+    compute_dtype = torch.promote_types(states.dtype, torch.float32)  # float16/bf16 → float32; float64 stays
+    norm = torch.linalg.vector_norm(states, dim=-1, keepdim=True, dtype=compute_dtype)
+    scaled = (states.to(compute_dtype) / norm.clamp_min(torch.finfo(compute_dtype).tiny)).to(states.dtype)
+    return torch.where(norm > 0, scaled, torch.zeros_like(scaled))
+
+
 def cosine_score(query: torch.Tensor, unit_keys: torch.Tensor, key_strength: torch.Tensor) -> torch.Tensor:
     """Content-based score β_t · K[h_t, h̄_s] with the cosine similarity K[u, v] = u·v / (‖u‖ ‖v‖).
 
@@ -68,8 +82,7 @@ def cosine_score(query: torch.Tensor, unit_keys: torch.Tensor, key_strength: tor
         unit_keys: h̄_s / ‖h̄_s‖, precomputed, (batch, src_len, hidden_size).
         key_strength: β_t, (batch, tgt_len, 1).
     """
-    unit_query = F.normalize(query, dim=-1, eps=1e-8)
-    return key_strength * (unit_query @ unit_keys.transpose(1, 2))
+    return key_strength * (unit_vectors(query) @ unit_keys.transpose(1, 2))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -265,7 +278,7 @@ class LuongAttention(RNNAttention):
         if self.score_name in ("general", "concat"):
             return self.k_proj(encoder_hidden_states)  # (batch, src_len, hidden_size)
         if self.score_name == "cosine":
-            return F.normalize(encoder_hidden_states, dim=-1, eps=1e-8)
+            return unit_vectors(encoder_hidden_states)  # zero (padded) states stay zero, also in float16
         return encoder_hidden_states
 
     def score(self, query, keys, coverage):

@@ -22,12 +22,41 @@ def shared_data_dir() -> Path:
     return Path(env) if env else REPO_ROOT.parent / "shared" / "data"
 
 
-def read_multi30k_pairs(n: int, split: str = "train", offset: int = 0) -> list[tuple[str, str]]:
-    """First ``n`` (German, English) pairs of a Multi30k split, read line-aligned."""
-    root = shared_data_dir() / "multi30k"
-    with open(root / f"{split}.de", encoding="utf-8") as f_de, open(root / f"{split}.en", encoding="utf-8") as f_en:
-        pairs = [(de.rstrip("\n"), en.rstrip("\n")) for de, en in zip(f_de, f_en)]
+# Public-domain Bible verse pairs committed with the tests (fixtures/bible-es-en/README.md): the
+# behaviours checked on Multi30k slices run on these where ../shared/data is absent.
+FIXTURE_PAIRS = REPO_ROOT / "tests" / "fixtures" / "bible-es-en"
+
+
+def _pairs_source() -> tuple[Path, str, str, dict[str, str]]:
+    """(folder, source language, target language, {train|val|test: file stem}) of the test pairs:
+    the shared Multi30k corpus when present, else the committed Bible pairs."""
+    multi30k = shared_data_dir() / "multi30k"
+    if (multi30k / "train.en").exists():
+        return multi30k, "de", "en", {"train": "train", "val": "val", "test": "test2016"}
+    return FIXTURE_PAIRS, "es", "en", {"train": "train", "val": "dev", "test": "test"}
+
+
+def read_pairs(n: int, split: str = "train", offset: int = 0) -> list[tuple[str, str]]:
+    """``n`` (source, target) pairs from ``offset`` of the ``train``, ``val`` or ``test`` split:
+    Multi30k de-en from ../shared/data when present, else the committed Bible es-en pairs."""
+    root, src, tgt, stems = _pairs_source()
+    stem = stems[split]
+    with open(root / f"{stem}.{src}", encoding="utf-8") as f_src, open(root / f"{stem}.{tgt}", encoding="utf-8") as f_tgt:
+        pairs = [(s.rstrip("\n"), t.rstrip("\n")) for s, t in zip(f_src, f_tgt)]
+    if offset + n > len(pairs):
+        raise ValueError(f"{root} has {len(pairs)} {split} pairs; asked for {n} from {offset}")
     return pairs[offset : offset + n]
+
+
+def pairs_corpus_spec() -> str:
+    """The corpus spec of `read_pairs`' pairs, for the loaders and the training script."""
+    root, src, tgt, _ = _pairs_source()
+    kind = "multi30k" if root.name == "multi30k" else "text"
+    return f"{kind}:{root}:{src}-{tgt}"
+
+
+def pairs_languages() -> tuple[str, str]:
+    return _pairs_source()[1:3]
 
 
 def run_process_tree(command: list[str], timeout: float, **popen_kwargs) -> subprocess.CompletedProcess:
@@ -65,6 +94,7 @@ def _seeded_single_thread():
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
+    """The shared corpora, for checks of their own figures (counts, licenses): skips without them."""
     path = shared_data_dir()
     if not (path / "multi30k" / "train.en").exists():
         pytest.skip(f"shared corpora not found at {path} (set ATTN_SEQ2SEQ_SHARED_DATA)")

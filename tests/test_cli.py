@@ -17,7 +17,7 @@ import sacrebleu
 import torch
 from safetensors.torch import load_file
 
-from conftest import read_multi30k_pairs
+from conftest import pairs_corpus_spec, pairs_languages, read_pairs
 from test_cli_helpers import CHECKPOINT_STEPS, FAMILIES, build_tiny_run
 
 from attention_seq2seq.cli import build_parser, main
@@ -28,7 +28,7 @@ COMMANDS = ["train", "finetune", "translate", "evaluate", "plot-attention", "ave
 
 
 @pytest.fixture(scope="session")
-def runs_root(shared_data, tmp_path_factory) -> Path:
+def runs_root(tmp_path_factory) -> Path:
     root = tmp_path_factory.getbasetemp() / "cli-tiny-runs"
     root.mkdir(exist_ok=True)
     return root
@@ -73,6 +73,54 @@ def _one_line_error(capsys, argv: list[str]) -> str:
 def test_every_command_is_listed_in_the_parser():
     subparsers = build_parser()._subparsers._group_actions[0].choices
     assert sorted(subparsers) == sorted(COMMANDS)
+
+
+_IMPORTS_AFTER = r"""
+import json, sys
+from attention_seq2seq.cli import main
+for argv in (["--help"], ["--version"], ["translate", "--help"]):
+    try:
+        main(argv)
+    except SystemExit:
+        pass
+heavy = sorted(name for name in ("torch", "transformers", "datasets", "numpy") if name in sys.modules)
+print(json.dumps(heavy))
+"""
+
+_REGISTERED_AFTER = r"""
+import json, sys
+exec(sys.argv[1])  # the first import of the session
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+from attention_seq2seq.modeling import saving
+print(json.dumps(["rnn_seq2seq" in CONFIG_MAPPING, "transformer_seq2seq" in CONFIG_MAPPING,
+                  saving.REMOTE_CODE_WRITER is not None]))
+"""
+
+
+def _run_python(code: str, *args: str) -> str:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    completed = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300,
+                               env=env)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return completed.stdout.strip().splitlines()[-1]
+
+
+def test_help_and_version_import_neither_torch_nor_transformers():
+    """`attention-seq2seq --help` imported torch, transformers and both models first (6-11 s)."""
+    assert json.loads(_run_python(_IMPORTS_AFTER)) == []
+
+
+@pytest.mark.parametrize("first_import", [
+    "import attention_seq2seq",
+    "import transformers; import attention_seq2seq",
+    "from attention_seq2seq.modeling.modeling_transformer_seq2seq import TransformerSeq2SeqModel",
+    "import attention_seq2seq.configuration.configuration_rnn_seq2seq",
+    "from attention_seq2seq import RNNSeq2SeqConfig",
+])
+def test_the_auto_classes_are_registered_whatever_is_imported_first(first_import):
+    """The package imports lazily but still registers both families (and the remote-code writer)
+    once transformers is loaded."""
+    assert json.loads(_run_python(_REGISTERED_AFTER, first_import)) == [True, True, True]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -135,6 +183,33 @@ def test_unknown_recipe_field_is_named_with_the_valid_ones(tmp_path, capsys):
     recipe.write_text("base_model: b\noutput_dir: o\ntrain_file: t\nlearning_rat: 0.1\n")
     line = _one_line_error(capsys, ["finetune", "--recipe", str(recipe)])
     assert "learning_rat" in line and "learning_rate" in line
+
+
+@pytest.mark.parametrize("recipe, expected", [
+    ("multi30k-transformer-small.yaml", "dropout must be float; got 'high'"),
+    ("bible-rnn-bahdanau.yaml", "dropout must be float or int; got 'high'"),
+])
+def test_a_model_config_value_of_the_wrong_type_is_named_with_its_type(recipe, expected, tmp_path, capsys):
+    """Before: "'<=' not supported between instances of 'float' and 'str'" (RNN), or accepted (Transformer)."""
+    recipe_path = Path(__file__).resolve().parents[1] / "training" / "recipes" / recipe
+    line = _one_line_error(capsys, ["train", "--recipe", str(recipe_path), "--model_config.dropout", "high",
+                                    "--output_dir", str(tmp_path / "run")])
+    assert f"model_config: {expected}" in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_missing_recipe_is_one_line_naming_the_file_from_the_training_module_too(tmp_path, capsys):
+    """`python -m attention_seq2seq.training.train --recipe missing.yaml` (what `accelerate launch`
+    runs in each process) printed a FileNotFoundError traceback; now one line, exit status 2."""
+    from attention_seq2seq.training.train import main as train_main
+
+    missing = tmp_path / "missing.yaml"
+    with pytest.raises(SystemExit) as exit_info:
+        train_main(["--recipe", str(missing)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"error: recipe not found: {missing}" and "Traceback" not in err
+    assert f"recipe not found: {missing}" in _one_line_error(capsys, ["train", "--recipe", str(missing)])
 
 
 def test_user_errors_exit_2_with_one_line(tmp_path, capsys):
@@ -211,6 +286,21 @@ def test_locate_model_tells_the_four_forms_apart(runs_root, tmp_path):
     for bad in (tmp_path / "missing", "./relative/missing", "a/b/c", tmp_path):
         with pytest.raises(UserError):
             locate_model(bad)
+
+
+def test_a_missing_folder_under_an_existing_one_is_not_taken_for_a_hub_id(tmp_path, monkeypatch, capsys, no_network):
+    """-m runs/nope where ./runs exists: "model folder not found" at once; before, it was looked
+    up on the Hub (54 s of retries with a network). owner/name without such a folder stays a Hub id."""
+    from attention_seq2seq.errors import UserError
+    from attention_seq2seq.inference import locate_model
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    with pytest.raises(UserError, match="model folder not found: runs/nope"):
+        locate_model("runs/nope")
+    assert locate_model("someone/model").kind == "hub"
+    line = _one_line_error(capsys, ["translate", "-m", "runs/nope", "Hallo"])
+    assert "model folder not found: runs/nope" in line
 
 
 # ------------------------------------------------------------------------------------------------
@@ -294,8 +384,8 @@ def test_translate_decoding_options_reach_generate(runs_root, capsys):
 
 
 def _evaluate_val_files(run, tmp_path, *options: str):
-    """Runs ``evaluate --src --ref`` on the first 12 Multi30k val pairs: (pairs, JSON path, hypotheses path)."""
-    pairs = read_multi30k_pairs(12, split="val")
+    """Runs ``evaluate --src --ref`` on the first 12 validation pairs: (pairs, JSON path, hypotheses path)."""
+    pairs = read_pairs(12, split="val")
     src, ref = tmp_path / "val.de", tmp_path / "val.en"
     src.write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
     ref.write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
@@ -325,6 +415,26 @@ def test_evaluate_two_files_writes_json_and_prints_a_table(run, tmp_path, capsys
     assert signatures == [f"BLEU signature: {result['bleu_signature']}", f"chrF signature: {result['chrf_signature']}"]
 
 
+def test_evaluate_without_output_writes_into_the_run_folder_never_the_current_one(runs_root, tmp_path, monkeypatch,
+                                                                                 capsys):
+    """Before: eval_<name>.json landed in the current folder (a checkout: inside the repository)."""
+    run = tmp_path / "run"
+    shutil.copytree(build_tiny_run("rnn_seq2seq", runs_root), run)
+    pairs = read_pairs(4, split="val")
+    src, ref = tmp_path / "val.de", tmp_path / "val.en"
+    src.write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
+    ref.write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    for model in (run, run / "model"):  # a training run, then a plain model folder
+        assert main(["evaluate", "-m", str(model), "--src", str(src), "--ref", str(ref), "--greedy",
+                     "--no-progress"]) == 0
+    assert list(cwd.iterdir()) == [] and not list((run / "model").glob("eval_*"))
+    assert json.loads((run / "eval_val.json").read_text())["val"]["num_sentences"] == 4
+    assert "no JSON written" in capsys.readouterr().err
+
+
 def test_evaluate_bootstrap_interval_reaches_the_json_and_the_table(run, tmp_path, capsys):
     pairs, output, hypotheses = _evaluate_val_files(run, tmp_path, "--greedy", "--bootstrap", "200")
     row = capsys.readouterr().out.splitlines()[2]
@@ -339,15 +449,15 @@ def test_evaluate_bootstrap_interval_reaches_the_json_and_the_table(run, tmp_pat
                                f"{result['chrf']:.2f}", "±", f"{result['chrf_ci95']:.2f}"]
 
 
-def test_evaluate_a_corpus_split_and_update_the_run_metrics(runs_root, tmp_path, capsys, shared_data):
+def test_evaluate_a_corpus_split_and_update_the_run_metrics(runs_root, tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(build_tiny_run("rnn_seq2seq", runs_root), run)
-    spec = f"multi30k:{shared_data / 'multi30k'}:de-en"
+    spec = pairs_corpus_spec()
     argv = ["evaluate", "-m", str(run), "--corpus", spec, "--split", "validation", "--limit", "8",
             "--output", str(tmp_path / "e.json"), "--update-metrics", "--greedy", "--no-progress"]
     assert main(argv) == 0
     name, result = next(iter(json.loads((tmp_path / "e.json").read_text()).items()))
-    assert name.startswith("Multi30k") and name.endswith("-validation") and " " not in name
+    assert name.endswith("-validation") and " " not in name
     assert result["split"] == "validation" and result["num_sentences"] == 8
     recorded = json.loads((run / "metrics.json").read_text())["test"][name]
     assert recorded["bleu"] == result["bleu"] and recorded["chrf_signature"] == result["chrf_signature"]
@@ -439,9 +549,16 @@ def test_averaging_two_checkpoints_of_a_run_gives_their_mean_and_a_working_model
     for name in first:
         torch.testing.assert_close(averaged[name], (first[name] + second[name]) / 2, rtol=0, atol=1e-7)
     capsys.readouterr()
-    # The result is a complete model folder (config, generation config, tokenizer): it translates.
-    assert main(["translate", "-m", str(out), SENTENCES[0], "--greedy"]) == 0
-    assert capsys.readouterr().out.strip()
+    # The result is a complete model folder (config, generation config, tokenizer): it translates,
+    # as transformers does with the same folder.
+    sentence = read_pairs(1)[0][0]
+    assert main(["translate", "-m", str(out), sentence, "--greedy"]) == 0
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    tokenizer, model = AutoTokenizer.from_pretrained(out), AutoModelForSeq2SeqLM.from_pretrained(out).eval()
+    with torch.inference_mode():
+        ids = model.generate(**tokenizer([sentence], return_tensors="pt"), num_beams=1, do_sample=False)
+    assert capsys.readouterr().out == tokenizer.decode(ids[0], skip_special_tokens=True).strip() + "\n"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -481,10 +598,10 @@ def test_console_script_bad_argument_exits_2_without_traceback():
 
 
 @pytest.mark.slow
-def test_commands_on_a_run_of_the_training_script(shared_data, tmp_path, capsys):
+def test_commands_on_a_run_of_the_training_script(tmp_path, capsys):
     run = tmp_path / "run"
     argv = ["train", "--recipe", str(Path(__file__).parents[1] / "training/recipes/multi30k-transformer-small.yaml"),
-            "--corpus", f"multi30k:{shared_data / 'multi30k'}:de-en", "--max_train_examples", "300",
+            "--corpus", pairs_corpus_spec(), "--max_train_examples", "300",
             "--vocab_size", "400", "--model_config.d_model", "32", "--model_config.encoder_layers", "1",
             "--model_config.decoder_layers", "1", "--model_config.encoder_attention_heads", "2",
             "--model_config.decoder_attention_heads", "2", "--model_config.encoder_ffn_dim", "64",
@@ -508,19 +625,19 @@ def test_commands_on_a_run_of_the_training_script(shared_data, tmp_path, capsys)
     assert main(["plot-attention", "-m", str(run), "--source", SENTENCES[0], "--output", str(png)]) == 0
     _read_png(png)
 
-    assert main(["evaluate", "-m", str(run), "--corpus", f"multi30k:{shared_data / 'multi30k'}:de-en", "--limit", "4",
+    assert main(["evaluate", "-m", str(run), "--corpus", pairs_corpus_spec(), "--limit", "4",
                  "--greedy", "--no-progress", "--output", str(tmp_path / "eval.json")]) == 0
     assert "BLEU signature: nrefs:1" in capsys.readouterr().out
 
     # Fine-tune it on a corpus spec, then export: the card names the base model.
     finetuned, export = tmp_path / "finetuned", tmp_path / "export"
     assert main(["finetune", "--base-model", str(run), "--base-model-id", "someone/base",
-                 "--corpus", f"multi30k:{shared_data / 'multi30k'}:de-en", "--max-train-samples", "64",
+                 "--corpus", pairs_corpus_spec(), "--max-train-samples", "64",
                  "--max-eval-samples", "4", "--max-test-samples", "4", "--max-steps", "4", "--eval-steps", "4",
                  "--per-device-train-batch-size", "16", "--generation-max-new-tokens", "8",
                  "--output-dir", str(finetuned)]) == 0
     metrics = json.loads((finetuned / "metrics.json").read_text())
-    assert metrics["corpus"]["source_lang"] == "de" and metrics["corpus"]["target_lang"] == "en"
+    assert (metrics["corpus"]["source_lang"], metrics["corpus"]["target_lang"]) == pairs_languages()
     assert metrics["train"]["train_samples"] == 64
     assert list(metrics["test"]) == [f"{metrics['corpus']['name']}-test".replace(" ", "-")]
     assert next(iter(metrics["test"].values()))["num_sentences"] == 4

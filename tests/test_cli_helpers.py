@@ -1,4 +1,5 @@
-"""Tiny trained models on a real Multi30k slice, shared by test_cli*.py and test_finetune*.py.
+"""Tiny trained models on a real corpus slice (Multi30k from ../shared/data, else the committed Bible
+pairs: conftest.read_pairs), shared by test_cli*.py and test_finetune*.py.
 
 A "run" is a folder in the training-output layout of docs/DESIGN.md: ``model/`` (weights,
 config, generation config, tokenizer), ``metrics.json`` and ``checkpoints/step_<N>/`` with
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from conftest import read_multi30k_pairs
+from conftest import pairs_languages, read_pairs
 
 FAMILIES = ("rnn_seq2seq", "transformer_seq2seq")
 NUM_PAIRS = 300
@@ -29,12 +30,12 @@ _TOKENIZERS: dict[str, object] = {}
 
 
 def tiny_tokenizer(root: Path):
-    """A unigram tokenizer trained on the first NUM_PAIRS Multi30k pairs (both sides)."""
+    """A unigram tokenizer trained on the first NUM_PAIRS training pairs (both sides)."""
     key = str(root)
     if key not in _TOKENIZERS:
         from attention_seq2seq.data.tokenization import train_tokenizer
 
-        _TOKENIZERS[key] = train_tokenizer(read_multi30k_pairs(NUM_PAIRS), vocab_size=VOCAB_SIZE)
+        _TOKENIZERS[key] = train_tokenizer(read_pairs(NUM_PAIRS), vocab_size=VOCAB_SIZE)
     return _TOKENIZERS[key]
 
 
@@ -79,7 +80,7 @@ def build_tiny_run(family: str, root: Path) -> Path:
     model = AutoModelForSeq2SeqLM.from_config(tiny_config(family, len(tokenizer)))
     model.generation_config.max_new_tokens = 24
     model.generation_config.num_beams = 2
-    pairs = read_multi30k_pairs(NUM_PAIRS)
+    pairs = read_pairs(NUM_PAIRS)
     batches = list(_batches(tokenizer, pairs, batch_size=20))
     optimizer = torch.optim.AdamW(model.parameters(), lr=5e-3)
     run = root / f"run-{family}"
@@ -100,9 +101,10 @@ def build_tiny_run(family: str, root: Path) -> Path:
     model.eval()
     model.save_pretrained(run / "model")
     tokenizer.save_pretrained(run / "model")
+    source_lang, target_lang = pairs_languages()
     metrics = {
         "model_family": family,
-        "corpus": {"spec": "multi30k", "name": "Multi30k", "source_lang": "de", "target_lang": "en",
+        "corpus": {"spec": "multi30k", "name": "Multi30k", "source_lang": source_lang, "target_lang": target_lang,
                    "license": "custom", "attribution": "Elliott et al. 2016"},
         "train": {"steps": TRAIN_STEPS, "epochs": TRAIN_STEPS * 20 / NUM_PAIRS, "wall_time_s": 1.0,
                   "target_tokens_per_s": 1.0, "final_train_loss": losses[-1]},

@@ -9,6 +9,7 @@ import datasets
 import numpy as np
 import pytest
 import torch
+from conftest import pairs_corpus_spec
 from transformers import DataCollatorForSeq2Seq
 
 from attention_seq2seq.data import (
@@ -28,11 +29,12 @@ pytestmark = pytest.mark.usefixtures("quiet_datasets")  # fixture in conftest.py
 
 
 @pytest.fixture(scope="module")
-def corpus(shared_data) -> datasets.DatasetDict:
-    full = load_corpus(f"multi30k:{shared_data / 'multi30k'}")
+def corpus() -> datasets.DatasetDict:
+    """Up to 3,000 / 200 / 200 pairs of Multi30k (../shared/data), else of the committed Bible pairs."""
+    full = load_corpus(pairs_corpus_spec())
+    sizes = {"train": 3000, "validation": 200, "test": 200}
     return datasets.DatasetDict(
-        {"train": full["train"].select(range(3000)), "validation": full["validation"].select(range(200)),
-         "test": full["test"].select(range(200))}
+        {split: full[split].select(range(min(n, len(full[split])))) for split, n in sizes.items()}
     )
 
 
@@ -64,7 +66,7 @@ def test_tokenize_dataset_columns(tokenized, tokenizer, corpus):
     assert row["labels"] == tokenizer(text_target=corpus["train"][5]["target"])["input_ids"]
     assert row["input_ids"][-1] == EOS_ID and row["labels"][-1] == EOS_ID
     assert (row["source_length"], row["target_length"]) == (len(row["input_ids"]), len(row["labels"]))
-    assert batch_lengths(train).shape == (3000, 2)
+    assert batch_lengths(train).shape == (len(corpus["train"]), 2)
 
 
 @pytest.mark.parametrize("overlong", ["truncate", "filter"])
@@ -73,14 +75,16 @@ def test_overlong_pairs_truncated_or_filtered_with_counts(corpus, tokenizer, ove
     too_long = {s: sum(max(a, b) > 12 for a, b in batch_lengths(d)) for s, d in full.items()}
     assert too_long["train"] > 100
     out, stats = tokenize_dataset(corpus, tokenizer, 12, 12, overlong=overlong, return_stats=True)
+    pairs = {split: len(dataset) for split, dataset in corpus.items()}
     if overlong == "truncate":
-        assert stats["train"] == {"pairs": 3000, "truncated": too_long["train"], "filtered": 0}
+        assert stats["train"] == {"pairs": pairs["train"], "truncated": too_long["train"], "filtered": 0}
         assert max(len(ids) for ids in out["train"]["input_ids"]) == 12
     else:
-        assert stats["train"] == {"pairs": 3000 - too_long["train"], "truncated": 0, "filtered": too_long["train"]}
-        assert len(out["train"]) == 3000 - too_long["train"]
+        kept = pairs["train"] - too_long["train"]
+        assert stats["train"] == {"pairs": kept, "truncated": 0, "filtered": too_long["train"]}
+        assert len(out["train"]) == kept
     # Evaluation splits are never filtered: every sentence is kept, cut to the limit.
-    assert stats["validation"] == {"pairs": 200, "truncated": too_long["validation"], "filtered": 0}
+    assert stats["validation"] == {"pairs": pairs["validation"], "truncated": too_long["validation"], "filtered": 0}
     assert all(ids[-1] == EOS_ID and len(ids) <= 12 for ids in out["validation"]["labels"])
 
 

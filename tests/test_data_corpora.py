@@ -43,11 +43,15 @@ def head(path: Path, n: int) -> list[str]:
 
 
 @pytest.fixture
-def multi30k_slice(shared_data, tmp_path) -> Path:
-    """train 300 / val 40 / test2016 30 lines of Multi30k in Multi30k's own file names."""
-    for split, n in (("train", 300), ("val", 40), ("test2016", 30)):
-        for lang in ("de", "en"):
-            write_lines(tmp_path / f"{split}.{lang}", head(shared_data / "multi30k" / f"{split}.{lang}", n))
+def multi30k_slice(tmp_path) -> Path:
+    """train 300 / val 40 / test2016 30 real sentence pairs (conftest.read_pairs: Multi30k, else the
+    committed Bible pairs) in Multi30k's own file names, source side as .de, target side as .en."""
+    from conftest import read_pairs
+
+    for split, stem, n in (("train", "train", 300), ("val", "val", 40), ("test", "test2016", 30)):
+        pairs = read_pairs(n, split=split)
+        write_lines(tmp_path / f"{stem}.de", [source for source, _ in pairs])
+        write_lines(tmp_path / f"{stem}.en", [target for _, target in pairs])
     return tmp_path
 
 
@@ -203,10 +207,10 @@ def _saved_hf_dataset(tmp_path: Path, layout: str, pairs: list[tuple[str, str]])
     return folder
 
 
-def test_hf_translation_layout_from_disk(tmp_path, shared_data):  # shared_data: skip without the corpora
-    from conftest import read_multi30k_pairs
+def test_hf_translation_layout_from_disk(tmp_path):
+    from conftest import read_pairs
 
-    pairs = read_multi30k_pairs(60)
+    pairs = read_pairs(60)  # real sentences (Multi30k, else the committed Bible pairs), stored as "de"/"en"
     folder = _saved_hf_dataset(tmp_path, "translation", pairs)
     corpus = load_corpus(f"hf:{folder}::de-en")
     assert {s: len(d) for s, d in corpus.items()} == {"train": 40, "validation": 10, "test": 10}
@@ -215,10 +219,10 @@ def test_hf_translation_layout_from_disk(tmp_path, shared_data):  # shared_data:
         load_corpus(f"hf:{folder}::fr-en")
 
 
-def test_hf_two_column_layout_and_split_names(tmp_path, shared_data):  # shared_data: skip without the corpora
-    from conftest import read_multi30k_pairs
+def test_hf_two_column_layout_and_split_names(tmp_path):
+    from conftest import read_pairs
 
-    pairs = read_multi30k_pairs(60)
+    pairs = read_pairs(60)  # real sentences (Multi30k, else the committed Bible pairs), stored as "de"/"en"
     folder = _saved_hf_dataset(tmp_path, "columns", pairs)
     corpus = load_corpus(f"hf:{folder}::de-en:src_key=german,tgt_key=english,validation=test,test=validation")
     assert (corpus["validation"][0]["source"], corpus["validation"][0]["target"]) == pairs[50]

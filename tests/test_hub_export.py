@@ -33,7 +33,7 @@ from attention_seq2seq.hub.export import (
     strip_png_metadata,
 )
 from attention_seq2seq.modeling.pipeline_translation import Seq2SeqTranslationPipeline
-from conftest import read_multi30k_pairs
+from conftest import read_pairs
 
 FAMILIES = ("rnn_seq2seq", "transformer_seq2seq")
 SOURCES = [
@@ -72,8 +72,8 @@ def _build_tokenizer(pairs):
 
 
 @pytest.fixture(scope="module")
-def tokenizer(shared_data):
-    return _build_tokenizer(read_multi30k_pairs(300))
+def tokenizer():
+    return _build_tokenizer(read_pairs(300))
 
 
 def _tiny_model(family: str, vocab_size: int):
@@ -555,3 +555,75 @@ def test_strip_png_metadata_keeps_pixels_and_drops_text():
     corrupt[40] ^= 0xFF
     with pytest.raises(ExportError, match="corrupt PNG"):
         strip_png_metadata(bytes(corrupt), "plot.png")
+
+
+# ---------------------------------------------------------------------------- transformers' sharing route
+
+_REMOTE_CODE_CHILD = r"""
+import json, sys
+sys.modules["attention_seq2seq"] = None  # the package must not be needed (nor found) here
+import torch
+from transformers import AutoModelForSeq2SeqLM
+
+folder, input_ids, decoder_input_ids = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True).eval()
+with torch.no_grad():
+    logits = model(input_ids=torch.tensor(input_ids), decoder_input_ids=torch.tensor(decoder_input_ids)).logits
+print(json.dumps({"module": type(model).__module__, "logits": logits.tolist()}))
+"""
+
+
+def _tiny_registered_model(family: str):
+    config_cls, model_cls = {
+        "rnn_seq2seq": (attention_seq2seq.RNNSeq2SeqConfig, attention_seq2seq.RNNSeq2SeqForConditionalGeneration),
+        "transformer_seq2seq": (attention_seq2seq.TransformerSeq2SeqConfig,
+                                attention_seq2seq.TransformerSeq2SeqForConditionalGeneration),
+    }[family]
+    sizes = (dict(vocab_size=23, hidden_size=8, embedding_size=6) if family == "rnn_seq2seq" else
+             dict(vocab_size=23, d_model=8, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+                  decoder_attention_heads=2, encoder_ffn_dim=16, decoder_ffn_dim=16))
+    torch.manual_seed(0)
+    return model_cls(config_cls(**sizes)).eval()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_register_for_auto_class_then_save_pretrained_writes_a_remote_code_folder(family, tmp_path):
+    """transformers' custom-model route: register_for_auto_class() + save_pretrained() raised
+    FileNotFoundError (the modeling file's `..configuration` import). Now the folder holds the
+    flattened code, auto_map and the pipeline, and loads with trust_remote_code=True in a process
+    where the package cannot be imported, giving the same logits; weights are 0644 like the rest."""
+    model = _tiny_registered_model(family)
+    model_cls = type(model)
+    model_cls.register_for_auto_class("AutoModelForSeq2SeqLM")
+    try:
+        model.save_pretrained(tmp_path / "shared")
+    finally:
+        del model_cls._auto_class  # the class is shared with the other tests
+    folder = tmp_path / "shared"
+    config = json.loads((folder / "config.json").read_text())
+    assert config["auto_map"]["AutoModelForSeq2SeqLM"].startswith(f"modeling_{family}.")
+    assert "translation" in config["custom_pipelines"]
+    assert (folder / "pipeline_translation.py").is_file() and (folder / f"configuration_{family}.py").is_file()
+    assert {p.name: oct(p.stat().st_mode & 0o777) for p in folder.iterdir()}["model.safetensors"] == oct(
+        (folder / "config.json").stat().st_mode & 0o777)
+
+    input_ids, decoder_input_ids = [[5, 6, 7, 2]], [[1, 8, 9]]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules_cache")}
+    env.pop("PYTHONPATH", None)
+    completed = subprocess.run(
+        [sys.executable, "-c", _REMOTE_CODE_CHILD, str(folder), json.dumps(input_ids), json.dumps(decoder_input_ids)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    child = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert child["module"].startswith("transformers_modules")
+    with torch.no_grad():
+        expected = model(input_ids=torch.tensor(input_ids), decoder_input_ids=torch.tensor(decoder_input_ids)).logits
+    torch.testing.assert_close(torch.tensor(child["logits"]), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_save_pretrained_gives_the_weights_the_mode_of_the_other_files(tmp_path):
+    """safetensors writes 0600; a plain save_pretrained folder now has one mode for every file."""
+    _tiny_registered_model("rnn_seq2seq").save_pretrained(tmp_path)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()}
+    assert modes["model.safetensors"] == modes["config.json"] == modes["generation_config.json"]

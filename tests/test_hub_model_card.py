@@ -187,6 +187,14 @@ def test_card_without_metrics_or_recipe_is_still_valid():
     assert "![" not in card.text  # no heat-map given, no image link
 
 
+def test_card_hyperparameter_table_leaves_out_the_trainers_debug_fields():
+    recipe = {"learning_rate": 0.001, "debug_dump_batches": False, "debug_crash_at_step": None,
+              "model_config": {"dropout": 0.3}}
+    text = ModelCard(_render(RNNSeq2SeqConfig(**RNN), _metrics(), recipe=recipe)).text
+    assert "| `learning_rate` | `0.001` |" in text and "| `model_config.dropout` | `0.3` |" in text
+    assert "debug_" not in text
+
+
 def test_card_shows_recipe_heatmap_and_usage():
     recipe = {"model": {"hidden_size": 256, "attention": "luong"}, "optim": {"lr": 0.001, "warmup_steps": 4000}}
     text = ModelCard(_render(RNNSeq2SeqConfig(**RNN), _metrics(), recipe=recipe, heatmap="attention_heatmap.png")).text

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import read_multi30k_pairs
+from conftest import read_pairs
 from torch.nn import functional as F
 from transformers import AutoConfig, AutoModelForSeq2SeqLM
 from transformers.modeling_outputs import Seq2SeqLMOutput
@@ -426,6 +426,18 @@ def test_generation_defaults_live_in_generation_config():
     assert (out[:, 0] == BOS).all()
 
 
+def test_an_explicit_max_length_beats_the_default_max_new_tokens():
+    """generate(max_length=N) stops at N decoder tokens; before, the model's max_new_tokens=128 won
+    (129 tokens). </s> is suppressed so that only the length limit can stop decoding."""
+    model = make_model("bahdanau-gru")
+    input_ids, attention_mask = source_batch()
+    kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, suppress_tokens=[EOS])
+    assert model.generate(**kwargs, max_length=7).shape == (3, 7)
+    assert model.generate(**kwargs, max_length=7, num_beams=1).shape == (3, 7)
+    assert model.generate(**kwargs, max_new_tokens=4).shape == (3, 5)
+    assert model.generation_config.max_new_tokens == 128
+
+
 @pytest.mark.parametrize("variant", ["bahdanau-gru", "luong-dot-nofeed-lstm-last-bridge"])
 def test_sampling_with_top_k_1_equals_greedy(variant):
     model = make_model(variant)
@@ -520,6 +532,32 @@ def test_encoder_outputs_may_be_passed_as_a_tuple(variant, output_hidden_states)
     assert torch.equal(got, expected)
 
 
+@pytest.mark.parametrize("variant", ["luong-dot-nofeed-lstm-last-bridge", "bahdanau-gru"])
+def test_generate_from_encoder_outputs_as_a_tuple_with_beams(variant):
+    """generate(encoder_outputs=<tuple>, num_beams=3) translates as generate(input_ids=...); before,
+    transformers' expansion for the beams raised "TypeError: only integer tensors of a single
+    element can be converted to an index"."""
+    model = make_model(variant)
+    input_ids, attention_mask = source_batch()
+    as_tuple = model.get_encoder()(input_ids, attention_mask, return_dict=False)
+    kwargs = dict(attention_mask=attention_mask, max_new_tokens=6, num_beams=3)
+    expected = model.generate(input_ids=input_ids, **kwargs)
+    assert torch.equal(model.generate(encoder_outputs=as_tuple, **kwargs), expected)
+    two = model.generate(encoder_outputs=as_tuple, num_return_sequences=2, **kwargs)
+    assert torch.equal(two, model.generate(input_ids=input_ids, num_return_sequences=2, **kwargs))
+
+
+def test_a_source_row_without_real_tokens_is_refused_naming_the_row():
+    model = make_model("bahdanau-gru")
+    input_ids, attention_mask = source_batch()
+    attention_mask[1] = 0
+    message = r"attention_mask row\(s\) \[1\] are all 0: every source sentence needs at least one real token"
+    with pytest.raises(ValueError, match=message):
+        model(input_ids=input_ids, attention_mask=attention_mask, labels=input_ids)
+    with pytest.raises(ValueError, match=message):
+        model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=3)
+
+
 def test_labels_are_shifted_right_into_decoder_input_ids():
     labels = torch.tensor([[7, 8, EOS], [9, EOS, -100]])
     assert shift_tokens_right(labels, PAD, BOS).tolist() == [[BOS, 7, 8], [BOS, 9, EOS]]
@@ -567,6 +605,29 @@ def test_coverage_loss_adds_lambda_times_mean_overlap_with_past_attention(varian
     torch.testing.assert_close(out.coverage_penalty[labels != -100], torch.stack(penalties))
     # The coverage term is not zero here, so the check above is not vacuous.
     assert torch.stack(penalties).mean() > 1e-3
+
+
+def test_cosine_score_in_half_precision_on_a_padded_batch_gives_finite_gradients():
+    """model.half() with the cosine score: padded encoder states are exact zeros, and
+    F.normalize's eps (1e-8) rounds to 0 in float16, so their 0/0 sent NaN into every gradient.
+    Unit vectors are now taken in float32, zero vectors kept at zero without a gradient."""
+    model = make_model("luong-cosine-feed-2layers").train().half()
+    input_ids, attention_mask = source_batch()  # lengths 5, 2, 4: padded
+    labels, _ = target_batch()
+    loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+    loss.backward()
+    assert torch.isfinite(loss)
+    not_finite = [name for name, p in model.named_parameters() if p.grad is not None and not p.grad.isfinite().all()]
+    assert not not_finite
+    assert model.model.decoder.attention.key_strength.weight.grad.abs().sum() > 0
+
+    from attention_seq2seq.modeling.rnn_attention import unit_vectors
+
+    states = torch.tensor([[3.0, 4.0], [0.0, 0.0], [1e-3, 0.0]], requires_grad=True)
+    unit = unit_vectors(states)
+    torch.testing.assert_close(unit, torch.tensor([[0.6, 0.8], [0.0, 0.0], [1.0, 0.0]]))
+    unit.sum().backward()
+    assert states.grad[1].tolist() == [0.0, 0.0] and states.grad.isfinite().all()
 
 
 def test_coverage_enters_the_score():
@@ -680,6 +741,24 @@ def test_invalid_configs_raise_and_name_the_valid_values(kwargs, message):
     assert message in str(error.value)
 
 
+@pytest.mark.parametrize(
+    "foreign, ours", [("rnn_type", "cell_type"), ("attention_type", "attention="), ("brnn", "bidirectional")]
+)
+def test_another_toolkits_option_name_is_refused_naming_ours(foreign, ours):
+    with pytest.raises(ValueError, match=f"no option '{foreign}'.*use {ours}"):
+        RNNSeq2SeqConfig(vocab_size=VOCAB, hidden_size=8, embedding_size=8, **{foreign: "lstm"})
+
+
+def test_unknown_options_warn_once_and_generation_settings_move_to_generation_config():
+    with pytest.warns(UserWarning) as caught:
+        config = RNNSeq2SeqConfig(vocab_size=VOCAB, hidden_size=8, embedding_size=8, colour="blue", num_beams=2)
+    messages = sorted(str(w.message) for w in caught)
+    assert len(messages) == 2
+    assert "generation setting(s) num_beams=2" in messages[0] and "unknown option(s) 'colour'" in messages[1]
+    assert RNNSeq2SeqForConditionalGeneration(config).generation_config.num_beams == 2
+    assert "num_beams" not in config.to_dict()
+
+
 def test_config_round_trips_resolved_defaults(tmp_path):
     config = RNNSeq2SeqConfig(vocab_size=VOCAB, hidden_size=8, embedding_size=8, window="local-p")
     assert (config.score, config.window_size, config.input_feeding, config.attention_mode) == (
@@ -726,8 +805,8 @@ def _word_level_batch(pairs):
 
 
 @pytest.mark.parametrize("variant", list(OVERFIT_VARIANTS))
-def test_every_decoder_variant_overfits_20_multi30k_pairs(shared_data, variant):
-    vocab_size, input_ids, attention_mask, labels = _word_level_batch(read_multi30k_pairs(20))
+def test_every_decoder_variant_overfits_20_training_pairs(variant):
+    vocab_size, input_ids, attention_mask, labels = _word_level_batch(read_pairs(20))
     config = RNNSeq2SeqConfig(
         vocab_size=vocab_size, embedding_size=32, hidden_size=64, dropout=0.0, **OVERFIT_VARIANTS[variant]
     )

@@ -1,6 +1,7 @@
 """Tests of the Accelerate training script: recipes, the update rule, checkpoints, resume, DDP.
 
-The end-to-end runs use tiny models on slices of the real Multi30k corpus (``shared_data``).
+The end-to-end runs use tiny models on slices of a real corpus (``pairs_corpus``: Multi30k from
+../shared/data when present, else the committed Bible pairs; conftest.pairs_corpus_spec).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import yaml
 from safetensors.torch import load_file
 from transformers import PreTrainedTokenizerFast
 
-from conftest import run_process_tree
+from conftest import pairs_corpus_spec, pairs_languages, run_process_tree
 
 from attention_seq2seq.training import train as train_module
 from attention_seq2seq.training.config import RecipeError, config_from_dict, load_recipe, parse_command_line
@@ -40,12 +41,24 @@ TINY_TRANSFORMER = {
 TINY_RNN = {"embedding_size": 32, "hidden_size": 32, "attention": "luong", "score": "general", "input_feeding": True}
 
 
-def tiny_config(shared_data: Path, output_dir: Path, **overrides) -> TrainConfig:
-    """A run of a few seconds: tiny Transformer, 300 Multi30k pairs, small vocabulary."""
+@pytest.fixture(scope="session")
+def pairs_corpus() -> str:
+    """The corpus spec of the tiny runs: Multi30k de-en when ../shared/data is there, else the
+    committed Bible es-en pairs."""
+    return pairs_corpus_spec()
+
+
+def _test_key(corpus: str) -> str:
+    """metrics.json's test entry of a run on ``corpus``: ``<corpus kind>-test``."""
+    return f"{corpus.split(':')[0]}-test"
+
+
+def tiny_config(corpus: str, output_dir: Path, **overrides) -> TrainConfig:
+    """A run of a few seconds: tiny Transformer, 300 pairs of `corpus` (a spec), small vocabulary."""
     values = dict(
         model_family="transformer",
         model_config={**TINY_TRANSFORMER, "dropout": 0.1},
-        corpus=f"multi30k:{shared_data / 'multi30k'}:de-en",
+        corpus=corpus,
         max_train_examples=300,
         vocab_size=500,
         max_source_length=48,
@@ -274,7 +287,7 @@ def test_weight_decay_shrinks_matrices_and_embeddings_but_not_biases_or_layer_no
         assert all(p.dim() == 1 for n, p in model.named_parameters() if "layer_norm" in n)
 
 
-def test_the_trainer_builds_its_adamw_from_the_decay_groups(shared_data, tmp_path, monkeypatch):
+def test_the_trainer_builds_its_adamw_from_the_decay_groups(pairs_corpus, tmp_path, monkeypatch):
     seen = []
 
     def spy(model, weight_decay):
@@ -283,7 +296,7 @@ def test_the_trainer_builds_its_adamw_from_the_decay_groups(shared_data, tmp_pat
         return groups
 
     monkeypatch.setattr(train_module, "optimizer_param_groups", spy)
-    train(tiny_config(shared_data, tmp_path / "run", weight_decay=0.3, max_steps=1, eval_every=100, save_every=100,
+    train(tiny_config(pairs_corpus, tmp_path / "run", weight_decay=0.3, max_steps=1, eval_every=100, save_every=100,
                       num_plot_sentences=0, test_max_examples=2))
     assert [(wd, [g["weight_decay"] for g in groups]) for wd, groups in seen] == [(0.3, [0.3, 0.0])]
 
@@ -441,7 +454,7 @@ def test_source_word_dropout_outside_0_1_is_refused(p):
 
 
 @pytest.mark.parametrize("p", [0.0, 0.4])
-def test_training_feeds_the_model_word_dropped_sources(shared_data, tmp_path, monkeypatch, p):
+def test_training_feeds_the_model_word_dropped_sources(pairs_corpus, tmp_path, monkeypatch, p):
     # What the model is trained on: with source_word_dropout the source batches carry <unk> in
     # place of about p of their real tokens (never </s>); without it, none.
     seen = []
@@ -452,7 +465,7 @@ def test_training_feeds_the_model_word_dropped_sources(shared_data, tmp_path, mo
         return original(accelerator, model, optimizer, scheduler, micro, *args, **kwargs)
 
     monkeypatch.setattr(train_module, "optimizer_update", spy)
-    run = train(tiny_config(shared_data, tmp_path / "run", source_word_dropout=p, max_steps=4, eval_every=100, save_every=100,
+    run = train(tiny_config(pairs_corpus, tmp_path / "run", source_word_dropout=p, max_steps=4, eval_every=100, save_every=100,
                             num_plot_sentences=0, test_max_examples=2))
     tokenizer = PreTrainedTokenizerFast.from_pretrained(str(run / "model"))
     unk, eos = tokenizer.unk_token_id, tokenizer.eos_token_id
@@ -481,13 +494,13 @@ def _checkpoint_steps(run: Path) -> list[str]:
     return sorted(p.name for p in (run / "checkpoints").iterdir() if p.name.startswith("step_"))
 
 
-def test_output_folder_follows_the_design_contract(shared_data, tmp_path):
+def test_output_folder_follows_the_design_contract(pairs_corpus, tmp_path):
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    run = train(tiny_config(shared_data, tmp_path / "run", keep_best_k=2, length_penalty=1.3))
+    run = train(tiny_config(pairs_corpus, tmp_path / "run", keep_best_k=2, length_penalty=1.3))
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["model_family"] == "transformer_seq2seq"
-    assert metrics["corpus"]["source_lang"] == "de" and metrics["corpus"]["target_lang"] == "en"
+    assert (metrics["corpus"]["source_lang"], metrics["corpus"]["target_lang"]) == pairs_languages()
     assert metrics["train"]["steps"] == 6 and metrics["train"]["world_size"] == 1
     assert metrics["train"]["target_tokens_per_s"] > 0
     assert [v["step"] for v in metrics["validation"]] == [3, 6]
@@ -510,12 +523,12 @@ def test_output_folder_follows_the_design_contract(shared_data, tmp_path):
     assert model.generation_config.length_penalty == 1.3
     # recipe.yaml re-creates the same hyperparameters.
     assert config_from_dict(TrainConfig, load_recipe(run / "recipe.yaml")) == tiny_config(
-        shared_data, run, keep_best_k=2, length_penalty=1.3
+        pairs_corpus, run, keep_best_k=2, length_penalty=1.3
     )
 
 
-def test_average_last_k_builds_the_mean_of_the_kept_checkpoints(shared_data, tmp_path):
-    run = train(tiny_config(shared_data, tmp_path / "run", average_last_k=2, num_plot_sentences=0, eval_every=6))
+def test_average_last_k_builds_the_mean_of_the_kept_checkpoints(pairs_corpus, tmp_path):
+    run = train(tiny_config(pairs_corpus, tmp_path / "run", average_last_k=2, num_plot_sentences=0, eval_every=6))
     a, b = weights_of(run / "checkpoints" / "step_4"), weights_of(run / "checkpoints" / "step_6")
     final = weights_of(run / "model")
     for key in a:
@@ -523,14 +536,14 @@ def test_average_last_k_builds_the_mean_of_the_kept_checkpoints(shared_data, tmp
     assert "average of the last 2 checkpoints" in json.loads((run / "metrics.json").read_text())["train"]["final_model"]
 
 
-def test_resume_after_a_crash_ends_with_the_weights_of_an_uninterrupted_run(shared_data, tmp_path):
+def test_resume_after_a_crash_ends_with_the_weights_of_an_uninterrupted_run(pairs_corpus, tmp_path):
     # 120 pairs and 2 accumulated micro-batches per update: the 6 updates cross epoch
     # boundaries, the crash falls mid-epoch, and dropout makes the RNG state matter.
     common = dict(max_train_examples=120, gradient_accumulation_steps=2, num_plot_sentences=0)
-    full = train(tiny_config(shared_data, tmp_path / "full", **common))
+    full = train(tiny_config(pairs_corpus, tmp_path / "full", **common))
     # Same tokenizer: subword training itself is not bitwise reproducible between two runs.
     common["tokenizer_path"] = str(full / "model")
-    crashing = tiny_config(shared_data, tmp_path / "crashed", debug_crash_at_step=4, **common)
+    crashing = tiny_config(pairs_corpus, tmp_path / "crashed", debug_crash_at_step=4, **common)
     with pytest.raises(RuntimeError, match="simulated crash after update 4"):
         train(crashing)
     assert _checkpoint_steps(tmp_path / "crashed") == ["step_2", "step_4"]
@@ -543,7 +556,7 @@ def test_resume_after_a_crash_ends_with_the_weights_of_an_uninterrupted_run(shar
     assert m_full["train"]["epochs"] == m_resumed["train"]["epochs"] > 1.0
 
 
-def test_an_interrupted_checkpoint_save_keeps_the_previous_one(shared_data, tmp_path, monkeypatch):
+def test_an_interrupted_checkpoint_save_keeps_the_previous_one(pairs_corpus, tmp_path, monkeypatch):
     from accelerate import Accelerator
 
     real_save = Accelerator.save_state
@@ -555,7 +568,7 @@ def test_an_interrupted_checkpoint_save_keeps_the_previous_one(shared_data, tmp_
             raise KeyboardInterrupt("killed while saving")
 
     monkeypatch.setattr(Accelerator, "save_state", save_then_die)
-    config = tiny_config(shared_data, tmp_path / "run", num_plot_sentences=0, eval_every=100)
+    config = tiny_config(pairs_corpus, tmp_path / "run", num_plot_sentences=0, eval_every=100)
     with pytest.raises(KeyboardInterrupt):
         train(config)
     assert _checkpoint_steps(tmp_path / "run") == ["step_2"]
@@ -565,7 +578,7 @@ def test_an_interrupted_checkpoint_save_keeps_the_previous_one(shared_data, tmp_
     assert json.loads((run / "metrics.json").read_text())["train"]["steps"] == 6
 
 
-def test_non_finite_loss_stops_naming_the_update_and_keeps_the_last_good_checkpoint(shared_data, tmp_path, monkeypatch):
+def test_non_finite_loss_stops_naming_the_update_and_keeps_the_last_good_checkpoint(pairs_corpus, tmp_path, monkeypatch):
     real_loss = train_module.token_loss_sum
     training_calls = []
 
@@ -578,7 +591,7 @@ def test_non_finite_loss_stops_naming_the_update_and_keeps_the_last_good_checkpo
         return loss
 
     monkeypatch.setattr(train_module, "token_loss_sum", loss_that_explodes)
-    config = tiny_config(shared_data, tmp_path / "run", log_every=10, save_every=2, eval_every=100, num_plot_sentences=0)
+    config = tiny_config(pairs_corpus, tmp_path / "run", log_every=10, save_every=2, eval_every=100, num_plot_sentences=0)
     with pytest.raises(FloatingPointError, match="not finite at update 3"):
         train(config)
     # Detected at the next sync point (the checkpoint of update 4), before anything was saved.
@@ -612,14 +625,14 @@ def _launch_two_cpu_ranks(config: TrainConfig, recipe: Path) -> subprocess.Compl
 
 
 @pytest.mark.slow
-def test_two_cpu_ranks_equal_one_process_accumulating_their_batches(shared_data, tmp_path):
+def test_two_cpu_ranks_equal_one_process_accumulating_their_batches(pairs_corpus, tmp_path):
     # No dropout: each rank draws its own masks, which one process cannot reproduce. The schedule
     # follows the wall clock (linear_time, a 10-hour budget: the rate falls by ~1e-4 of itself in
     # this run): the ranks agree on the slowest clock, so their weights stay bit-identical.
     overrides = dict(model_config={**TINY_TRANSFORMER, "dropout": 0.0}, max_train_examples=200, max_steps=4,
                      eval_every=4, save_every=4, num_plot_sentences=0, debug_dump_batches=True, test_max_examples=4,
                      schedule="linear_time", max_time_minutes=600)
-    ddp = tiny_config(shared_data, tmp_path / "ddp", **overrides)
+    ddp = tiny_config(pairs_corpus, tmp_path / "ddp", **overrides)
     _launch_two_cpu_ranks(ddp, tmp_path / "ddp.yaml")
 
     def batches(path):
@@ -656,9 +669,10 @@ REAL_DATA_RUNS = {
 @pytest.mark.slow
 @pytest.mark.parametrize("family", ["transformer", "rnn"])
 def test_short_real_data_run_learns_to_translate(family, shared_data, tmp_path):
+    # The BLEU levels below are figures of Multi30k (3,000 pairs): skipped without ../shared/data.
     model_config, optimisation = REAL_DATA_RUNS[family]
     config = tiny_config(
-        shared_data, tmp_path / family, model_family=family, model_config=model_config, **optimisation,
+        f"multi30k:{shared_data / 'multi30k'}:de-en", tmp_path / family, model_family=family, model_config=model_config, **optimisation,
         max_train_examples=3000, vocab_size=1000, max_source_length=40, max_target_length=40, max_tokens=1500,
         warmup_steps=20, max_steps=150, eval_every=75, save_every=150, log_every=10,
         eval_max_examples=60, eval_batch_size=60, test_max_examples=60,
@@ -675,7 +689,7 @@ def test_short_real_data_run_learns_to_translate(family, shared_data, tmp_path):
     assert test["bleu"] > 1.5 and test["num_sentences"] == 60
 
 
-def test_early_stopping_keeps_the_best_k_and_averages_them(shared_data, tmp_path, monkeypatch):
+def test_early_stopping_keeps_the_best_k_and_averages_them(pairs_corpus, tmp_path, monkeypatch):
     # Scripted validation scores: BLEU 5, 4, 3 at updates 2, 4, 6; patience 2 stops after update 6.
     real_evaluate = train_module.evaluate
     scripted = iter([5.0, 4.0, 3.0])
@@ -687,7 +701,7 @@ def test_early_stopping_keeps_the_best_k_and_averages_them(shared_data, tmp_path
         return result
 
     monkeypatch.setattr(train_module, "evaluate", scripted_evaluate)
-    config = tiny_config(shared_data, tmp_path / "run", max_steps=20, eval_every=2, save_every=2, eval_num_beams=1,
+    config = tiny_config(pairs_corpus, tmp_path / "run", max_steps=20, eval_every=2, save_every=2, eval_num_beams=1,
                          early_stopping_patience=2, keep_best_k=2, average_best_k=2, num_plot_sentences=0,
                          schedule="plateau", plateau_patience=1, plateau_factor=0.5, warmup_steps=0)
     run = train(config)
@@ -706,16 +720,16 @@ def test_early_stopping_keeps_the_best_k_and_averages_them(shared_data, tmp_path
     assert torch.load(checkpoint / "custom_checkpoint_1.pkl", weights_only=False)["multiplier"] == 0.25
 
 
-def test_time_budget_stops_the_run_and_still_writes_the_model(shared_data, tmp_path):
-    config = tiny_config(shared_data, tmp_path / "run", max_steps=1000, max_time_minutes=1e-4, num_plot_sentences=0)
+def test_time_budget_stops_the_run_and_still_writes_the_model(pairs_corpus, tmp_path):
+    config = tiny_config(pairs_corpus, tmp_path / "run", max_steps=1000, max_time_minutes=1e-4, num_plot_sentences=0)
     metrics = json.loads((train(config) / "metrics.json").read_text())
     assert metrics["train"]["stopped_by"] == "max_time_minutes" and metrics["train"]["steps"] == 1
     assert [v["step"] for v in metrics["validation"]] == [1]
     assert (tmp_path / "run" / "model" / "model.safetensors").exists()
 
 
-def test_linear_time_schedule_anneals_a_time_limited_run_to_zero(shared_data, tmp_path):
-    config = tiny_config(shared_data, tmp_path / "run", schedule="linear_time", max_steps=None, max_epochs=None,
+def test_linear_time_schedule_anneals_a_time_limited_run_to_zero(pairs_corpus, tmp_path):
+    config = tiny_config(pairs_corpus, tmp_path / "run", schedule="linear_time", max_steps=None, max_epochs=None,
                          max_time_minutes=0.05, warmup_steps=1, eval_every=10**6, save_every=10**6, num_plot_sentences=0)
     metrics = json.loads((train(config) / "metrics.json").read_text())
     assert metrics["train"]["stopped_by"] == "max_time_minutes" and metrics["train"]["steps"] > 5
@@ -742,10 +756,10 @@ def test_help_lists_every_field_with_its_comment(capsys):
     assert "peak learning rate (AdamW)" in out
 
 
-def test_bf16_mixed_precision_path_trains(shared_data, tmp_path):
+def test_bf16_mixed_precision_path_trains(pairs_corpus, tmp_path):
     # On a GPU this is the recipes' --mixed_precision bf16; CPU autocast runs the same code path.
     # A fresh process: Accelerate keeps one mixed-precision setting per process.
-    config = tiny_config(shared_data, tmp_path / "run", mixed_precision="bf16", eval_every=6, num_plot_sentences=1)
+    config = tiny_config(pairs_corpus, tmp_path / "run", mixed_precision="bf16", eval_every=6, num_plot_sentences=1)
     (tmp_path / "bf16.yaml").write_text(yaml.safe_dump(dataclasses.asdict(config)))
     proc = subprocess.run([sys.executable, "-m", "attention_seq2seq.training.train", "--recipe", str(tmp_path / "bf16.yaml")],
                           cwd=REPO_ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300)
@@ -773,16 +787,16 @@ def test_bf16_mixed_precision_path_trains(shared_data, tmp_path):
     fp32 = test_loss()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         bf16 = test_loss()
-    reported = metrics["test"]["multi30k-test"]["loss"]
+    reported = metrics["test"][_test_key(pairs_corpus)]["loss"]
     assert reported == pytest.approx(fp32, rel=1e-6)
     assert abs(bf16 - fp32) > 1e-6 * fp32  # the control: bf16 really gives another number
 
 
-def test_test_greedy_adds_a_greedy_entry_scored_like_the_translations_it_writes(shared_data, tmp_path, caplog):
+def test_test_greedy_adds_a_greedy_entry_scored_like_the_translations_it_writes(pairs_corpus, tmp_path, caplog):
     # ... and test_bootstrap gives both entries the confidence intervals of those translations.
     from attention_seq2seq.training.metrics import corpus_scores
 
-    config = tiny_config(shared_data, tmp_path / "run", test_greedy=True, num_threads=1, test_bootstrap=200)
+    config = tiny_config(pairs_corpus, tmp_path / "run", test_greedy=True, num_threads=1, test_bootstrap=200)
     threads_before = torch.get_num_threads()
     try:
         run = train(config)
@@ -790,7 +804,8 @@ def test_test_greedy_adds_a_greedy_entry_scored_like_the_translations_it_writes(
     finally:
         torch.set_num_threads(threads_before)
     metrics = json.loads((run / "metrics.json").read_text())
-    beam, greedy = metrics["test"]["multi30k-test"], metrics["test"]["multi30k-test-greedy"]
+    key = _test_key(pairs_corpus)
+    beam, greedy = metrics["test"][key], metrics["test"][f"{key}-greedy"]
     assert beam["num_beams"] == 2 and greedy["num_beams"] == 1
     hyps = (run / "test_translations_greedy.txt").read_text(encoding="utf-8").splitlines()
     assert len(hyps) == greedy["num_sentences"] == 8
@@ -814,18 +829,18 @@ def test_test_bootstrap_below_2_is_refused():
         validate_config(TrainConfig(max_steps=1, test_bootstrap=1))
 
 
-def test_rnn_without_attention_trains_validates_and_tests_without_heat_maps(shared_data, tmp_path):
+def test_rnn_without_attention_trains_validates_and_tests_without_heat_maps(pairs_corpus, tmp_path):
     # attention="none" has no cross-attention to draw: validation and the final test must still
     # run (this crashed at the first validation before plot_attention learned to skip it).
     model_config = {"embedding_size": 32, "hidden_size": 32, "attention": "none"}
-    run = train(tiny_config(shared_data, tmp_path / "run", model_family="rnn", model_config=model_config))
+    run = train(tiny_config(pairs_corpus, tmp_path / "run", model_family="rnn", model_config=model_config))
     metrics = json.loads((run / "metrics.json").read_text())
     assert [v["step"] for v in metrics["validation"]] == [3, 6]
-    assert metrics["test"]["multi30k-test"]["num_sentences"] == 8
+    assert metrics["test"][_test_key(pairs_corpus)]["num_sentences"] == 8
     assert not list((run / "plots").glob("*.png"))
 
 
-def test_subword_sampling_resegments_the_training_pairs_every_epoch(shared_data, tmp_path, monkeypatch):
+def test_subword_sampling_resegments_the_training_pairs_every_epoch(pairs_corpus, tmp_path, monkeypatch):
     from attention_seq2seq.data import tokenization
 
     draws = []
@@ -837,7 +852,7 @@ def test_subword_sampling_resegments_the_training_pairs_every_epoch(shared_data,
         return out
 
     monkeypatch.setattr(tokenization.SubwordSampler, "resample", spy)
-    config = tiny_config(shared_data, tmp_path / "run", subword_alpha=0.3, max_steps=None, max_epochs=2.5,
+    config = tiny_config(pairs_corpus, tmp_path / "run", subword_alpha=0.3, max_steps=None, max_epochs=2.5,
                          eval_every=10**6, save_every=10**6, num_plot_sentences=0, debug_dump_batches=True)
     run = train(config)
     metrics = json.loads((run / "metrics.json").read_text())
@@ -859,14 +874,14 @@ def test_subword_sampling_resegments_the_training_pairs_every_epoch(shared_data,
 
 
 @pytest.mark.slow
-def test_two_cpu_ranks_share_each_epochs_sampled_segmentation(shared_data, tmp_path):
+def test_two_cpu_ranks_share_each_epochs_sampled_segmentation(pairs_corpus, tmp_path):
     # Only the main process samples; the other rank must batch the very same sampled lengths, or
     # the two ranks' shares of an epoch (cut from each rank's own view of the lengths) would no
     # longer split the pairs between them: some would train twice in an epoch, others never.
     # max_epochs counts updates of the best segmentation; the sampled epochs are longer, so this
     # makes two whole sampled epochs and part of a third (6 updates per rank and epoch, against 7
     # or 8 sampled, in the runs measured here).
-    config = tiny_config(shared_data, tmp_path / "ddp", subword_alpha=0.3, max_steps=None, max_epochs=2.75,
+    config = tiny_config(pairs_corpus, tmp_path / "ddp", subword_alpha=0.3, max_steps=None, max_epochs=2.75,
                          gradient_accumulation_steps=1, eval_every=10**6, save_every=10**6, num_plot_sentences=0,
                          debug_dump_batches=True, test_max_examples=4)
     proc = _launch_two_cpu_ranks(config, tmp_path / "ddp.yaml")

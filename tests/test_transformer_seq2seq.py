@@ -25,7 +25,7 @@ from attention_seq2seq.modeling.modeling_transformer_seq2seq import (
     shift_tokens_right,
     sinusoidal_position_encoding,
 )
-from conftest import read_multi30k_pairs
+from conftest import read_pairs
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 VARIANTS = [
@@ -93,6 +93,53 @@ def padded_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 def test_invalid_config_raises_naming_valid_values(overrides, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):
         tiny_config(**overrides)
+
+
+@pytest.mark.parametrize(
+    "foreign, ours",
+    [("normalize_before", "norm_order='pre'"), ("encoder_normalize_before", "norm_order='pre'"),
+     ("share_all_embeddings", "share_encoder_decoder_embeddings"), ("activation_fn", "activation_function")],
+)
+def test_another_toolkits_option_name_is_refused_naming_ours(foreign, ours):
+    """fairseq's normalize_before=True used to build a post-norm model without a word."""
+    with pytest.raises(ValueError, match=f"no option '{foreign}'.*use {ours}"):
+        tiny_config(**{foreign: True})
+
+
+def test_an_unknown_option_is_stored_with_one_warning_but_a_saved_config_loads_silently(tmp_path, recwarn):
+    import warnings
+
+    with pytest.warns(UserWarning, match="unknown option.*'colour'") as caught:
+        config = tiny_config(colour="blue", hidden_size=16)  # hidden_size: an alias of d_model, no warning
+    assert len(caught) == 1 and "hidden_size" not in str(caught[0].message)
+    assert config.colour == "blue"
+    TransformerSeq2SeqForConditionalGeneration(tiny_config()).save_pretrained(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # config.json's bookkeeping keys (model_type, ...) warn about nothing
+        TransformerSeq2SeqConfig.from_pretrained(tmp_path)
+        TransformerSeq2SeqForConditionalGeneration.from_pretrained(tmp_path)
+
+
+def test_generation_settings_given_to_the_config_move_into_generation_config(tmp_path):
+    """num_beams=3, max_new_tokens=7, length_penalty=0.8 passed to the config: one warning, and
+    generate() uses them (before: num_beams and length_penalty were dropped, max_new_tokens landed
+    in config.json, and generate() ran 5 beams for up to 128 tokens)."""
+    import json
+
+    with pytest.warns(UserWarning, match="num_beams=3, max_new_tokens=7, length_penalty=0.8.*generation_config") as caught:
+        config = tiny_config(num_beams=3, max_new_tokens=7, length_penalty=0.8)
+    assert len(caught) == 1
+    model = TransformerSeq2SeqForConditionalGeneration(config).eval()
+    generation = model.generation_config
+    assert (generation.num_beams, generation.max_new_tokens, generation.length_penalty) == (3, 7, 0.8)
+    input_ids, attention_mask, _ = padded_batch()
+    out = model.generate(input_ids=input_ids, attention_mask=attention_mask, suppress_tokens=[EOS])
+    assert out.shape == (2, 1 + 7)
+    model.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert not {"num_beams", "max_new_tokens", "length_penalty", "_generation_settings"} & saved.keys()
+    reloaded = TransformerSeq2SeqForConditionalGeneration.from_pretrained(tmp_path).generation_config
+    assert (reloaded.num_beams, reloaded.max_new_tokens, reloaded.length_penalty) == (3, 7, 0.8)
 
 
 def test_config_defaults_follow_the_paper_and_the_token_contract():
@@ -270,6 +317,15 @@ def test_fix_norm_leaves_the_zero_padding_row_without_gradient_and_finite_in_hal
     assert torch.isfinite(loss) and torch.isfinite(grads).all()
     assert model.lm_head.weight.grad[PAD].abs().max().item() == 0.0
     assert grads.norm().item() < 100  # the same order as without FixNorm, not ~1e10
+
+
+def test_fix_norm_unit_rows_keep_float64():
+    """unit_rows took the length in float32 for every dtype, which torch refuses for float64."""
+    from attention_seq2seq.modeling.modeling_transformer_seq2seq import unit_rows
+
+    weight = torch.tensor([[3.0, 4.0], [0.0, 0.0]], dtype=torch.float64)
+    assert unit_rows(weight).dtype == torch.float64
+    assert unit_rows(weight).tolist() == [[0.6, 0.8], [0.0, 0.0]]
 
 
 def test_scale_norm_and_fix_norm_survive_save_and_load(tmp_path):
@@ -464,6 +520,37 @@ def test_generation_defaults_live_in_generation_config():
     assert out[:, 0].tolist() == [BOS, BOS]
 
 
+def test_an_explicit_max_length_beats_the_default_max_new_tokens():
+    """generate(max_length=N) stops at N decoder tokens; before, the model's max_new_tokens=128 won
+    (129 tokens). </s> is suppressed so that only the length limit can stop decoding."""
+    model = tiny_model()
+    input_ids, attention_mask, _ = padded_batch()
+    kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, suppress_tokens=[EOS])
+    assert model.generate(**kwargs, max_length=10).shape == (2, 10)
+    assert model.generate(**kwargs, max_length=10, num_beams=1).shape == (2, 10)
+    from transformers import GenerationConfig
+
+    assert model.generate(**kwargs, generation_config=GenerationConfig(max_length=6)).shape == (2, 6)
+    assert model.generate(**kwargs, max_new_tokens=4).shape == (2, 5)  # max_new_tokens still counts new tokens
+    assert model.generation_config.max_new_tokens == 128  # the model's default is untouched
+
+
+def test_default_generation_length_is_capped_at_max_position_embeddings():
+    """With max_position_embeddings=8 the default (128 new tokens) stops at 8 decoder tokens instead
+    of failing at the step past the position table; an explicit longer request is refused before
+    decoding, naming both numbers (8 + 1 tokens still decode: the last token is never fed back)."""
+    model = tiny_model(max_position_embeddings=8)
+    input_ids, attention_mask, _ = padded_batch()
+    kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, suppress_tokens=[EOS])
+    for num_beams in (1, 3):
+        assert model.generate(**kwargs, num_beams=num_beams).shape == (2, 8)
+    assert model.generate(**kwargs, max_new_tokens=8, num_beams=1).shape == (2, 9)
+    with pytest.raises(ValueError, match=r"up to 21 decoder tokens \(max_new_tokens=20.*max_position_embeddings=8"):
+        model.generate(**kwargs, max_new_tokens=20)
+    with pytest.raises(ValueError, match=r"up to 12 decoder tokens \(max_length=12\).*max_position_embeddings=8"):
+        model.generate(**kwargs, max_length=12)
+
+
 def test_sampling_is_reproducible_under_a_seed():
     model = tiny_model()
     input_ids, attention_mask, _ = padded_batch()
@@ -533,6 +620,23 @@ def test_labels_alone_build_shifted_decoder_inputs_and_loss_is_label_smoothed_me
     uniform = -log_probs[keep].mean(-1)
     expected = (0.9 * nll + 0.1 * uniform).mean()
     assert out.loss.item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_a_source_row_without_real_tokens_is_refused_naming_the_row(attn_implementation):
+    """Same error as the RNN's; before, the row was translated silently (eager spread its attention
+    uniformly over the padding)."""
+    model = tiny_model(attn_implementation)
+    input_ids, attention_mask, decoder_input_ids = padded_batch()
+    attention_mask[1] = 0
+    message = r"attention_mask row\(s\) \[1\] are all 0: every source sentence needs at least one real token"
+    for training in (False, True):
+        model.train(training)
+        with pytest.raises(ValueError, match=message):
+            model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
+    model.eval()
+    with pytest.raises(ValueError, match=message):
+        model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=3)
 
 
 def test_exceeding_max_position_embeddings_raises_clearly():
@@ -669,8 +773,8 @@ def _encode(sentences, vocab, pad_value):
 
 
 @pytest.mark.parametrize("norm_order", ["post", "pre"])
-def test_overfits_twenty_multi30k_pairs(shared_data, norm_order):
-    pairs = read_multi30k_pairs(20)
+def test_overfits_twenty_training_pairs(norm_order):
+    pairs = read_pairs(20)
     vocab = _word_vocab(pairs)
     input_ids = _encode([de for de, _ in pairs], vocab, PAD)
     labels = _encode([en for _, en in pairs], vocab, -100)

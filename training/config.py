@@ -129,10 +129,13 @@ def load_recipe(path: str | Path) -> dict[str, Any]:
     """Read a YAML (``.yaml``/``.yml``) or JSON (``.json``) recipe into a dict.
 
     Raises:
-        FileNotFoundError: no such file.
-        RecipeError: the file is not a mapping of field names to values.
+        RecipeError: no such file ("recipe not found: PATH"; the command line prints it as one
+            line, also under ``accelerate launch``), or the file is not a mapping of field names
+            to values.
     """
     path = Path(path)
+    if not path.is_file():
+        raise RecipeError(f"recipe not found: {path}" + (" (a folder)" if path.is_dir() else ""))
     text = path.read_text(encoding="utf-8")
     data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     if data is None:

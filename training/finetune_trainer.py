@@ -166,8 +166,18 @@ def score_corpus(hypotheses: list[str], references: list[str], *, bleu_tokenize:
 
     Plain sacrebleu rather than the package's ``training.metrics`` so this file runs where only
     transformers and sacrebleu are installed.
+
+    Raises:
+        ValueError: ``hypotheses`` or ``references`` is a single string (sacreBLEU would score
+            each of its characters as a sentence), or the two differ in length.
     """
     import sacrebleu
+
+    for name, sentences in (("hypotheses", hypotheses), ("references", references)):
+        if isinstance(sentences, str):
+            raise ValueError(f"{name} must be a list of strings, one per sentence; got a single string")
+    if len(hypotheses) != len(references):
+        raise ValueError(f"got {len(hypotheses)} hypotheses for {len(references)} references")
 
     bleu = sacrebleu.BLEU(**({"tokenize": bleu_tokenize} if bleu_tokenize else {}))
     chrf = sacrebleu.CHRF()

@@ -52,6 +52,24 @@ def bleu_tokenizer_for(target_lang: str | None) -> str:
     return _BLEU_TOKENIZER_BY_LANG.get(target_lang.split("-")[0].lower(), "13a")
 
 
+def check_sentences(name: str, sentences) -> None:
+    """Raise ``ValueError`` unless ``sentences`` is a sequence of strings, one per sentence.
+
+    A bare string is itself a sequence of strings (its characters), so sacreBLEU would score each
+    character as a sentence: ``corpus_scores(["abc"], "abc")`` gave chrF 100.
+    """
+    if isinstance(sentences, (str, bytes)):
+        raise ValueError(
+            f"{name} must be a list of strings, one per sentence; got a single string "
+            f"(wrap it in a list: [{sentences[:20]!r}{'...' if len(sentences) > 20 else ''}])"
+        )
+    for index, sentence in enumerate(sentences):
+        if not isinstance(sentence, str):
+            raise ValueError(
+                f"{name}[{index}] must be a string (one {name[:-1]} per sentence); got {type(sentence).__name__}"
+            )
+
+
 def corpus_scores(
     hypotheses: Sequence[str], references: Sequence[str], target_lang: str | None = None, n_bootstrap: int = 1
 ) -> dict:
@@ -77,8 +95,11 @@ def corpus_scores(
         sacreBLEU's ``bs:N|seed:S`` fields. The scores themselves are those of the whole test set.
 
     Raises:
-        ValueError: the two lists differ in length or are empty, or ``n_bootstrap`` is below 1.
+        ValueError: ``hypotheses`` or ``references`` is a single string or holds something other
+            than strings, the two lists differ in length or are empty, or ``n_bootstrap`` is below 1.
     """
+    check_sentences("hypotheses", hypotheses)
+    check_sentences("references", references)
     if len(hypotheses) != len(references):
         raise ValueError(f"got {len(hypotheses)} hypotheses for {len(references)} references")
     if not references:

@@ -73,3 +73,16 @@ def test_main_job_quick_runs_end_to_end_and_repeats_itself_bit_for_bit(tmp_path)
     assert table.splitlines()[0].startswith("| model |") and table in done.stdout
     for model in summary["models"]:
         assert f"| {model['bleu']:.1f} ± {model['bleu_ci95']:.1f} | {model['chrf']:.1f} ± {model['chrf_ci95']:.1f} |" in table
+
+
+def test_progress_relay_shows_each_redraw_and_logs_the_last(tmp_path, capsys):
+    # A training bar redraws with carriage returns; a terminal-less run (CI, a log) must still see
+    # it move, and the log file keeps only the bar's last state.
+    from attention_seq2seq.training.main_job import _run
+
+    child = ("import sys\nfor i in range(3):\n    sys.stderr.write(f'\\rtrain {i}/2'); sys.stderr.flush()\n"
+             "sys.stderr.write('\\n'); print('validation @ 2'); print('last line without newline', end='')")
+    _run([sys.executable, "-c", child], log=tmp_path / "child.log", show="the child")
+    shown = capsys.readouterr().out.splitlines()
+    assert shown == ["$ the child", "train 0/2", "train 1/2", "train 2/2", "validation @ 2", "last line without newline"]
+    assert (tmp_path / "child.log").read_text().splitlines() == ["train 2/2", "validation @ 2", "last line without newline"]

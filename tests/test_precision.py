@@ -30,7 +30,7 @@ def tiny_model():
 
 
 def fake_timer(float32_s, bf16_s, calls):
-    def measure(model, batch, rounds=3, bf16=True):
+    def measure(model, batches, rounds=3, bf16=True):
         calls.append(bf16)
         return float32_s, (bf16_s if bf16 else None)
     return measure
@@ -89,11 +89,17 @@ def test_real_measurement_of_a_tiny_model_leaves_the_global_random_state_alone(c
     assert choice.mixed_precision == ("bf16" if choice.float32_step_s / choice.bf16_step_s >= BF16_MIN_SPEEDUP else "no")
 
 
-def test_synthetic_batch_fills_the_token_budget_and_shifts_the_labels():
+def test_synthetic_batch_is_a_padded_token_budget_batch_with_shifted_labels():
     batch = synthetic_batch(vocab_size=50, max_tokens=400, length=40)
-    assert batch["input_ids"].shape == (10, 40) and batch["attention_mask"].all()
-    assert torch.equal(batch["decoder_input_ids"][:, 1:], batch["labels"][:, :-1])
-    assert int(batch["input_ids"].min()) >= 4  # no special tokens
+    assert batch["input_ids"].shape == (10, 40)
+    mask, labels = batch["attention_mask"], batch["labels"]
+    source_lengths, target_lengths = mask.sum(1), (labels != -100).sum(1)
+    assert source_lengths.max() == target_lengths.max() == 40 and source_lengths.min() >= 20 and target_lengths.min() >= 20
+    assert not mask.all() and torch.equal(mask[:, :-1] >= mask[:, 1:], torch.ones_like(mask[:, 1:], dtype=torch.bool))  # right padding
+    assert torch.equal(batch["input_ids"] == 0, mask == 0)  # padding id 0 exactly where the mask is 0
+    real = labels[:, :-1] != -100
+    assert torch.equal(batch["decoder_input_ids"][:, 1:][real], labels[:, :-1][real])
+    assert int(batch["input_ids"][mask.bool()].min()) >= 4  # no special tokens
 
 
 def test_train_config_accepts_auto():

@@ -13,8 +13,8 @@ How the decision is made (:func:`resolve_mixed_precision`):
    ``no`` (autocast would emulate bf16 in software); only the float32 step is timed, for the
    time estimate.
 3. Otherwise :func:`measure_step_times` runs the model's forward, backward and optimizer update
-   on a synthetic batch of the run's size, float32 and bf16 *interleaved* (f, b, f, b, ...), and
-   compares the medians. Load from other processes slows both halves of each pair alike, so the
+   on padded synthetic batches of the run's size (short, middle and long sentences), float32 and
+   bf16 *interleaved* (f, b, f, b, ...), and compares the mean step times. Load from other processes slows both halves of each pair alike, so the
    ratio does not follow the machine's load. bf16 is chosen when it is at least
    :data:`BF16_MIN_SPEEDUP` times as fast; nearer than that, float32 keeps its precision.
 4. The measurement is kept in a small JSON file (:func:`cache_path`), keyed by the CPU, torch
@@ -49,8 +49,10 @@ logger = logging.getLogger("attention_seq2seq.training")
 BF16_MIN_SPEEDUP = 1.10
 #: Interleaved float32/bf16 pairs of timed steps (after one untimed step of each).
 MEASURE_ROUNDS = 3
-#: Length in tokens of the synthetic source and target sentences (Bible verses average ~35).
-SYNTHETIC_LENGTH = 40
+#: Padded lengths, in tokens, of the synthetic batches: a token-budget batch of long sentences
+#: costs more than one of short ones with the same tokens (an RNN steps through every position),
+#: so the step time is the mean over short, middle and long batches.
+SYNTHETIC_LENGTHS = (16, 32, 64)
 
 
 @dataclass
@@ -137,25 +139,37 @@ def cache_key(family: str, model_config: dict, vocab_size: int, max_tokens: int)
     return hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def synthetic_batch(vocab_size: int, max_tokens: int, length: int = SYNTHETIC_LENGTH) -> dict[str, torch.Tensor]:
-    """A training batch of ``max_tokens // length`` pairs of ``length`` random tokens each side.
+def synthetic_batch(vocab_size: int, max_tokens: int, length: int) -> dict[str, torch.Tensor]:
+    """A padded training batch as the token-budget sampler makes them: ``max_tokens // length``
+    pairs padded to ``length`` tokens, each side of each pair between half that and all of it.
 
-    Returns ``input_ids``, ``attention_mask``, ``decoder_input_ids``, ``labels``, each (batch, length).
-    The ids are drawn from a private generator (ids 4 and up: no special tokens), so the global
-    random state, which seeds the real run, is untouched.
+    Returns ``input_ids``, ``attention_mask``, ``decoder_input_ids``, ``labels`` (-100 on
+    padding), each (batch, length). The ids are drawn from a private generator (ids 4 and up: no
+    special tokens), so the global random state, which seeds the real run, is untouched.
     """
-    generator = torch.Generator().manual_seed(0)
+    generator = torch.Generator().manual_seed(length)
     batch = max(1, max_tokens // length)
-    ids = torch.randint(4, max(5, vocab_size), (batch, length), generator=generator)
-    labels = torch.randint(4, max(5, vocab_size), (batch, length), generator=generator)
-    decoder_input_ids = torch.cat([labels.new_full((batch, 1), 1), labels[:, :-1]], dim=1)
-    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "decoder_input_ids": decoder_input_ids, "labels": labels}
+    high = max(5, vocab_size)
+    ids = torch.randint(4, high, (batch, length), generator=generator)
+    labels = torch.randint(4, high, (batch, length), generator=generator)
+    positions = torch.arange(length)
+    source_lengths = torch.randint((length + 1) // 2, length + 1, (batch,), generator=generator)
+    target_lengths = torch.randint((length + 1) // 2, length + 1, (batch,), generator=generator)
+    source_lengths[0] = target_lengths[0] = length  # the longest pair sets the padded length
+    attention_mask = (positions < source_lengths[:, None]).long()
+    target_mask = positions < target_lengths[:, None]
+    ids = ids.masked_fill(attention_mask == 0, 0)
+    labels = labels.masked_fill(~target_mask, -100)
+    # as the trainer's Collate does it: labels shifted right behind the start id, padding 0
+    decoder_input_ids = torch.cat([labels.new_full((batch, 1), 1), labels[:, :-1].clamp(min=0)], dim=1)
+    return {"input_ids": ids, "attention_mask": attention_mask, "decoder_input_ids": decoder_input_ids, "labels": labels}
 
 
-def measure_step_times(model: torch.nn.Module, batch: dict[str, torch.Tensor], rounds: int = MEASURE_ROUNDS,
+def measure_step_times(model: torch.nn.Module, batches: list[dict[str, torch.Tensor]], rounds: int = MEASURE_ROUNDS,
                        bf16: bool = True) -> tuple[float, float | None]:
-    """Median seconds of one training step (forward, summed token loss, backward, AdamW update)
-    in float32 and in CPU bf16 autocast, measured interleaved (f, b, f, b, ...).
+    """Seconds of one training step (forward, summed token loss, backward, AdamW update) in
+    float32 and in CPU bf16 autocast: for each batch the median of ``rounds`` steps, measured
+    interleaved (f, b, f, b, ...), then the mean over the batches.
 
     ``model`` is trained by this (its weights change): pass a throw-away copy.
 
@@ -166,13 +180,12 @@ def measure_step_times(model: torch.nn.Module, batch: dict[str, torch.Tensor], r
 
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    inputs = {k: v for k, v in batch.items() if k != "labels"}
 
-    def step(bf16: bool) -> float:
+    def step(batch: dict, bf16: bool) -> float:
         start = time.perf_counter()
         autocast = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
         with autocast:
-            logits = model(**inputs, use_cache=False).logits
+            logits = model(**{k: v for k, v in batch.items() if k != "labels"}, use_cache=False).logits
         loss = label_smoothed_cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), 0.1, reduction="sum")
         loss.backward()
         optimizer.step()
@@ -180,13 +193,17 @@ def measure_step_times(model: torch.nn.Module, batch: dict[str, torch.Tensor], r
         return time.perf_counter() - start
 
     modes = (False, True) if bf16 else (False,)
-    for mode in modes:  # untimed: first calls pay for allocation and kernel selection
-        step(mode)
-    times: dict[bool, list[float]] = {mode: [] for mode in modes}
-    for _ in range(rounds):
+    means: dict[bool, list[float]] = {mode: [] for mode in modes}
+    for batch in batches:
+        for mode in modes:  # untimed: first calls pay for allocation and kernel selection
+            step(batch, mode)
+        times: dict[bool, list[float]] = {mode: [] for mode in modes}
+        for _ in range(rounds):
+            for mode in modes:
+                times[mode].append(step(batch, mode))
         for mode in modes:
-            times[mode].append(step(mode))
-    return statistics.median(times[False]), (statistics.median(times[True]) if bf16 else None)
+            means[mode].append(statistics.median(times[mode]))
+    return statistics.fmean(means[False]), (statistics.fmean(means[True]) if bf16 else None)
 
 
 @contextlib.contextmanager
@@ -240,7 +257,8 @@ def resolve_mixed_precision(family: str, model_config: dict, vocab_size: int, ma
         if entry is None:
             with torch.random.fork_rng(devices=[]):  # initialisation and dropout must not move the run's seed
                 model = build_model()
-                float32_s, bf16_s = measure_step_times(model, synthetic_batch(vocab_size, max_tokens), bf16=with_bf16)
+                batches = [synthetic_batch(vocab_size, max_tokens, length) for length in SYNTHETIC_LENGTHS]
+                float32_s, bf16_s = measure_step_times(model, batches, bf16=with_bf16)
                 del model
             entry = {"float32_step_s": round(float32_s, 5), "bf16_step_s": None if bf16_s is None else round(bf16_s, 5),
                      "measured_at": datetime.date.today().isoformat(), "cpu": cpu_name(), "threads": torch.get_num_threads()}

@@ -23,7 +23,18 @@ if [ ! -x "$VENV/bin/python" ]; then
   echo "[install] creating virtual environment $VENV"
   "$PY" -m venv "$VENV"
 fi
-"$VENV/bin/python" -m pip install -q --upgrade pip
-echo "[install] pip install -e .[dev] (torch 2.13.0 CPU wheel, transformers 5.24, accelerate 1.15)"
-"$VENV/bin/python" -m pip install -q -e ".[dev]"
+# pip's own notices (setuptools deprecations while building the editable wheel, index hints)
+# go to a log file; it is shown if pip fails.
+LOG="$VENV/install.log"
+pip_quietly() {
+  if ! "$VENV/bin/python" -m pip "$@" >>"$LOG" 2>&1; then
+    tail -n 40 "$LOG" >&2
+    echo "[install] pip $* failed; the whole log is $LOG" >&2
+    exit 1
+  fi
+}
+: >"$LOG"
+pip_quietly install -q --upgrade pip
+echo "[install] pip install -e .[dev] (torch 2.13.0 CPU wheel, transformers 5.24, accelerate 1.15; log: $LOG)"
+pip_quietly install -q -e ".[dev]"
 "$VENV/bin/python" -c "import torch, transformers, accelerate, attention_seq2seq; print('[install] ok: torch', torch.__version__, '| transformers', transformers.__version__, '| accelerate', accelerate.__version__)"

@@ -2,9 +2,10 @@
 
 CPU bf16 autocast is a gamble that depends on the host, not on the model alone. On an AMD EPYC
 (Zen 4, AVX512-BF16) the Transformer-small step ran 1.45x faster in bf16; on a 2-core Intel Xeon
-with AVX512-BF16 it ran at 0.68x, and on a Xeon with AMX (2026-12-02) the Transformer step ran
-1.36x faster while the main job's LSTM step ran at 0.87x. No instruction-set rule predicts all of
-that, so ``auto`` times the model's own training step on the machine at hand.
+with AVX512-BF16 it ran at 0.68x, and on a Xeon with AMX (2026-12-02) the main job's Transformer
+step ran 2.0x faster and its LSTM step 1.7x (warm steps; a cold 40-update probe had put the LSTM
+at 0.87x, its first updates setting up bf16 kernels for each new shape). No instruction-set rule
+predicts all of that, so ``auto`` times the model's own warm training step on the machine at hand.
 
 How the decision is made (:func:`resolve_mixed_precision`):
 

@@ -962,6 +962,8 @@ def train(config: TrainConfig) -> Path:
     progress = tqdm(total=total_steps, initial=state.step, disable=not is_main, desc="train", unit="upd", dynamic_ncols=True,
                     mininterval=0.5 if live else 30.0)
     stop_reason = None
+    first_step = state.step
+    pace_step = first_step + max(1, min(200, (total_steps - first_step) // 10)) if total_steps is not None else None
     while stop_reason is None and (total_steps is None or state.step < total_steps):
         # One optimizer update: draw the micro-batches first, to know the global token count.
         micro = [next(stream) for _ in range(config.gradient_accumulation_steps)]
@@ -978,6 +980,11 @@ def train(config: TrainConfig) -> Path:
         loss_acc += update_loss
         tokens_acc += num_tokens
         progress.update(1)
+        if is_main and total_steps is not None and state.step == pace_step:
+            # The estimate made before training timed a synthetic step; this one is the real pace.
+            pace = (state.step - first_step) / max(1e-9, time.perf_counter() - session_start)
+            tqdm.write(f"after {state.step - first_step} updates: {pace:.2f} updates/s here, so the remaining "
+                       f"{total_steps - state.step} take about {(total_steps - state.step) / pace / 60:.1f} min")
 
         # ---- logging (the only per-interval host sync), NaN check and time budget -------------
         evaluating = state.step % config.eval_every == 0 or state.step == total_steps

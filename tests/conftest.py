@@ -27,6 +27,18 @@ def shared_data_dir() -> Path:
 FIXTURE_PAIRS = REPO_ROOT / "tests" / "fixtures" / "bible-es-en"
 
 
+# Tatoeba zh-en pairs (CC BY 2.0 FR, attribution in fixtures/tatoeba-cmn-eng/cmn.txt and README.md):
+# 300 train, 50 dev and 50 test pairs of the shared split, in its layout, for the Chinese checks.
+FIXTURE_TATOEBA = REPO_ROOT / "tests" / "fixtures" / "tatoeba-cmn-eng"
+
+
+def tatoeba_dir() -> Path:
+    """The Tatoeba cmn-eng folder (``train|dev|test.tsv``, ``cmn.txt``): the shared corpus when
+    present, else the committed slice of it."""
+    shared = shared_data_dir() / "tatoeba-cmn-eng"
+    return shared if (shared / "train.tsv").exists() else FIXTURE_TATOEBA
+
+
 def _pairs_source() -> tuple[Path, str, str, dict[str, str]]:
     """(folder, source language, target language, {train|val|test: file stem}) of the test pairs:
     the shared Multi30k corpus when present, else the committed Bible pairs."""

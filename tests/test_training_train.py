@@ -907,3 +907,28 @@ def test_two_cpu_ranks_share_each_epochs_sampled_segmentation(pairs_corpus, tmp_
     assert proc.stderr.count("sampled segmentations") == epochs + bool(seen)
     w0, w1 = (load_file(str(tmp_path / "ddp" / "debug" / f"weights_rank{r}.safetensors")) for r in (0, 1))
     assert_same_weights(w0, w1, atol=0)
+
+
+def test_every_file_of_a_run_gets_the_mode_the_umask_gives(pairs_corpus, tmp_path):
+    # safetensors (Accelerate's save_state and save_model, save_averaged) writes 0600; every file
+    # of the run should get the mode config.json gets: 0666 less the umask (0640 under 027 here).
+    from attention_seq2seq.training.averaging import save_averaged
+
+    previous = os.umask(0o027)
+    try:
+        run = train(tiny_config(pairs_corpus, tmp_path / "run", max_steps=4, eval_every=2, save_every=2, keep_best_k=2,
+                                eval_num_beams=1, test_num_beams=1, num_plot_sentences=0,
+                                debug_dump_batches=True))
+        averaged = save_averaged([run / "checkpoints" / "step_2", run / "checkpoints" / "step_4"],
+                                 tmp_path / "averaged" / "model.safetensors")
+    finally:
+        os.umask(previous)
+    assert (run / "checkpoints" / "step_4" / "model.safetensors").is_file()
+    assert (run / "best" / "step_4" / "model.safetensors").is_file() and (run / "model" / "model.safetensors").is_file()
+    assert (run / "debug" / "weights_rank0.safetensors").is_file()
+    wrong = {str(p.relative_to(tmp_path)): oct(p.stat().st_mode & 0o777)
+             for p in [*run.rglob("*"), averaged] if p.is_file() and p.stat().st_mode & 0o777 != 0o640}
+    assert not wrong
+    folders = {str(p.relative_to(tmp_path)): oct(p.stat().st_mode & 0o777)
+               for p in [run, *run.rglob("*")] if p.is_dir() and p.stat().st_mode & 0o777 != 0o750}
+    assert not folders

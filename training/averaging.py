@@ -17,6 +17,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from .file_modes import give_ordinary_modes
+
 WEIGHTS_FILE = "model.safetensors"
 
 
@@ -98,4 +100,5 @@ def save_averaged(paths: Sequence[str | Path], output_file: str | Path) -> Path:
     output_file = Path(output_file)
     output_file.parent.mkdir(parents=True, exist_ok=True)
     save_file(average_checkpoints(paths), str(output_file), metadata={"format": "pt"})
+    give_ordinary_modes(output_file)  # safetensors writes 0600
     return output_file

@@ -58,6 +58,7 @@ from tqdm.auto import tqdm
 from ..modeling.modeling_transformer_seq2seq import label_smoothed_cross_entropy
 from .averaging import average_checkpoints, load_averaged_weights
 from .config import RecipeError, dump_recipe, parse_command_line
+from .file_modes import give_ordinary_modes
 from .metrics import corpus_scores, format_score
 from .plotting import plot_cross_attentions
 from .schedules import SCHEDULES, PlateauDecay, TimeBudget, build_scheduler
@@ -733,6 +734,7 @@ def _atomic_write(accelerator: Accelerator, final: Path, write) -> None:
     write(tmp)
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
+        give_ordinary_modes(tmp)  # safetensors writes 0600
         if final.exists():  # the same step written again: drop the old copy only now
             shutil.rmtree(final)
         os.replace(tmp, final)
@@ -1051,6 +1053,7 @@ def train(config: TrainConfig) -> Path:
 
         weights = {k: v.detach().cpu().clone().contiguous() for k, v in unwrapped.state_dict().items()}
         save_file(weights, str(output_dir / "debug" / f"weights_rank{accelerator.process_index}.safetensors"))
+        give_ordinary_modes(output_dir / "debug" / f"weights_rank{accelerator.process_index}.safetensors")
     stop_reason = stop_reason or "max_steps/max_epochs"
     logger.info("training stopped (%s) after %d updates, %.2f epochs", stop_reason, state.step, state.epochs)
 

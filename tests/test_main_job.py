@@ -86,3 +86,16 @@ def test_progress_relay_shows_each_redraw_and_logs_the_last(tmp_path, capsys):
     shown = capsys.readouterr().out.splitlines()
     assert shown == ["$ the child", "train 0/2", "train 1/2", "train 2/2", "validation @ 2", "last line without newline"]
     assert (tmp_path / "child.log").read_text().splitlines() == ["train 2/2", "validation @ 2", "last line without newline"]
+
+
+def test_the_recipes_fix_the_work_and_minutes_is_an_explicit_wall_clock_opt_in():
+    from attention_seq2seq.training.config import parse_command_line
+    from attention_seq2seq.training.main_job import MODELS, train_arguments
+    from attention_seq2seq.training.train import TrainConfig
+
+    for name, recipe in MODELS:
+        fixed = parse_command_line(TrainConfig, train_arguments(name, recipe, quick=False, minutes=None))
+        assert fixed.max_steps and fixed.max_time_minutes is None and fixed.schedule == "linear"
+        assert fixed.mixed_precision == "auto"
+        timed = parse_command_line(TrainConfig, train_arguments(name, recipe, quick=True, minutes=2.5))
+        assert timed.max_steps is None and timed.max_time_minutes == 2.5 and timed.schedule == "linear_time"

@@ -153,9 +153,11 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     shuffled. Everything is drawn from ``numpy.random.default_rng((seed, epoch))``, so a
     (seed, epoch) gives the same batches on every rank and every run.
 
-    Sharding: the batch count is made a multiple of ``num_replicas`` by splitting the batches
-    with most examples in two (every example is still used exactly once), and rank ``r`` takes
-    batches ``r, r + num_replicas, ...``. Ranks get disjoint examples and equally many batches.
+    Sharding: the batch count is made a multiple of ``num_replicas * accumulation`` by splitting
+    the batches with most examples in two (every example is still used exactly once), and rank
+    ``r`` takes batches ``r, r + num_replicas, ...``. Ranks get disjoint examples and equally many
+    batches, and the global batch list depends only on the product: two ranks see the batches
+    that one process accumulating two micro-batches per update sees, in the same order.
 
     Resuming: ``set_epoch(epoch, start_batch=k)`` (or :meth:`skip`) makes the next iteration
     start at this rank's ``k``-th batch of that epoch; ``len()`` then counts what is left.
@@ -168,6 +170,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         seed: random seed, combined with the epoch.
         num_replicas / rank: data-parallel world size and this process's rank.
         max_batch_size: optional cap on examples per batch.
+        accumulation: micro-batches per optimizer update on each rank (gradient accumulation).
 
     Raises:
         ValueError: empty ``lengths``, non-positive ``max_tokens``, a rank outside
@@ -183,6 +186,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         num_replicas: int = 1,
         rank: int = 0,
         max_batch_size: int | None = None,
+        accumulation: int = 1,
     ) -> None:
         lengths = np.asarray(lengths, dtype=np.int64)
         if lengths.ndim == 1:
@@ -195,8 +199,10 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             raise ValueError(f"max_tokens must be positive; got {max_tokens}")
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank must be in [0, {num_replicas}); got {rank}")
-        if len(lengths) < num_replicas:
-            raise ValueError(f"{len(lengths)} examples cannot be shared among {num_replicas} ranks")
+        if accumulation < 1:
+            raise ValueError(f"accumulation must be >= 1; got {accumulation}")
+        if len(lengths) < num_replicas * accumulation:
+            raise ValueError(f"{len(lengths)} examples cannot fill {num_replicas} ranks x {accumulation} micro-batches")
         self.lengths = lengths
         self.size = lengths.max(axis=1)  # the padded width an example forces on its batch
         self.max_tokens = max_tokens
@@ -205,6 +211,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         self.num_replicas = num_replicas
         self.rank = rank
         self.max_batch_size = max_batch_size
+        self.accumulation = accumulation
         self.epoch = 0
         self.start_batch = 0
 
@@ -241,11 +248,11 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         # lexsort's last key is the primary one: longest side, then the other side, then chance.
         order = np.lexsort((tie_break, self.lengths.min(axis=1), self.size))
         batches = self._cut(order)
-        while len(batches) % self.num_replicas:
+        while len(batches) % (self.num_replicas * self.accumulation):
             widest = max(range(len(batches)), key=lambda i: (len(batches[i]), -i))
             half = len(batches[widest]) // 2
             if half == 0:  # cannot happen while there are at least num_replicas examples
-                raise RuntimeError("cannot split batches evenly among ranks")
+                raise RuntimeError("cannot split batches evenly among ranks and micro-batches")
             batch = batches[widest]
             batches[widest : widest + 1] = [batch[:half], batch[half:]]
         if self.shuffle:

@@ -177,8 +177,10 @@ def test_new_lengths_give_the_batches_of_a_sampler_built_with_them(lengths):
 def test_bad_sampler_arguments():
     with pytest.raises(ValueError, match=r"rank must be in \[0, 2\); got 2"):
         TokenBudgetBatchSampler([3, 4, 5], 100, num_replicas=2, rank=2)
-    with pytest.raises(ValueError, match="2 examples cannot be shared among 3 ranks"):
+    with pytest.raises(ValueError, match="2 examples cannot fill 3 ranks x 1 micro-batches"):
         TokenBudgetBatchSampler([3, 4], 100, num_replicas=3, rank=0)
+    with pytest.raises(ValueError, match="accumulation must be >= 1; got 0"):
+        TokenBudgetBatchSampler([3, 4], 100, accumulation=0)
     with pytest.raises(ValueError, match="max_tokens must be positive"):
         TokenBudgetBatchSampler([3, 4], 0)
 
@@ -245,3 +247,20 @@ def test_dataloader_end_to_end(tokenized, lengths):
     for batch, indices in zip(batches, sampler):
         assert batch["attention_mask"].sum(dim=1).tolist() == [int(lengths[i, 0]) for i in indices]
         assert (batch["labels"] != -100).sum(dim=1).tolist() == [int(lengths[i, 1]) for i in indices]
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_ranks_see_the_batches_of_one_process_accumulating_as_many_micro_batches(lengths, world):
+    # One process accumulating `world` micro-batches per update must draw the ranks' batches in
+    # the same order, also where the plain batch count is not a multiple of `world` (before, the
+    # ranks split a batch to even it out and the single process did not).
+    uneven = 0
+    for max_tokens in (400, 500, 600, 700, 900, 1024, 1300, 1500):
+        uneven += len(TokenBudgetBatchSampler(lengths, max_tokens).global_batches()) % world != 0
+        one = TokenBudgetBatchSampler(lengths, max_tokens, seed=max_tokens, accumulation=world)
+        ranks = [TokenBudgetBatchSampler(lengths, max_tokens, seed=max_tokens, num_replicas=world, rank=r) for r in range(world)]
+        single = list(one)
+        assert one.global_batches() == ranks[0].global_batches() and len(single) % world == 0
+        for r, sampler in enumerate(ranks):
+            assert list(sampler) == single[r::world]
+    assert uneven  # the case that used to differ is among these

@@ -840,6 +840,7 @@ def train(config: TrainConfig) -> Path:
         seed=config.seed,
         num_replicas=world,
         rank=accelerator.process_index,
+        accumulation=config.gradient_accumulation_steps,  # N ranks = one process accumulating N
     )
     loader = torch.utils.data.DataLoader(
         train_set,

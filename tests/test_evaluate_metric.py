@@ -124,18 +124,29 @@ def test_bad_options_name_the_valid_values(metric):
         metric.compute(predictions=["a b"], references=["a b"], n_bootstrap=0)
 
 
-def test_the_script_imports_one_library_per_line_and_nothing_of_the_package():
-    """evaluate copies the script alone and checks each `import` line's library (a metric Space
-    gets the same file): it must not reach the package or a sibling file."""
+def test_the_folder_imports_one_library_per_line_and_nothing_of_the_package():
+    """evaluate copies the script and its relative imports and checks each `import` line's library
+    (a metric Space gets the same files): nothing may reach the package, and the computation the
+    package itself imports (compute_scores.py) must not import evaluate."""
     from evaluate.loading import get_imports
 
-    imports = get_imports(str(MODULE_FILE))
-    assert {(kind, name) for kind, name, _, _ in imports} == {
-        ("library", "json"), ("library", "datasets"), ("library", "evaluate"), ("library", "sacrebleu")}
-    code_lines = [line.strip() for line in MODULE_FILE.read_text(encoding="utf-8").splitlines()]
-    assert not [line for line in code_lines if line.startswith(("import ", "from ")) and "attention_seq2seq" in line]
+    imports = {(kind, name) for kind, name, _, _ in get_imports(str(MODULE_FILE))}
+    assert imports == {("library", "datasets"), ("library", "evaluate"), ("internal", "compute_scores")}
+    computation = {(kind, name) for kind, name, _, _ in get_imports(str(MODULE_FILE.parent / "compute_scores.py"))}
+    assert computation == {("library", "json"), ("library", "sacrebleu")}
+    for path in (MODULE_FILE, MODULE_FILE.parent / "compute_scores.py"):
+        code_lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+        assert not [line for line in code_lines if line.startswith(("import ", "from ")) and "attention_seq2seq" in line]
     card = (MODULE_FILE.parent / "README.md").read_text(encoding="utf-8")
     assert card.startswith("---\n") and "tags:\n- evaluate\n- metric" in card
+
+
+def test_evaluate_runs_the_package_computation_from_its_module_cache(metric):
+    """evaluate.load imported the copies of both files from its modules cache (not the package)."""
+    script = sys.modules[type(metric).__module__]
+    computation = sys.modules[script.__name__.rsplit(".", 1)[0] + ".compute_scores"]
+    assert Path(computation.__file__).read_bytes() == (MODULE_FILE.parent / "compute_scores.py").read_bytes()
+    assert not script.__name__.startswith("attention_seq2seq")
 
 
 _LIGHT_IMPORTS = r"""
@@ -143,7 +154,7 @@ import json, sys
 import attention_seq2seq
 import attention_seq2seq.training.metrics
 path = attention_seq2seq.TRANSLATION_METRIC_PATH
-print(json.dumps([path, sorted(name for name in ("evaluate", "datasets", "sacrebleu", "torch") if name in sys.modules)]))
+print(json.dumps([path, sorted(name for name in ("evaluate", "datasets", "torch") if name in sys.modules)]))
 """
 
 
@@ -179,7 +190,8 @@ def test_a_non_editable_install_ships_the_module(tmp_path):
     (wheel,) = wheels.glob("attention_seq2seq-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     folder = "attention_seq2seq/evaluate_modules/translation_scores/"
-    assert {folder + "translation_scores.py", folder + "README.md", folder + "requirements.txt"} <= names
+    assert {folder + "translation_scores.py", folder + "compute_scores.py", folder + "README.md",
+            folder + "requirements.txt"} <= names
     target = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(target)  # what pip puts in site-packages
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}

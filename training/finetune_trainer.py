@@ -190,7 +190,7 @@ def score_corpus(hypotheses: list[str], references: list[str], *, bleu_tokenize:
             each of its characters as a sentence), or the two differ in length.
     """
     try:
-        from attention_seq2seq.evaluate_modules.translation_scores import translation_scores as module
+        from attention_seq2seq.evaluate_modules.translation_scores import compute_scores as module
     except ImportError:
         module = None
     if module is not None:

@@ -8,20 +8,18 @@ published sacreBLEU numbers. The signature string records everything that change
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 
-# The computation lives in the evaluate module shipped with the package
-# (attention_seq2seq/evaluate_modules/translation_scores/translation_scores.py): one implementation
-# for these functions, `evaluate.load(attention_seq2seq.TRANSLATION_METRIC_PATH)` and the
-# Seq2SeqTrainer's compute_metrics. It is imported inside each function because it imports
-# `evaluate` (and `datasets`), which `import attention_seq2seq` and `--help` must not pay for.
-_SCORES_MODULE = "attention_seq2seq.evaluate_modules.translation_scores.translation_scores"
+# The one implementation of the scores is the package's evaluate module
+# (attention_seq2seq/evaluate_modules/translation_scores): these functions, `evaluate.load` of that
+# folder and the Seq2SeqTrainer's compute_metrics all run its compute_scores.py, which imports
+# only sacrebleu (not evaluate, whose import costs seconds).
+from attention_seq2seq.evaluate_modules.translation_scores import compute_scores as _scores
 
 
 def bleu_tokenizer_for(target_lang: str | None) -> str:
     """sacreBLEU tokenizer name for a target language code (``"13a"`` unless zh/ja/ko)."""
-    return importlib.import_module(_SCORES_MODULE).bleu_tokenizer_for(target_lang)
+    return _scores.bleu_tokenizer_for(target_lang)
 
 
 def check_sentences(name: str, sentences) -> None:
@@ -30,7 +28,7 @@ def check_sentences(name: str, sentences) -> None:
     A bare string is itself a sequence of strings (its characters), so sacreBLEU would score each
     character as a sentence: ``corpus_scores(["abc"], "abc")`` gave chrF 100.
     """
-    importlib.import_module(_SCORES_MODULE).check_sentences(name, sentences)
+    _scores.check_sentences(name, sentences)
 
 
 def corpus_scores(
@@ -61,8 +59,7 @@ def corpus_scores(
         ValueError: ``hypotheses`` or ``references`` is a single string or holds something other
             than strings, the two lists differ in length or are empty, or ``n_bootstrap`` is below 1.
     """
-    scores = importlib.import_module(_SCORES_MODULE).translation_scores
-    return scores(hypotheses, references, target_lang=target_lang, n_bootstrap=n_bootstrap)
+    return _scores.translation_scores(hypotheses, references, target_lang=target_lang, n_bootstrap=n_bootstrap)
 
 
 def format_score(result: dict, metric: str, digits: int = 2) -> str:

@@ -167,6 +167,32 @@ def test_the_path_is_exposed_without_importing_evaluate():
     assert Path(path, "translation_scores.py").is_file() and Path(path, "README.md").is_file()
 
 
+_WITHOUT_NETWORK = r"""
+import json, socket, sys
+def refuse(*args, **kwargs):
+    raise AssertionError(f"network use: {args}")
+socket.socket.connect = refuse
+socket.create_connection = refuse
+import attention_seq2seq
+metric = attention_seq2seq.load_translation_metric()  # with evaluate's default cache file, too
+print(json.dumps(metric.compute(predictions=["a man rides a horse ."], references=["a man rides a brown horse ."])))
+"""
+
+
+@pytest.mark.slow
+def test_loading_needs_no_network_even_without_the_offline_variables(tmp_path):
+    """A fresh modules cache, HF_HUB_OFFLINE unset, every socket refused: evaluate.load of the
+    package's folder and compute still work (nothing is looked up on the Hub)."""
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env.update(HF_MODULES_CACHE=str(tmp_path / "modules"), HF_HOME=str(tmp_path / "hf-home"))
+    out = subprocess.run([sys.executable, "-c", _WITHOUT_NETWORK], capture_output=True, text=True, env=env,
+                         timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result == corpus_scores(["a man rides a horse ."], ["a man rides a brown horse ."])
+
+
 _FROM_WHEEL = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])

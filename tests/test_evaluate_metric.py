@@ -15,6 +15,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 import sacrebleu
 
@@ -274,3 +275,44 @@ def test_pipeline_then_metric_is_the_evaluator_in_two_lines(family, metric, tmp_
     assert scores == corpus_scores(one_by_one, list(data["label"]), target_lang="en")
     assert set(scores) == {"bleu", "bleu_lowercase", "chrf", "bleu_signature", "bleu_lowercase_signature",
                            "chrf_signature"}
+
+
+# ------------------------------------------------------------------------------------------------
+# Seq2SeqTrainer's compute_metrics (training/finetune_trainer.py)
+
+
+def test_seq2seq_trainer_compute_metrics_runs_the_evaluate_module(monkeypatch, tmp_path):
+    """build_compute_metrics loads the package's metric through evaluate (in memory) and its
+    numbers are the module's on the decoded text; score_corpus (the test scores) calls the same
+    computation and so reports the lower-cased BLEU too."""
+    from transformers import EvalPrediction
+
+    from attention_seq2seq.training import finetune_trainer as ft
+
+    loaded = []
+    real_load = attention_seq2seq.load_translation_metric
+
+    def spy(*args, **kwargs):
+        loaded.append(kwargs)
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(attention_seq2seq, "load_translation_metric", spy)
+    tokenizer = tiny_tokenizer(tmp_path)
+    refs = _read_lines(FIXTURE_PAIRS / "test.en")[:5]
+    hyps = _system_output(refs)
+    encoded_hyps = [tokenizer(text_target=h)["input_ids"] for h in hyps]
+    encoded_refs = [tokenizer(text_target=r)["input_ids"] for r in refs]
+    width = max(len(ids) for ids in encoded_hyps + encoded_refs)
+    predictions = np.full((len(hyps), width), -100, dtype=np.int64)
+    labels = np.full((len(refs), width), -100, dtype=np.int64)
+    for row, (h, r) in enumerate(zip(encoded_hyps, encoded_refs)):
+        predictions[row, : len(h)], labels[row, : len(r)] = h, r
+
+    scores = ft.build_compute_metrics(tokenizer)(EvalPrediction(predictions=predictions, label_ids=labels))
+    assert loaded == [{"keep_in_memory": True}]
+    decoded_hyps = ft.decode_ids(tokenizer, predictions, tokenizer.pad_token_id)
+    decoded_refs = ft.decode_ids(tokenizer, labels, tokenizer.pad_token_id)
+    expected = corpus_scores(decoded_hyps, decoded_refs)
+    assert (scores["bleu"], scores["chrf"]) == (expected["bleu"], expected["chrf"])
+    assert 0.0 < scores["bleu"] < 100.0
+    assert ft.score_corpus(decoded_hyps, decoded_refs) == expected

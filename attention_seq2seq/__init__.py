@@ -16,9 +16,14 @@ from __future__ import annotations
 
 import importlib
 import importlib.abc
+import os
 import sys
 
 __version__ = "0.1.0"
+
+# The package's translation metric as an evaluate module folder, shipped inside the package:
+# ``evaluate.load(TRANSLATION_METRIC_PATH)`` works offline (docs/evaluate-metric.md).
+TRANSLATION_METRIC_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "evaluate_modules", "translation_scores")
 
 # Public class -> the submodule that defines it (loaded on first access, PEP 562).
 _EXPORTS = {
@@ -32,7 +37,7 @@ _EXPORTS = {
     "TransformerSeq2SeqForConditionalGeneration": ".modeling.modeling_transformer_seq2seq",
 }
 
-__all__ = [*_EXPORTS, "register_auto_classes"]
+__all__ = [*_EXPORTS, "register_auto_classes", "TRANSLATION_METRIC_PATH", "load_translation_metric"]
 
 
 def __getattr__(name: str):
@@ -46,6 +51,18 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *_EXPORTS})
+
+
+def load_translation_metric(target_lang: str | None = None, **load_kwargs):
+    """``evaluate.load(TRANSLATION_METRIC_PATH)``: the package's BLEU/chrF metric, offline.
+
+    ``target_lang`` (e.g. ``"zh"``) becomes the module's ``config_name``, its default target
+    language (sacreBLEU's BLEU tokenizer for zh/ja/ko); ``load_kwargs`` go to ``evaluate.load``
+    (``keep_in_memory=True``, ``experiment_id=...``). Imports ``evaluate`` (and ``datasets``).
+    """
+    import evaluate
+
+    return evaluate.load(TRANSLATION_METRIC_PATH, config_name=target_lang, **load_kwargs)
 
 
 _registration = {"done": False, "running": False}

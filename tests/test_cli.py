@@ -83,7 +83,7 @@ for argv in (["--help"], ["--version"], ["translate", "--help"]):
         main(argv)
     except SystemExit:
         pass
-heavy = sorted(name for name in ("torch", "transformers", "datasets", "numpy") if name in sys.modules)
+heavy = sorted(name for name in ("torch", "transformers", "datasets", "evaluate", "numpy") if name in sys.modules)
 print(json.dumps(heavy))
 """
 

@@ -6,7 +6,10 @@ wrote (a training output folder, an export folder, a plain model folder or a Hub
 folder with the same layout as ``training/train.py``, so ``attention-seq2seq export`` turns it into a
 Hub repo whose card names the base model.
 
-The file needs only torch, transformers, datasets and sacrebleu. Run next to an
+The file needs only torch, transformers, datasets and sacrebleu. With the package installed the
+scores come from its evaluate module (``attention_seq2seq.TRANSLATION_METRIC_PATH``: the same BLEU
+and chrF as the package's own trainer and ``evaluate`` command); without it, from plain sacrebleu
+calls that give the same numbers. Run next to an
 export with ``--trust-remote-code`` it works where this package is not installed at all: the data
 then comes from JSONL files (``{"source": ..., "target": ...}`` per line). With the package
 installed, ``--corpus`` takes any corpus spec of ``attention_seq2seq.data.load_corpus``.
@@ -140,9 +143,19 @@ def build_compute_metrics(tokenizer, *, bleu_tokenize: str | None = None) -> Cal
     position; -100 is not a token id, so both are replaced by the pad id before decoding, and
     decoding drops special tokens, giving the plain detokenized text sacrebleu expects.
     ``bleu_tokenize`` is sacrebleu's tokenizer ("13a" by default; "zh" for Chinese targets).
+
+    With the package installed the scores come from ``evaluate.load`` of its translation metric
+    (`attention_seq2seq.load_translation_metric`, in memory: no cache file per process); without
+    it, from `score_corpus`.
     """
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     special_ids = np.array(sorted(set(tokenizer.all_special_ids) | {-100}))
+    try:
+        from attention_seq2seq import load_translation_metric
+    except ImportError:  # run next to an export, with transformers alone
+        metric = None
+    else:
+        metric = load_translation_metric(keep_in_memory=True)
 
     def compute_metrics(eval_pred) -> dict:
         predictions, labels = eval_pred.predictions, eval_pred.label_ids
@@ -150,7 +163,10 @@ def build_compute_metrics(tokenizer, *, bleu_tokenize: str | None = None) -> Cal
             predictions = predictions[0]
         hypotheses = decode_ids(tokenizer, predictions, pad_id)
         references = decode_ids(tokenizer, labels, pad_id)
-        scores = score_corpus(hypotheses, references, bleu_tokenize=bleu_tokenize)
+        if metric is None:
+            scores = score_corpus(hypotheses, references, bleu_tokenize=bleu_tokenize)
+        else:
+            scores = metric.compute(predictions=hypotheses, references=references, tokenize=bleu_tokenize)
         lengths = (~np.isin(np.asarray(predictions), special_ids)).sum(axis=-1)  # output tokens only
         return {
             "bleu": scores["bleu"],
@@ -164,13 +180,22 @@ def build_compute_metrics(tokenizer, *, bleu_tokenize: str | None = None) -> Cal
 def score_corpus(hypotheses: list[str], references: list[str], *, bleu_tokenize: str | None = None) -> dict:
     """Corpus BLEU and chrF with their sacreBLEU signatures (one reference per sentence).
 
-    Plain sacrebleu rather than the package's ``training.metrics`` so this file runs where only
-    transformers and sacrebleu are installed.
+    With the package installed: its translation metric's computation (``translation_scores`` of
+    attention_seq2seq/evaluate_modules/translation_scores, which adds ``bleu_lowercase`` and its
+    signature). Without it (this file run next to an export, with transformers and sacrebleu
+    alone): the same sacrebleu calls, written out here; both give the same numbers and signatures.
 
     Raises:
         ValueError: ``hypotheses`` or ``references`` is a single string (sacreBLEU would score
             each of its characters as a sentence), or the two differ in length.
     """
+    try:
+        from attention_seq2seq.evaluate_modules.translation_scores import compute_scores as module
+    except ImportError:
+        module = None
+    if module is not None:
+        return module.translation_scores(hypotheses, references, tokenize=bleu_tokenize)
+
     import sacrebleu
 
     for name, sentences in (("hypotheses", hypotheses), ("references", references)):

@@ -149,7 +149,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--attentions", nargs="+", default=["luong", "bahdanau"])
     parser.add_argument("--mixed-precision", choices=("no", "bf16"), default="no")
     parser.add_argument("--joeynmt-python", type=Path, default=JOEYNMT_PYTHON,
-                        help="a python that imports joeynmt 2.3 (default: $JOEYNMT_PYTHON or .venv-joeynmt/bin/python)")
+                        help="a python that imports joeynmt 2.3 (default: $JOEYNMT_PYTHON or .venv-joeynmt/bin/python); "
+                             "'none': our side alone, no ratio (a rehearsal where JoeyNMT is not installed)")
     parser.add_argument("--result-name", default=None, help="JSON file name under the results folder (without .json)")
     args = parser.parse_args(argv)
     bf16 = args.mixed_precision == "bf16"
@@ -157,8 +158,8 @@ def main(argv=None) -> dict:
     n_batches = args.batches or (2 if args.quick else 3)
     threads = set_threads(args.threads)
     device = resolve_device(args.device)
-    python = args.joeynmt_python
-    if os.sep in str(python) and not python.exists():
+    python = None if str(args.joeynmt_python) == "none" else args.joeynmt_python
+    if python is not None and os.sep in str(python) and not python.exists():
         raise SystemExit(f"{python} not found: run `bash benchmarks/joeynmt_env.sh` first (or give --joeynmt-python)")
 
     _, batches = load_batches(args.max_tokens, n_batches)
@@ -172,6 +173,10 @@ def main(argv=None) -> dict:
 
     results, goals = {}, []
     peers = {"joeynmt": None, "joeynmt_bf16": "bf16"} if bf16 else {"joeynmt": None}
+    if python is None:
+        peers = {}
+        log("--joeynmt-python none: our side alone, no JoeyNMT ratio")
+    joey_info = {"skipped": "--joeynmt-python none"}
     for attention in args.attentions:
         model = build_ours_rnn(attention)
         step, _ = make_train_step(model, mixed_precision=args.mixed_precision, device=device)
@@ -184,7 +189,7 @@ def main(argv=None) -> dict:
             for w in workers.values():
                 w.close()
             raise
-        joey_info = next(iter(workers.values())).info
+        joey_info = next(iter(workers.values())).info if workers else joey_info
         params = {"ours": count_params(model), **{name: w.info["params"] for name, w in workers.items()}}
         log(f"{attention}: params {params}; {len(batches)} batches, {tgt_tokens} target tokens per round")
         for batch in batches[:2]:  # warm-up
@@ -222,8 +227,9 @@ def main(argv=None) -> dict:
         suffix = "_bf16" if bf16 else ""
         note = "(ours bf16 vs JoeyNMT float32, information)" if bf16 else ""
         suffix += "" if device == "cpu" else f"_{device}"
-        goals.append(goal_entry(f"rnn_{attention}_train_step_tokens_per_s_ratio{suffix}", ratios["joeynmt"]["median"], GOAL_RATIO, note=note))
-        if bf16:
+        if "joeynmt" in ratios:
+            goals.append(goal_entry(f"rnn_{attention}_train_step_tokens_per_s_ratio{suffix}", ratios["joeynmt"]["median"], GOAL_RATIO, note=note))
+        if bf16 and "joeynmt_bf16" in ratios:
             goals.append(goal_entry(f"rnn_{attention}_train_step_tokens_per_s_ratio_bf16_both", ratios["joeynmt_bf16"]["median"],
                                     GOAL_RATIO, note="(both bf16, information)"))
         del model, step

@@ -159,10 +159,14 @@ def build_tokenizer(vocab_size: int = 8000, cache_dir: Path | None = None):
     """
     from transformers import PreTrainedTokenizerFast
 
-    cache_dir = cache_dir or Path(os.environ.get("BENCH_CACHE", "/tmp/attention_seq2seq_bench")) / f"tok{vocab_size}"
+    # BENCH_TOKENIZER_PAIRS=N trains on the first N pairs only (scripts/gpu_check.sh --dry-run: a
+    # rehearsal whose figures mean nothing need not spend a minute on the full corpus).
+    limit = int(os.environ.get("BENCH_TOKENIZER_PAIRS", 0)) or None
+    name = f"tok{vocab_size}" + (f"_first{limit}" if limit else "")
+    cache_dir = cache_dir or Path(os.environ.get("BENCH_CACHE", "/tmp/attention_seq2seq_bench")) / name
     if (cache_dir / "tokenizer.json").exists():
         return PreTrainedTokenizerFast.from_pretrained(str(cache_dir))
-    pairs = read_pairs("train")
+    pairs = read_pairs("train", limit)
     tokenizer = None
     try:
         from attention_seq2seq.data import train_tokenizer  # the data layer, when present
@@ -576,7 +580,8 @@ def write_result(name: str, payload: dict, quick: bool) -> Path:
     payload = {"benchmark": name, "quick": quick, "machine": machine_info(), **payload}
     path = RESULTS_DIR / (f"{name}{'_quick' if quick else ''}.json")
     path.write_text(json.dumps(payload, indent=2, default=_json_default) + "\n")
-    print(f"[bench] wrote {path.relative_to(REPO_ROOT)}", flush=True)
+    shown = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
+    print(f"[bench] wrote {shown}", flush=True)
     return path
 
 

@@ -78,6 +78,19 @@ def to_device(batch: dict, device: str) -> dict:
     return {k: v.to(device) for k, v in batch.items()}
 
 
+def _seeded_randn(device: str, dtype):
+    """randn(*shape) of a seeded generator, in `dtype` on `device`: drawn on the CPU and moved for
+    a CPU (the numbers every earlier CPU measurement used), drawn on the GPU itself for a GPU (a
+    CPU draw of a 16k x 8k tensor would cost the GPU check seconds per batch)."""
+    import torch
+
+    if str(device).startswith("cpu"):
+        gen = torch.Generator().manual_seed(0)
+        return lambda *shape: torch.randn(*shape, generator=gen).to(device, dtype)
+    gen = torch.Generator(device=device).manual_seed(0)
+    return lambda *shape: torch.randn(*shape, generator=gen, device=device, dtype=dtype)
+
+
 def peak_matmul_flops_per_s(device: str = "cpu", dtype=None, n: int = 8192, repeats: int = 10) -> dict:
     """The device's measured matmul peak: FLOP/s of an n x n x n product (2 n^3 FLOPs), the mean
     of `repeats` timed products after three warm-ups, on random data (zeros run faster on some
@@ -88,9 +101,8 @@ def peak_matmul_flops_per_s(device: str = "cpu", dtype=None, n: int = 8192, repe
     import torch
 
     dtype = dtype or torch.float32
-    gen = torch.Generator().manual_seed(0)
-    a = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
-    b = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
+    randn = _seeded_randn(device, dtype)
+    a, b = randn(n, n), randn(n, n)
     for _ in range(3):
         torch.matmul(a, b)
     sync(device)
@@ -435,17 +447,15 @@ def matmul_reference_flops_per_s(dims: TransformerDims, stats: dict, repeats: in
         (L, B * H, T, hd, T), (L, B * H, T, T, hd),
         (L, B * H, T, hd, S), (L, B * H, T, S, hd),
     ]
-    gen = torch.Generator().manual_seed(0)
+    randn = _seeded_randn(device, dtype)
     ops = []
     for count, M, K, N in shapes:
-        x, w, dy = (torch.randn(M, K, generator=gen).to(device, dtype), torch.randn(N, K, generator=gen).to(device, dtype),
-                     torch.randn(M, N, generator=gen).to(device, dtype))
+        x, w, dy = randn(M, K), randn(N, K), randn(M, N)
         ops.append((count, 2.0 * M * K * N, lambda x=x, w=w: torch.matmul(x, w.t())))
         ops.append((count, 2.0 * M * K * N, lambda dy=dy, w=w: torch.matmul(dy, w)))
         ops.append((count, 2.0 * M * K * N, lambda dy=dy, x=x: torch.matmul(dy.t(), x)))
     for count, Bh, M, K, N in bmm_shapes:
-        a, b, g = (torch.randn(Bh, M, K, generator=gen).to(device, dtype), torch.randn(Bh, K, N, generator=gen).to(device, dtype),
-                   torch.randn(Bh, M, N, generator=gen).to(device, dtype))
+        a, b, g = randn(Bh, M, K), randn(Bh, K, N), randn(Bh, M, N)
         ops.append((count, 2.0 * Bh * M * K * N, lambda a=a, b=b: torch.matmul(a, b)))
         ops.append((count, 2.0 * Bh * M * K * N, lambda g=g, b=b: torch.matmul(g, b.transpose(1, 2))))
         ops.append((count, 2.0 * Bh * M * K * N, lambda a=a, g=g: torch.matmul(a.transpose(1, 2), g)))

@@ -222,7 +222,7 @@ def commands(args, out: Path, env: dict, joey: str | None) -> dict:
     dry = args.dry_run
     device = "cpu" if dry else "cuda"
     bench = [py, "benchmarks/bench_train_step.py", "--device", device, "--mixed-precision", "bf16"]
-    bench += (["--max-tokens", "256", "--rounds", "1", "--batches", "1", "--peak-n", "128"] if dry
+    bench += (["--max-tokens", "256", "--rounds", "1", "--batches", "1", "--peak-n", "512"] if dry
               else ["--max-tokens", "16384", "--rounds", "5", "--batches", "4", "--peak-n", "8192"])
     generate = [py, "benchmarks/bench_generate.py", "--device", device, "--beams", "5", "--result-name", "generate_beam5"]
     generate += ["--sentences", "16", "--batch-size", "8", "--rounds", "1"] if dry else ["--rounds", "3"]
@@ -382,7 +382,7 @@ def main(argv=None) -> int:
         # One thread: a rehearsal's figures mean nothing, and on a shared CPU two spinning OpenMP
         # threads per process slow everything down many times over.
         env["OMP_NUM_THREADS"] = env["BENCH_THREADS"] = "1"
-        env["BENCH_TOKENIZER_PAIRS"] = "3000"  # the benchmarks' tokenizer from 3,000 pairs, not 29,000
+        env["BENCH_TOKENIZER_PAIRS"] = "3000"  # the benchmarks' tokenizer from 3,000 pairs, not 29,000 (--prepare trains the full one)
 
     info = machine(env)
     if not args.dry_run and info["device_name"].startswith("cpu"):

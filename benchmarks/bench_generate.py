@@ -20,8 +20,12 @@ order, in batches of 64. Each round translates every batch on both sides back to
 order alternating from batch to batch; a round's time per side is the sum over its batches.
 Reported: sentences/s, median and IQR over rounds, and the ratio ours/Marian paired per round.
 
+`--device cuda` runs both sides on the GPU (each translation is timed up to a synchronisation);
+`--mixed-precision bf16` decodes under bf16 autocast on both sides; `--result-name` names the JSON.
+
     python benchmarks/bench_generate.py [--quick] [--threads 2] [--rounds 5] [--sentences 1000]
                                         [--force-length no-eos|min-new-tokens] [--beams 1 5]
+                                        [--device cpu|cuda|auto] [--mixed-precision no|bf16] [--result-name NAME]
 
 A run with fewer rounds or sentences than the defaults writes results/generate*_custom.json, so
 it never replaces the reference measurement.
@@ -34,6 +38,8 @@ import time
 
 from common import (
     TransformerDims,
+    resolve_device,
+    sync,
     base_argparser,
     build_marian,
     build_ours,
@@ -89,11 +95,14 @@ def main(argv=None) -> dict:
     parser.add_argument("--beams", type=int, nargs="+", default=[1, 5])
     parser.add_argument("--force-length", choices=FORCE_LENGTH, default="no-eos",
                         help="how both sides are made to generate exactly N tokens (see the module docstring)")
+    parser.add_argument("--mixed-precision", choices=("no", "bf16"), default="no")
+    parser.add_argument("--result-name", default=None, help="JSON file name under the results folder (without .json)")
     args = parser.parse_args(argv)
     rounds = args.rounds or (2 if args.quick else 5)
     n_sentences = args.sentences or (32 if args.quick else 1000)
     batch_size = min(args.batch_size, 16) if args.quick else args.batch_size
     threads = set_threads(args.threads)
+    device = resolve_device(args.device)
 
     dims = TransformerDims()
     tokenizer = build_tokenizer(dims.vocab_size)
@@ -102,25 +111,32 @@ def main(argv=None) -> dict:
     new_tokens = math.ceil(sum(ref_lengths) / len(ref_lengths))
     sources = [s for s, _ in pairs][:n_sentences]
     batches = [
-        tokenizer(sources[i : i + batch_size], padding=True, return_tensors="pt")
+        tokenizer(sources[i : i + batch_size], padding=True, return_tensors="pt").to(device)
         for i in range(0, len(sources), batch_size)
     ]
-    models = {"ours": build_ours(dims).eval(), "marian": build_marian(dims).eval()}
+    models = {"ours": build_ours(dims).to(device).eval(), "marian": build_marian(dims).to(device).eval()}
     if args.force_length == "no-eos":
         for model in models.values():  # generate() fills fields left None from the model's config
             model.generation_config.eos_token_id = None
     log(f"{len(sources)} sentences in batches of {batch_size}, {new_tokens} new tokens each "
-        f"(length forced by {args.force_length}); threads={threads}")
+        f"(length forced by {args.force_length}); {device}, threads={threads}")
+    import contextlib
+
+    def autocast():
+        if args.mixed_precision == "bf16":
+            return torch.autocast(device.split(":")[0], dtype=torch.bfloat16)
+        return contextlib.nullcontext()
 
     results, goals = {}, []
     for beams in args.beams:
         config = generation_config(beams, new_tokens, args.force_length)
 
         def translate(name: str, batch) -> torch.Tensor:
-            with torch.inference_mode():
+            with torch.inference_mode(), autocast():
                 out = models[name].generate(
                     input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], generation_config=config
                 )
+            sync(device)
             # decoder start + exactly N new tokens, on both sides
             assert out.shape[1] == new_tokens + 1, (name, tuple(out.shape))
             return out
@@ -148,7 +164,8 @@ def main(argv=None) -> dict:
             "sentences_per_s": {name: summarize(rates[name]) for name in models},
             "ratio_ours_over_marian": ratio,
         }
-        goals.append(goal_entry(f"generate_{mode}_sentences_per_s_ratio", ratio["median"], GOAL_RATIO))
+        suffix = "" if device == "cpu" else f"_{device}"
+        goals.append(goal_entry(f"generate_{mode}_sentences_per_s_ratio{suffix}", ratio["median"], GOAL_RATIO))
 
     rows = []
     for mode, res in results.items():
@@ -157,13 +174,15 @@ def main(argv=None) -> dict:
             rows.append([mode, name, fmt(s["median"], 1), spread(s, 1),
                          f"{res['ratio_ours_over_marian']['median']:.3f}x" if name == "ours" else ""])
     print_table(
-        f"Translation, {len(sources)} Multi30k test2016 sources, {new_tokens} tokens each, batch {batch_size}, {threads} threads",
+        f"Translation on {device}, {len(sources)} Multi30k test2016 sources, {new_tokens} tokens each, batch {batch_size}, {threads} threads",
         ["mode", "model", "sent/s (median)", "IQR", "ratio ours/marian"],
         rows,
     )
     payload = {
         "description": "generate() sentences/s with forced output length, ours vs MarianMTModel",
         "dims": dims,
+        "device": device,
+        "mixed_precision": args.mixed_precision,
         "threads": threads,
         "rounds": rounds,
         "sentences": len(sources),
@@ -178,7 +197,7 @@ def main(argv=None) -> dict:
                                  note="(min_new_tokens processors on both sides, information)") for g in goals]
     name = "generate" if args.force_length == "no-eos" else "generate_min_new_tokens"
     custom = not args.quick and (rounds != 5 or len(sources) != len(pairs))
-    write_result(name + ("_custom" if custom else ""), payload, args.quick)
+    write_result(args.result_name or (name + ("_custom" if custom else "")), payload, args.quick)
     return payload
 
 

@@ -27,12 +27,19 @@ bf16 autocast, as our trainer's `mixed_precision: bf16` does, against two JoeyNM
 and its model under the same bf16 autocast (`joeynmt_bf16`, like for like, a setting JoeyNMT
 itself does not offer). It writes results/rnn_bf16.json.
 
+`--device cuda` runs both sides on the GPU (cuDNN's LSTM on both: JoeyNMT's encoder and decoder
+RNNs and ours are torch.nn.LSTM); each step's time ends with a synchronisation. `--joeynmt-python`
+(or JOEYNMT_PYTHON) names the interpreter that can import joeynmt (default .venv-joeynmt/bin/python);
+scripts/gpu_check.sh passes its own python with JoeyNMT installed from a carried wheel.
+
     python benchmarks/bench_rnn.py [--quick] [--threads 2] [--rounds 4] [--batches 3] [--mixed-precision bf16]
+                                   [--device cpu|cuda|auto] [--joeynmt-python PATH] [--result-name NAME]
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import tempfile
 import time
@@ -50,14 +57,16 @@ from common import (
     make_train_step,
     paired_ratio_summary,
     print_table,
+    resolve_device,
     set_threads,
     spread,
     summarize,
+    to_device,
     write_result,
 )
 
 GOAL_RATIO = 1.5
-JOEYNMT_PYTHON = REPO_ROOT / ".venv-joeynmt" / "bin" / "python"
+JOEYNMT_PYTHON = Path(os.environ.get("JOEYNMT_PYTHON") or REPO_ROOT / ".venv-joeynmt" / "bin" / "python")
 SIZES = {"vocab_size": 8000, "embedding_size": 256, "encoder_hidden_size": 256, "hidden_size": 512, "layers": 1,
          "dropout": 0.1, "rnn_type": "lstm"}
 
@@ -97,19 +106,23 @@ def sort_by_source_length(batch: dict) -> dict:
 class JoeyWorker:
     """The JoeyNMT side: a subprocess in .venv-joeynmt speaking the line protocol of joeynmt_worker.py."""
 
-    def __init__(self, spec: dict, batches_path: Path, workdir: Path, name: str = "joeynmt"):
+    def __init__(self, spec: dict, batches_path: Path, workdir: Path, name: str = "joeynmt", python: Path = JOEYNMT_PYTHON):
         spec_path = workdir / f"spec_{spec['attention']}_{name}.json"
         spec_path.write_text(json.dumps(spec))
-        self.proc = subprocess.Popen(
-            [str(JOEYNMT_PYTHON), str(Path(__file__).with_name("joeynmt_worker.py")), str(spec_path), str(batches_path)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        )
+        self.stderr_path = workdir / f"worker_{spec['attention']}_{name}.stderr"
+        with open(self.stderr_path, "w") as stderr:
+            self.proc = subprocess.Popen(
+                [str(python), str(Path(__file__).with_name("joeynmt_worker.py")), str(spec_path), str(batches_path)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True,
+            )
         self.info = self._read()
 
     def _read(self) -> dict:
         line = self.proc.stdout.readline()
         if not line:
-            raise RuntimeError(f"JoeyNMT worker exited (code {self.proc.poll()}); run it by hand to see why")
+            self.proc.wait(timeout=30)
+            tail = self.stderr_path.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
+            raise RuntimeError(f"JoeyNMT worker exited (code {self.proc.poll()}): {tail[0]} (whole log: {self.stderr_path})")
         return json.loads(line)
 
     def ask(self, command: str) -> dict:
@@ -135,13 +148,19 @@ def main(argv=None) -> dict:
     parser.add_argument("--max-tokens", type=int, default=4096)
     parser.add_argument("--attentions", nargs="+", default=["luong", "bahdanau"])
     parser.add_argument("--mixed-precision", choices=("no", "bf16"), default="no")
+    parser.add_argument("--joeynmt-python", type=Path, default=JOEYNMT_PYTHON,
+                        help="a python that imports joeynmt 2.3 (default: $JOEYNMT_PYTHON or .venv-joeynmt/bin/python); "
+                             "'none': our side alone, no ratio (a rehearsal where JoeyNMT is not installed)")
+    parser.add_argument("--result-name", default=None, help="JSON file name under the results folder (without .json)")
     args = parser.parse_args(argv)
     bf16 = args.mixed_precision == "bf16"
     rounds = args.rounds or (2 if args.quick else 4)
     n_batches = args.batches or (2 if args.quick else 3)
     threads = set_threads(args.threads)
-    if not JOEYNMT_PYTHON.exists():
-        raise SystemExit(f"{JOEYNMT_PYTHON} not found: run `bash benchmarks/joeynmt_env.sh` first")
+    device = resolve_device(args.device)
+    python = None if str(args.joeynmt_python) == "none" else args.joeynmt_python
+    if python is not None and os.sep in str(python) and not python.exists():
+        raise SystemExit(f"{python} not found: run `bash benchmarks/joeynmt_env.sh` first (or give --joeynmt-python)")
 
     _, batches = load_batches(args.max_tokens, n_batches)
     batches = [sort_by_source_length(b) for b in batches]
@@ -150,21 +169,27 @@ def main(argv=None) -> dict:
     workdir = Path(tempfile.mkdtemp(prefix="bench_rnn_"))
     batches_path = workdir / "batches.pt"
     torch.save([{k: b[k] for k in ("input_ids", "labels", "decoder_input_ids")} for b in batches], batches_path)
+    batches = [to_device(b, device) for b in batches]
 
     results, goals = {}, []
     peers = {"joeynmt": None, "joeynmt_bf16": "bf16"} if bf16 else {"joeynmt": None}
+    if python is None:
+        peers = {}
+        log("--joeynmt-python none: our side alone, no JoeyNMT ratio")
+    joey_info = {"skipped": "--joeynmt-python none"}
     for attention in args.attentions:
         model = build_ours_rnn(attention)
-        step, _ = make_train_step(model, mixed_precision=args.mixed_precision)
+        step, _ = make_train_step(model, mixed_precision=args.mixed_precision, device=device)
         workers = {}
         try:
             for name, cast in peers.items():
-                workers[name] = JoeyWorker({**SIZES, "attention": attention, "threads": threads, "autocast": cast}, batches_path, workdir, name)
+                spec = {**SIZES, "attention": attention, "threads": threads, "autocast": cast, "device": device}
+                workers[name] = JoeyWorker(spec, batches_path, workdir, name, python=python)
         except BaseException:
             for w in workers.values():
                 w.close()
             raise
-        joey_info = next(iter(workers.values())).info
+        joey_info = next(iter(workers.values())).info if workers else joey_info
         params = {"ours": count_params(model), **{name: w.info["params"] for name, w in workers.items()}}
         log(f"{attention}: params {params}; {len(batches)} batches, {tgt_tokens} target tokens per round")
         for batch in batches[:2]:  # warm-up
@@ -201,8 +226,10 @@ def main(argv=None) -> dict:
         }
         suffix = "_bf16" if bf16 else ""
         note = "(ours bf16 vs JoeyNMT float32, information)" if bf16 else ""
-        goals.append(goal_entry(f"rnn_{attention}_train_step_tokens_per_s_ratio{suffix}", ratios["joeynmt"]["median"], GOAL_RATIO, note=note))
-        if bf16:
+        suffix += "" if device == "cpu" else f"_{device}"
+        if "joeynmt" in ratios:
+            goals.append(goal_entry(f"rnn_{attention}_train_step_tokens_per_s_ratio{suffix}", ratios["joeynmt"]["median"], GOAL_RATIO, note=note))
+        if bf16 and "joeynmt_bf16" in ratios:
             goals.append(goal_entry(f"rnn_{attention}_train_step_tokens_per_s_ratio_bf16_both", ratios["joeynmt_bf16"]["median"],
                                     GOAL_RATIO, note="(both bf16, information)"))
         del model, step
@@ -215,7 +242,7 @@ def main(argv=None) -> dict:
             rows.append([attention, side, f"{res['params'][side] / 1e6:.2f}M", fmt(s["median"], 0), spread(s, 0),
                          f"{ratio['median']:.3f}x" if ratio else ""])
     print_table(
-        f"RNN training step (forward+backward+AdamW){', ours bf16 autocast' if bf16 else ''}, LSTM 256/512, "
+        f"RNN training step (forward+backward+AdamW) on {device}{', ours bf16 autocast' if bf16 else ''}, LSTM 256/512, "
         f"{threads} threads, {rounds} rounds x {len(batches)} batches",
         ["attention", "model", "params", "tgt tok/s (median)", "IQR", "ratio ours/this row"],
         rows,
@@ -224,6 +251,7 @@ def main(argv=None) -> dict:
         "description": "RNN training step tokens/s, ours (Luong general + input feeding, Bahdanau) vs JoeyNMT 2.3 RecurrentDecoder"
         + (" (ours under bf16 autocast; JoeyNMT float32 and under bf16 autocast)" if bf16 else ""),
         "mixed_precision": args.mixed_precision,
+        "device": device,
         "sizes": SIZES,
         "threads": threads,
         "rounds": rounds,
@@ -233,7 +261,7 @@ def main(argv=None) -> dict:
         "results": results,
         "goals": goals,
     }
-    write_result("rnn_bf16" if bf16 else "rnn", payload, args.quick)
+    write_result(args.result_name or ("rnn_bf16" if bf16 else "rnn"), payload, args.quick)
     return payload
 
 

@@ -20,7 +20,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
+# BENCH_RESULTS_DIR puts the JSON elsewhere (scripts/gpu_check.sh: under its own output folder),
+# so a device check never replaces the reference CPU measurements in benchmarks/results/.
+RESULTS_DIR = Path(os.environ.get("BENCH_RESULTS_DIR") or Path(__file__).resolve().parent / "results")
 DEFAULT_THREADS = 2
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -44,6 +46,72 @@ def set_threads(num_threads: int = DEFAULT_THREADS) -> int:
     except RuntimeError:  # already set in this process
         pass
     return torch.get_num_threads()
+
+
+def resolve_device(name: str) -> str:
+    """'cpu', 'cuda' or 'auto' (cuda when torch sees a GPU, else cpu) -> a torch device string.
+
+    Asking for 'cuda' where torch sees none ends the benchmark with one line (SystemExit), not a
+    traceback from the first tensor moved there.
+    """
+    import torch
+
+    if name not in ("cpu", "cuda", "auto"):
+        raise SystemExit(f"--device must be one of 'auto', 'cpu', 'cuda'; got {name!r}")
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"--device cuda: torch {torch.__version__} sees no CUDA device on this machine "
+                         "(use --device cpu, or run on a GPU machine)")
+    return name
+
+
+def sync(device: str) -> None:
+    """Wait for the device's queued kernels, so a host clock read after it times finished work."""
+    if str(device).startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def to_device(batch: dict, device: str) -> dict:
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+def _seeded_randn(device: str, dtype):
+    """randn(*shape) of a seeded generator, in `dtype` on `device`: drawn on the CPU and moved for
+    a CPU (the numbers every earlier CPU measurement used), drawn on the GPU itself for a GPU (a
+    CPU draw of a 16k x 8k tensor would cost the GPU check seconds per batch)."""
+    import torch
+
+    if str(device).startswith("cpu"):
+        gen = torch.Generator().manual_seed(0)
+        return lambda *shape: torch.randn(*shape, generator=gen).to(device, dtype)
+    gen = torch.Generator(device=device).manual_seed(0)
+    return lambda *shape: torch.randn(*shape, generator=gen, device=device, dtype=dtype)
+
+
+def peak_matmul_flops_per_s(device: str = "cpu", dtype=None, n: int = 8192, repeats: int = 10) -> dict:
+    """The device's measured matmul peak: FLOP/s of an n x n x n product (2 n^3 FLOPs), the mean
+    of `repeats` timed products after three warm-ups, on random data (zeros run faster on some
+    GPUs). On the H200 an 8192^3 bf16 product gives about 790 TFLOP/s. MFU against this peak says
+    how much of the chip a training step uses; MFU against `matmul_reference_flops_per_s` says how
+    close it gets to its own (smaller) GEMM shapes.
+    """
+    import torch
+
+    dtype = dtype or torch.float32
+    randn = _seeded_randn(device, dtype)
+    a, b = randn(n, n), randn(n, n)
+    for _ in range(3):
+        torch.matmul(a, b)
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        torch.matmul(a, b)
+    sync(device)
+    seconds = time.perf_counter() - start
+    return {"flops_per_s": 2.0 * n**3 * repeats / seconds, "n": n, "repeats": repeats, "dtype": str(dtype).replace("torch.", "")}
 
 
 def cpu_model() -> str:
@@ -103,10 +171,14 @@ def build_tokenizer(vocab_size: int = 8000, cache_dir: Path | None = None):
     """
     from transformers import PreTrainedTokenizerFast
 
-    cache_dir = cache_dir or Path(os.environ.get("BENCH_CACHE", "/tmp/attention_seq2seq_bench")) / f"tok{vocab_size}"
+    # BENCH_TOKENIZER_PAIRS=N trains on the first N pairs only (scripts/gpu_check.sh --dry-run: a
+    # rehearsal whose figures mean nothing need not spend a minute on the full corpus).
+    limit = int(os.environ.get("BENCH_TOKENIZER_PAIRS", 0)) or None
+    name = f"tok{vocab_size}" + (f"_first{limit}" if limit else "")
+    cache_dir = cache_dir or Path(os.environ.get("BENCH_CACHE", "/tmp/attention_seq2seq_bench")) / name
     if (cache_dir / "tokenizer.json").exists():
         return PreTrainedTokenizerFast.from_pretrained(str(cache_dir))
-    pairs = read_pairs("train")
+    pairs = read_pairs("train", limit)
     tokenizer = None
     try:
         from attention_seq2seq.data import train_tokenizer  # the data layer, when present
@@ -244,6 +316,21 @@ class TransformerDims:
     max_positions: int = 256
 
 
+# Transformer-small is the dimensions above; Transformer-base is the paper's base model (Vaswani et
+# al. 2017, Table 3: 6 + 6 layers, d_model 512, 8 heads, FFN 2048) on the same vocabulary.
+MODEL_PRESETS = {
+    "small": TransformerDims(),
+    "base": TransformerDims(d_model=512, layers=6, heads=8, ffn=2048),
+}
+
+
+def dims_for(model: str) -> TransformerDims:
+    """The `TransformerDims` of a preset name ('small' or 'base'); ValueError names the valid ones."""
+    if model not in MODEL_PRESETS:
+        raise ValueError(f"--model must be one of {sorted(MODEL_PRESETS)}; got {model!r}")
+    return MODEL_PRESETS[model]
+
+
 def shared_config_kwargs(dims: TransformerDims) -> dict:
     """The config fields both peers take under the same names: one place, so ours and Marian
     cannot drift apart in size, dropout or special-token ids."""
@@ -331,7 +418,7 @@ def transformer_train_flops(dims: TransformerDims, stats: dict) -> float:
     return 3.0 * (enc + dec + head)
 
 
-def matmul_reference_flops_per_s(dims: TransformerDims, stats: dict, repeats: int = 3, dtype=None) -> dict:
+def matmul_reference_flops_per_s(dims: TransformerDims, stats: dict, repeats: int = 3, dtype=None, device: str = "cpu") -> dict:
     """FLOP/s torch.matmul reaches on the model's own GEMM shapes, forward and backward.
 
     For every linear layer of the model (M tokens x K in -> N out) we time the three GEMMs of its
@@ -340,6 +427,7 @@ def matmul_reference_flops_per_s(dims: TransformerDims, stats: dict, repeats: in
     a perfect implementation built only from these matmuls would reach; MFU divides the model's
     achieved FLOP/s by it. The attention score/mix batched GEMMs are included the same way.
     `dtype` (default float32): torch.bfloat16 gives the reference of a bf16 mixed-precision step.
+    `device`: where the products run (each group of them is timed between two synchronisations).
     """
     import torch
 
@@ -359,22 +447,21 @@ def matmul_reference_flops_per_s(dims: TransformerDims, stats: dict, repeats: in
         (L, B * H, T, hd, T), (L, B * H, T, T, hd),
         (L, B * H, T, hd, S), (L, B * H, T, S, hd),
     ]
-    gen = torch.Generator().manual_seed(0)
+    randn = _seeded_randn(device, dtype)
     ops = []
     for count, M, K, N in shapes:
-        x, w, dy = (torch.randn(M, K, generator=gen).to(dtype), torch.randn(N, K, generator=gen).to(dtype),
-                     torch.randn(M, N, generator=gen).to(dtype))
+        x, w, dy = randn(M, K), randn(N, K), randn(M, N)
         ops.append((count, 2.0 * M * K * N, lambda x=x, w=w: torch.matmul(x, w.t())))
         ops.append((count, 2.0 * M * K * N, lambda dy=dy, w=w: torch.matmul(dy, w)))
         ops.append((count, 2.0 * M * K * N, lambda dy=dy, x=x: torch.matmul(dy.t(), x)))
     for count, Bh, M, K, N in bmm_shapes:
-        a, b, g = (torch.randn(Bh, M, K, generator=gen).to(dtype), torch.randn(Bh, K, N, generator=gen).to(dtype),
-                   torch.randn(Bh, M, N, generator=gen).to(dtype))
+        a, b, g = randn(Bh, M, K), randn(Bh, K, N), randn(Bh, M, N)
         ops.append((count, 2.0 * Bh * M * K * N, lambda a=a, b=b: torch.matmul(a, b)))
         ops.append((count, 2.0 * Bh * M * K * N, lambda g=g, b=b: torch.matmul(g, b.transpose(1, 2))))
         ops.append((count, 2.0 * Bh * M * K * N, lambda a=a, g=g: torch.matmul(a.transpose(1, 2), g)))
     for _, _, op in ops:  # warm-up
         op()
+    sync(device)
     samples, flops_total, seconds_total = [], 0.0, 0.0
     for _ in range(repeats):
         total_flops, total_time = 0.0, 0.0
@@ -382,6 +469,7 @@ def matmul_reference_flops_per_s(dims: TransformerDims, stats: dict, repeats: in
             start = time.perf_counter()
             for _ in range(count):
                 op()
+            sync(device)
             total_time += time.perf_counter() - start
             total_flops += count * flops
         samples.append(total_flops / total_time)
@@ -396,14 +484,17 @@ def matmul_reference_flops_per_s(dims: TransformerDims, stats: dict, repeats: in
 
 
 def make_train_step(
-    model, lr: float = 3e-4, fused: bool | None = None, zero_grad_set_to_none: bool = True, mixed_precision: str = "no"
+    model, lr: float = 3e-4, fused: bool | None = None, zero_grad_set_to_none: bool = True, mixed_precision: str = "no",
+    device: str = "cpu",
 ):
     """forward (sum of model loss) + backward + AdamW step + zero_grad on one batch.
 
     Both sides get the same step: the models' own `labels=` loss (mean over target tokens), the
     same AdamW (torch's default implementation for CPU tensors) and `zero_grad(set_to_none=True)`.
-    `mixed_precision="bf16"` runs the forward under `torch.autocast("cpu", torch.bfloat16)`, as
-    Accelerate's `mixed_precision="bf16"` does on a CPU (float32 weights and optimizer).
+    `mixed_precision="bf16"` runs the forward under `torch.autocast(<device type>, torch.bfloat16)`,
+    as Accelerate's `mixed_precision="bf16"` does (float32 weights and optimizer). `device`: the
+    model is moved there; batches must already be there (`to_device`). The returned float of the
+    loss waits for the step's kernels, so a host clock around `step` times finished work.
     """
     import contextlib
 
@@ -412,6 +503,8 @@ def make_train_step(
     if mixed_precision not in ("no", "bf16"):
         raise ValueError(f"mixed_precision must be 'no' or 'bf16'; got {mixed_precision!r}")
 
+    device_type = str(device).split(":")[0]
+    model.to(device)
     model.train()
     kwargs = {"lr": lr, "betas": (0.9, 0.98), "eps": 1e-9, "weight_decay": 0.0}
     if fused is not None:
@@ -420,7 +513,7 @@ def make_train_step(
 
     def autocast():
         if mixed_precision == "bf16":
-            return torch.autocast("cpu", dtype=torch.bfloat16)
+            return torch.autocast(device_type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
     def step(batch: dict) -> float:
@@ -497,7 +590,8 @@ def write_result(name: str, payload: dict, quick: bool) -> Path:
     payload = {"benchmark": name, "quick": quick, "machine": machine_info(), **payload}
     path = RESULTS_DIR / (f"{name}{'_quick' if quick else ''}.json")
     path.write_text(json.dumps(payload, indent=2, default=_json_default) + "\n")
-    print(f"[bench] wrote {path.relative_to(REPO_ROOT)}", flush=True)
+    shown = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
+    print(f"[bench] wrote {shown}", flush=True)
     return path
 
 
@@ -515,6 +609,8 @@ def base_argparser(description: str):
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="few repeats: a smoke test of the harness")
     parser.add_argument("--threads", type=int, default=int(os.environ.get("BENCH_THREADS", DEFAULT_THREADS)))
+    parser.add_argument("--device", default=os.environ.get("BENCH_DEVICE", "cpu"), choices=("auto", "cpu", "cuda"),
+                        help="where both sides run (default cpu; auto: cuda when torch sees a GPU)")
     return parser
 
 

@@ -6,8 +6,9 @@ by round. Imports only the standard library, torch and joeynmt (not our package)
     .venv-joeynmt/bin/python benchmarks/joeynmt_worker.py SPEC.json BATCHES.pt
 
 SPEC.json: {"attention": "luong"|"bahdanau", "rnn_type", "embedding_size", "encoder_hidden_size",
-"hidden_size", "layers", "dropout", "vocab_size", "threads", "lr", "autocast"}; "autocast": "bf16" runs
-the forward under `torch.autocast("cpu", torch.bfloat16)`, which JoeyNMT 2.3 itself cannot be told
+"hidden_size", "layers", "dropout", "vocab_size", "threads", "lr", "autocast", "device"}; "device" (default
+"cpu"): where model and batches live, "cuda" for the GPU; "autocast": "bf16" runs
+the forward under `torch.autocast(<device type>, torch.bfloat16)`, which JoeyNMT 2.3 itself cannot be told
 to do (on a CPU it turns its `fp16` switch off; its config carries "TODO: torch.bfloat16 for
 cpu?"): the like-for-like partner of our bf16 step. BATCHES.pt: a list of dicts of
 int64 tensors `input_ids`, `labels` (-100 on padding) and `decoder_input_ids` in the package's id
@@ -112,9 +113,12 @@ def main() -> None:
         torch.set_num_interop_threads(1)
     except RuntimeError:
         pass
+    device = spec.get("device", "cpu")
     model, pad = build(spec)
+    model.to(device)
     model.train()
-    batches = [to_joey_batch(b, pad) for b in torch.load(sys.argv[2])]
+    batches = [{k: (v.to(device) if torch.is_tensor(v) else v) for k, v in to_joey_batch(b, pad).items()}
+               for b in torch.load(sys.argv[2])]
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.get("lr", 3e-4), betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0)
 
     import contextlib
@@ -124,12 +128,14 @@ def main() -> None:
     def step(batch: dict) -> float:
         ntokens = batch["ntokens"]
         kwargs = {k: v for k, v in batch.items() if k != "ntokens"}
-        with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
+        with torch.autocast(device.split(":")[0], dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
             batch_loss, _, _, _ = model(return_type="loss", **kwargs)
         loss = batch_loss / ntokens
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        if device.startswith("cuda"):  # the step's time ends when its kernels have run
+            torch.cuda.synchronize()
         return float(loss.detach())
 
     import joeynmt

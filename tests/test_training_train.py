@@ -536,6 +536,7 @@ def test_average_last_k_builds_the_mean_of_the_kept_checkpoints(pairs_corpus, tm
     assert "average of the last 2 checkpoints" in json.loads((run / "metrics.json").read_text())["train"]["final_model"]
 
 
+@pytest.mark.device  # Accelerate puts the run on the GPU where torch sees one (scripts/gpu_check.sh)
 def test_resume_after_a_crash_ends_with_the_weights_of_an_uninterrupted_run(pairs_corpus, tmp_path):
     # 120 pairs and 2 accumulated micro-batches per update: the 6 updates cross epoch
     # boundaries, the crash falls mid-epoch, and dropout makes the RNG state matter.

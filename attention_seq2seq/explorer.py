@@ -139,8 +139,10 @@ def explain(
     num_beams: int = 1,
     length_penalty: float | None = None,
     max_new_tokens: int | None = None,
+    target: str | None = None,
 ) -> Explanation:
-    """Translate ``source`` with ``generate`` and collect the attention of the chosen translation.
+    """Translate ``source`` with ``generate`` and collect the attention of the chosen translation
+    (or of ``target``, teacher-forced, when given).
 
     Args:
         model: an encoder-decoder of this package (installed or remote code); a Transformer must
@@ -150,6 +152,7 @@ def explain(
         num_beams: 1 for greedy search, else beam search with this beam size.
         length_penalty: beam search's α (score = log p / length^α); ignored for greedy search.
         max_new_tokens: longest translation (default: the model's generation_config).
+        target: a translation to teacher-force instead of decoding (no ``generate`` call).
 
     Returns:
         an :class:`Explanation`. Beam candidates are generate's ``num_beams`` finished hypotheses
@@ -173,12 +176,15 @@ def explain(
             kwargs["length_penalty"] = float(length_penalty)
     if max_new_tokens is not None:
         kwargs["max_new_tokens"] = max_new_tokens
-    generated = model.generate(**encoded, return_dict_in_generate=True, **kwargs)
-    texts = [t.strip() for t in tokenizer.batch_decode(generated.sequences, skip_special_tokens=True)]
-
     eos = model.generation_config.eos_token_id
     eos_ids = set(eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])
-    labels = _cut_after_eos(generated.sequences[0, 1:].tolist(), eos_ids)  # drop the start token
+    if target is None:
+        generated = model.generate(**encoded, return_dict_in_generate=True, **kwargs)
+        texts = [t.strip() for t in tokenizer.batch_decode(generated.sequences, skip_special_tokens=True)]
+        labels = _cut_after_eos(generated.sequences[0, 1:].tolist(), eos_ids)  # drop the start token
+    else:
+        generated, texts = None, [target]
+        labels = tokenizer(text_target=[target])["input_ids"][0]
     labels_tensor = torch.tensor([labels], device=device)
 
     window = _window_module(model)
@@ -210,7 +216,7 @@ def explain(
         return torch.stack([layer[0] for layer in layers]).float().cpu().numpy()  # (layers, heads, q, k)
 
     cross = stack(outputs.cross_attentions) if has_attention(model.config) else None
-    if num_beams > 1:
+    if generated is not None and num_beams > 1:
         candidates = [(text, float(score)) for text, score in zip(texts, generated.sequences_scores.tolist())]
     else:
         log_probs = torch.log_softmax(logits[0].float(), dim=-1)
@@ -348,9 +354,9 @@ def heatmap_html(heatmap: HeatMap | None, message: str = "") -> str:
     marks = heatmap.marks
     out = [
         f'<div class="attn-title">{html.escape(heatmap.title)}</div>',
-        '<table class="attn-map" style="font-family: {}" data-weights="{}" data-rows="{}" data-cols="{}">'.format(
+        '<div class="attn-scroll"><table class="attn-map" style="font-family: {}" data-weights="{}" data-rows="{}" data-cols="{}">'.format(
             html.escape(css_font_family(), quote=True),
-            html.escape(json.dumps(np.round(w, 6).tolist()), quote=True),
+            html.escape(json.dumps(np.round(w.astype(np.float64), 6).tolist()), quote=True),
             html.escape(json.dumps(heatmap.row_labels, ensure_ascii=False), quote=True),
             html.escape(json.dumps(heatmap.col_labels, ensure_ascii=False), quote=True),
         ),
@@ -377,7 +383,7 @@ def heatmap_html(heatmap: HeatMap | None, message: str = "") -> str:
                 f'title="{html.escape(row_label)} → {html.escape(col_label)}: {value:.3f}">{text}</td>'
             )
         out.append(f'<tr><th class="row">{html.escape(row_label)}</th>{"".join(cells)}</tr>')
-    out.append("</table>")
+    out.append("</table></div>")
     if "center" in marks:
         positions = ", ".join(f"{p:.2f}" for p in marks["center"])
         out.append(f'<div class="attn-note">aligned position p_t per step (0-based source position): {positions}; '
@@ -396,9 +402,28 @@ CSS = """
 .attn-map th.row { text-align: right; padding-right: 6px; white-space: nowrap; font-weight: normal; }
 .attn-map td.in-window { border: 1px solid #f59e0b; }
 .attn-map td.center { outline: 2px solid #dc2626; outline-offset: -2px; }
+.attn-scroll { overflow-x: auto; max-width: 100%; }
 .attn-title { font-weight: 600; margin: 6px 0; }
 .attn-note, .attn-message { margin: 6px 0; }
 """
+
+
+def render_attention(config, data: dict | None, view: str | None = CROSS, layer: str | None = None,
+                     head: str | None = None, unit: str | None = SUBWORDS, step: str | None = None) -> str:
+    """The heat-map HTML for the pickers' values (strings as the app's radios give them: layer and
+    head 1-based, ``MEAN_OVER_HEADS``, step 1-based or ``ALL_STEPS``), from an Explanation's
+    ``to_json()`` (None before the first translation)."""
+    if not has_attention(config):
+        return heatmap_html(None, f"This model ({describe_attention(config)}, attention='none') has no "
+                                  "attention to show: its decoder sees only the encoder's final state.")
+    if data is None:
+        return heatmap_html(None, "Type a sentence and press Translate.")
+    e = Explanation.from_json(data)
+    head_value = MEAN_OVER_HEADS if head in (None, MEAN_OVER_HEADS) else int(head) - 1
+    step_value = None if step in (None, ALL_STEPS) else int(step) - 1
+    layer_value = int(layer) - 1 if layer else -1
+    return heatmap_html(select(e, view or CROSS, layer_value, head_value, unit or SUBWORDS, step_value),
+                        f"this model has no {view}")
 
 
 def candidates_html(explanation: Explanation, beam: bool) -> str:
@@ -456,22 +481,15 @@ def build_app(model, tokenizer, *, title: str = "Attention explorer", example: s
         return layers, heads
 
     def render(data, view, layer, head, unit, step):
-        if data is None:
-            return heatmap_html(None, "Type a sentence and press Translate.")
-        if not attention:
-            return heatmap_html(None, f"This model ({describe_attention(config)}, attention='none') has no "
-                                      "attention to show: its decoder sees only the encoder's final state.")
-        e = Explanation.from_json(data)
-        head_value = MEAN_OVER_HEADS if head in (None, MEAN_OVER_HEADS) else int(head) - 1
-        step_value = None if step in (None, ALL_STEPS) else int(step) - 1
-        layer_value = int(layer) - 1 if layer else -1
-        return heatmap_html(select(e, view or CROSS, layer_value, head_value, unit or SUBWORDS, step_value),
-                            f"no {view} weights")
+        return render_attention(config, data, view, layer, head, unit, step)
 
     def on_translate(source, mode, beams, length_penalty, view, layer, head, unit):
         beam = mode == "beam search"
-        e = explain(model, tokenizer, source, num_beams=int(beams) if beam else 1,
-                    length_penalty=float(length_penalty) if beam else None)
+        try:
+            e = explain(model, tokenizer, source, num_beams=int(beams) if beam else 1,
+                        length_penalty=float(length_penalty) if beam else None)
+        except ValueError as err:
+            raise gr.Error(str(err)) from None
         data = e.to_json()
         steps = [ALL_STEPS] + [f"{t + 1}" for t in range(len(e.tgt_tokens))]
         return (e.translation, candidates_html(e, beam), data,

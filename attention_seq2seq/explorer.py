@@ -286,6 +286,7 @@ class HeatMap:
     col_labels: list[str]
     title: str
     marks: dict = field(default_factory=dict)  # {"window": [(lo, hi)], "center": [p_t], "chosen": [j]}
+    scale: float | None = None  # the weight drawn darkest (default: the largest shown)
 
 
 def num_layers_and_heads(explanation: Explanation, view: str) -> tuple[int, int]:
@@ -332,16 +333,18 @@ def select(
         rows, cols = [w for w, _ in row_groups], [w for w, _ in col_groups]
         marks = {}  # positions are subword positions; shown in the subword view only
         title += ", words"
+    scale = float(weights.max())  # one step is shaded as in the whole map, not stretched to its own max
     if step is not None and view == CROSS:
         weights = weights[step : step + 1]
         rows = [rows[step]]
         marks = {name: values[step : step + 1] for name, values in marks.items()}
         title += f", step {step + 1}"
-    return HeatMap(np.asarray(weights, dtype=np.float32), list(rows), list(cols), title, marks)
+    return HeatMap(np.asarray(weights, dtype=np.float32), list(rows), list(cols), title, marks, scale)
 
 
 def heatmap_html(heatmap: HeatMap | None, message: str = "") -> str:
-    """An HTML table: one cell per weight, shaded by weight / row maximum of the whole map.
+    """An HTML table: one cell per weight, shaded by weight / ``heatmap.scale`` (default: the largest
+    weight); a one-row map (one decoder step) also prints each weight.
 
     The table's ``data-weights`` (JSON, 6 decimals) holds the plotted array, ``data-rows`` and
     ``data-cols`` its labels. Local windows outline the cells inside [p_t - D, p_t + D] and ring the
@@ -350,7 +353,8 @@ def heatmap_html(heatmap: HeatMap | None, message: str = "") -> str:
     if heatmap is None:
         return f'<div class="attn-message">{html.escape(message)}</div>'
     w = heatmap.weights
-    scale = max(float(w.max()), 1e-9)
+    scale = max(heatmap.scale if heatmap.scale is not None else float(w.max()), 1e-9)
+    one_row = w.shape[0] == 1
     marks = heatmap.marks
     out = [
         f'<div class="attn-title">{html.escape(heatmap.title)}</div>',
@@ -373,6 +377,8 @@ def heatmap_html(heatmap: HeatMap | None, message: str = "") -> str:
                     classes.append("in-window")
                 if j == int(round(marks["center"][i])):
                     classes.append("center")
+            if one_row:
+                text = f"{value:.2f}".lstrip("0") if value < 1 else "1"
             if "chosen" in marks and marks["chosen"][i] == j:
                 classes.append("chosen")
                 text = "●"
@@ -396,7 +402,7 @@ def heatmap_html(heatmap: HeatMap | None, message: str = "") -> str:
 
 CSS = """
 .attn-map { border-collapse: collapse; font-size: 12px; }
-.attn-map td { width: 22px; height: 22px; min-width: 22px; border: 1px solid #e5e7eb; text-align: center; }
+.attn-map td { width: 22px; height: 22px; min-width: 22px; border: 1px solid #e5e7eb; text-align: center; font-size: 9px; }
 .attn-map th.col { vertical-align: bottom; height: 90px; }
 .attn-map th.col span { writing-mode: vertical-rl; transform: rotate(180deg); white-space: nowrap; font-weight: normal; }
 .attn-map th.row { text-align: right; padding-right: 6px; white-space: nowrap; font-weight: normal; }

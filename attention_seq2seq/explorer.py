@@ -28,6 +28,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -432,15 +433,17 @@ def render_attention(config, data: dict | None, view: str | None = CROSS, layer:
                         f"this model has no {view}")
 
 
-def candidates_html(explanation: Explanation, beam: bool) -> str:
-    """The candidates as an HTML table (rank, translation, score)."""
+def candidates_html(explanation: Explanation, beam: bool, seconds: float | None = None, run: int = 0) -> str:
+    """The candidates as an HTML table (rank, translation, score), and how long ``explain`` took
+    (``data-run`` counts the translations since the app started)."""
     what = "score = log p(y | x) / length^α" if beam else "greedy search; score = log p(y | x)"
     rows = "".join(
         f'<tr><td>{i + 1}</td><td class="candidate">{html.escape(text)}</td><td class="score">{score:.4f}</td></tr>'
         for i, (text, score) in enumerate(explanation.candidates)
     )
+    timing = "" if seconds is None else f"; translated with its attention in {seconds:.2f} s"
     return (f'<table class="candidates"><tr><th>#</th><th>candidate</th><th>score</th></tr>{rows}</table>'
-            f'<div class="attn-note">{html.escape(what)}</div>')
+            f'<div class="attn-note" data-run="{run}">{html.escape(what)}{timing}</div>')
 
 
 # ---------------------------------------------------------------------------------------------
@@ -477,6 +480,7 @@ def build_app(model, tokenizer, *, title: str = "Attention explorer", example: s
     default_lp = float(getattr(model.generation_config, "length_penalty", 1.0) or 1.0)
     decoder_heads = getattr(config, "decoder_attention_heads", 1)
     decoder_layers = getattr(config, "decoder_layers", 1)
+    runs: list[float] = []  # seconds of each translation since the app started
 
     def layer_and_head_updates(data, view):
         if transformer:
@@ -491,14 +495,16 @@ def build_app(model, tokenizer, *, title: str = "Attention explorer", example: s
 
     def on_translate(source, mode, beams, length_penalty, view, layer, head, unit):
         beam = mode == "beam search"
+        started = time.perf_counter()
         try:
             e = explain(model, tokenizer, source, num_beams=int(beams) if beam else 1,
                         length_penalty=float(length_penalty) if beam else None)
         except ValueError as err:
             raise gr.Error(str(err)) from None
+        runs.append(time.perf_counter() - started)
         data = e.to_json()
         steps = [ALL_STEPS] + [f"{t + 1}" for t in range(len(e.tgt_tokens))]
-        return (e.translation, candidates_html(e, beam), data,
+        return (e.translation, candidates_html(e, beam, runs[-1], len(runs)), data,
                 render(data, view, layer, head, unit, None), gr.Dropdown(choices=steps, value=ALL_STEPS))
 
     def on_view(data, view, head, unit, step):

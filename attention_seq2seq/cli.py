@@ -509,7 +509,11 @@ def cmd_demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     app = build_app(loaded.model, loaded.tokenizer, title=f"Attention explorer: {name}", example=args.example)
     print(f"{parser.prog}: serving {args.model} on http://{args.host}:{args.port} (Ctrl-C stops)", file=sys.stderr,
           flush=True)
-    launch(app, port=args.port, host=args.host, quiet=True)
+    try:
+        launch(app, port=args.port, host=args.host, quiet=True)
+    except OSError as err:  # the port is taken, or the host is not an address of this machine
+        raise UserError(f"--port {args.port} / --host {args.host}: cannot serve there ({err}); choose another "
+                        "port, e.g. --port 7861") from None
     return 0
 
 

@@ -410,6 +410,8 @@ CSS = """
 .attn-map td.in-window { border: 1px solid #f59e0b; }
 .attn-map td.center { outline: 2px solid #dc2626; outline-offset: -2px; }
 .attn-scroll { overflow-x: auto; max-width: 100%; }
+.candidates { border-collapse: collapse; margin: 4px 0; }
+.candidates td, .candidates th { border: 1px solid #d1d5db; padding: 2px 8px; text-align: left; }
 .attn-title { font-weight: 600; margin: 6px 0; }
 .attn-note, .attn-message { margin: 6px 0; }
 """
@@ -468,10 +470,22 @@ def _int_choices(count: int) -> list[str]:
     return [str(i + 1) for i in range(count)]
 
 
-def build_app(model, tokenizer, *, title: str = "Attention explorer", example: str | None = None):
-    """The Gradio Blocks app for ``model`` (call ``.launch(...)`` on it; see :func:`launch`)."""
+def warm_up(model, tokenizer) -> None:
+    """Run one short greedy and one beam translation, so the first user's translation does not pay
+    for torch's first-call work (kernel selection, allocator growth)."""
+    for num_beams in (1, 2):
+        explain(model, tokenizer, "a b c", num_beams=num_beams, max_new_tokens=3)
+
+
+def build_app(model, tokenizer, *, title: str = "Attention explorer", example: str | None = None,
+              warm: bool = True):
+    """The Gradio Blocks app for ``model`` (call ``.launch(...)`` on it; see :func:`launch`);
+    ``warm`` runs :func:`warm_up` first."""
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     import gradio as gr
+
+    if warm:
+        warm_up(model, tokenizer)
 
     config = model.config
     transformer = config.model_type == "transformer_seq2seq"
@@ -515,7 +529,7 @@ def build_app(model, tokenizer, *, title: str = "Attention explorer", example: s
         return (gr.Radio(choices=_int_choices(layers), value=layer), gr.Radio(choices=head_choices, value=head),
                 render(data, view, layer, head, unit, step))
 
-    with gr.Blocks(title=title) as app:
+    with gr.Blocks(title=title, fill_width=True) as app:
         gr.Markdown(f"## {html.escape(title)}\n{describe_attention(config)}.")
         state = gr.State(None)
         source = gr.Textbox(label="Source sentence", value=example or "", lines=2, elem_id="source")
@@ -527,7 +541,7 @@ def build_app(model, tokenizer, *, title: str = "Attention explorer", example: s
                                        label="Length penalty α (beam search)", elem_id="length-penalty")
         translate_button = gr.Button("Translate", variant="primary", elem_id="translate")
         translation = gr.Textbox(label="Translation", interactive=False, elem_id="translation")
-        candidates = gr.HTML(elem_id="candidates")
+        candidates = gr.HTML(elem_id="candidates", apply_default_css=False)
         with gr.Row():
             view = gr.Radio([CROSS, ENCODER_SELF, DECODER_SELF] if transformer else [CROSS], value=CROSS,
                             label="Attention", elem_id="view", visible=transformer)
@@ -537,7 +551,7 @@ def build_app(model, tokenizer, *, title: str = "Attention explorer", example: s
                             label="Head", elem_id="head", visible=transformer)
             unit = gr.Radio([SUBWORDS, WORDS], value=SUBWORDS, label="Tokens", elem_id="unit")
             step = gr.Dropdown([ALL_STEPS], value=ALL_STEPS, label="Decoder step (cross-attention)", elem_id="step")
-        heatmap = gr.HTML(render(None, CROSS, None, None, SUBWORDS, None), elem_id="heatmap")
+        heatmap = gr.HTML(render(None, CROSS, None, None, SUBWORDS, None), elem_id="heatmap", apply_default_css=False)
 
         translate_inputs = [source, mode, beams, length_penalty, view, layer, head, unit]
         translate_outputs = [translation, candidates, state, heatmap, step]

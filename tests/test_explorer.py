@@ -336,3 +336,14 @@ def test_space_app_runs_without_the_package_and_translates_the_same(runs_root, t
     expected = explain(loaded.model, loaded.tokenizer, SOURCE)
     assert shown["translation"] == expected.translation
     np.testing.assert_allclose(np.array(shown["cross"]), expected.cross, atol=1e-6)
+
+
+def test_demo_without_gradio_or_with_a_missing_model_says_so_in_one_line(runs_root, monkeypatch, capsys):
+    from attention_seq2seq.cli import main
+
+    assert main(["demo", "-m", str(runs_root / "nope")]) == 2
+    assert "model folder not found" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "gradio", None)  # as if the demo extra were not installed
+    assert main(["demo", "-m", str(build_tiny_run("rnn_seq2seq", runs_root))]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "attention-seq2seq demo: error: the demo needs gradio: pip install 'attention-seq2seq[demo]'"

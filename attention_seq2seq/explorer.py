@@ -471,10 +471,17 @@ def _int_choices(count: int) -> list[str]:
 
 
 def warm_up(model, tokenizer) -> None:
-    """Run one short greedy and one beam translation, so the first user's translation does not pay
-    for torch's first-call work (kernel selection, allocator growth)."""
+    """Do before serving what the first translation would otherwise wait for: one short greedy and
+    one beam translation (torch's first-call work), and matplotlib's backend resolution, which
+    Gradio runs around every event and which imports pyplot the first time (measured: 1-2 s of a
+    2 s first translation on a loaded 2-core host; benchmarks/bench_explorer.py)."""
     for num_beams in (1, 2):
         explain(model, tokenizer, "a b c", num_beams=num_beams, max_new_tokens=3)
+    try:
+        import matplotlib
+    except ImportError:  # a Space without matplotlib: Gradio skips the backend switch too
+        return
+    matplotlib.get_backend()
 
 
 def build_app(model, tokenizer, *, title: str = "Attention explorer", example: str | None = None,
@@ -489,14 +496,13 @@ def build_app(model, tokenizer, *, title: str = "Attention explorer", example: s
 
     config = model.config
     transformer = config.model_type == "transformer_seq2seq"
-    attention = has_attention(config)
     default_beams = int(getattr(model.generation_config, "num_beams", 1) or 1)
     default_lp = float(getattr(model.generation_config, "length_penalty", 1.0) or 1.0)
     decoder_heads = getattr(config, "decoder_attention_heads", 1)
     decoder_layers = getattr(config, "decoder_layers", 1)
     runs: list[float] = []  # seconds of each translation since the app started
 
-    def layer_and_head_updates(data, view):
+    def layers_and_heads(view):
         if transformer:
             layers = config.encoder_layers if view == ENCODER_SELF else config.decoder_layers
             heads = config.encoder_attention_heads if view == ENCODER_SELF else config.decoder_attention_heads
@@ -522,7 +528,7 @@ def build_app(model, tokenizer, *, title: str = "Attention explorer", example: s
                 render(data, view, layer, head, unit, None), gr.Dropdown(choices=steps, value=ALL_STEPS))
 
     def on_view(data, view, head, unit, step):
-        layers, heads = layer_and_head_updates(data, view)
+        layers, heads = layers_and_heads(view)
         head_choices = [MEAN_OVER_HEADS] + _int_choices(heads)
         head = head if head in head_choices else MEAN_OVER_HEADS
         layer = str(layers)

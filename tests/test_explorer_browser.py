@@ -9,7 +9,9 @@
    (the app runs on the export's remote code), on a tiny trained RNN: same translation, same
    alignment, one decoder step picked.
 
-Each test keeps a screenshot in its pytest tmp folder and prints the path. The browser runs with
+Each test keeps a screenshot in ``$ATTN_SEQ2SEQ_ARTIFACTS`` (default
+``<tmp>/attention-seq2seq-artifacts``, outside pytest's rotating tmp folders; replaced by the next
+run) and prints its path. The browser runs with
 networking features off; Gradio runs without analytics or share link (explorer.launch).
 """
 
@@ -41,6 +43,14 @@ CHROMIUM_FLAGS = [
     "--disable-component-update", "--disable-sync", "--no-first-run",
 ]
 SOURCE = "Y dijo Dios: Sea la luz."
+
+
+def _artifact(name: str) -> Path:
+    import tempfile
+
+    folder = Path(os.environ.get("ATTN_SEQ2SEQ_ARTIFACTS") or Path(tempfile.gettempdir()) / "attention-seq2seq-artifacts")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / name
 
 
 def _free_port() -> int:
@@ -217,7 +227,7 @@ def test_demo_in_chromium_shows_generates_translation_and_the_models_attention(t
         first = page.locator("#candidates td.candidate").first.inner_text()
         assert first == translation
 
-        screenshot = tmp_path / "explorer-transformer.png"
+        screenshot = _artifact("explorer-transformer.png")
         page.screenshot(path=str(screenshot), full_page=True)
         print(f"\nscreenshot: {screenshot}")
         assert screenshot.stat().st_size > 10_000
@@ -259,7 +269,7 @@ def test_space_app_without_the_package_in_chromium(tmp_path, browser):
         assert step_rows == [rows[1]]
         np.testing.assert_allclose(step, expected[1:2], atol=1e-5)
 
-        screenshot = tmp_path / "explorer-space-rnn.png"
+        screenshot = _artifact("explorer-space-rnn.png")
         page.screenshot(path=str(screenshot), full_page=True)
         print(f"\nscreenshot: {screenshot}")
     finally:

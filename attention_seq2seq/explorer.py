@@ -282,17 +282,14 @@ def to_words(weights: np.ndarray, row_groups, col_groups) -> np.ndarray:
 
 @dataclass
 class HeatMap:
+    """One drawn map: weights (rows, cols) with their labels, title, marks and shading scale."""
+
     weights: np.ndarray  # (rows, cols)
     row_labels: list[str]
     col_labels: list[str]
     title: str
     marks: dict = field(default_factory=dict)  # {"window": [(lo, hi)], "center": [p_t], "chosen": [j]}
     scale: float | None = None  # the weight drawn darkest (default: the largest shown)
-
-
-def num_layers_and_heads(explanation: Explanation, view: str) -> tuple[int, int]:
-    array = {CROSS: explanation.cross, ENCODER_SELF: explanation.encoder_self, DECODER_SELF: explanation.decoder_self}[view]
-    return (0, 0) if array is None else array.shape[:2]
 
 
 def select(

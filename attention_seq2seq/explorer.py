@@ -324,6 +324,7 @@ def select(
         marks["window"] = [(float(p) - d, float(p) + d) for p in e.aligned_positions]
     if view == CROSS and e.hard:
         marks["chosen"] = [int(j) for j in weights.argmax(axis=1)]
+    row = step  # the row of ``step`` in the map drawn
     if unit == WORDS:
         row_groups = word_groups(list(rows), e.special_tokens)
         col_groups = word_groups(list(cols), e.special_tokens)
@@ -331,11 +332,13 @@ def select(
         rows, cols = [w for w, _ in row_groups], [w for w, _ in col_groups]
         marks = {}  # positions are subword positions; shown in the subword view only
         title += ", words"
+        if step is not None:  # the target word that step's subword belongs to
+            row = next(k for k, (_, indices) in enumerate(row_groups) if step in indices)
     scale = float(weights.max())  # one step is shaded as in the whole map, not stretched to its own max
     if step is not None and view == CROSS:
-        weights = weights[step : step + 1]
-        rows = [rows[step]]
-        marks = {name: values[step : step + 1] for name, values in marks.items()}
+        weights = weights[row : row + 1]
+        rows = [rows[row]]
+        marks = {name: values[row : row + 1] for name, values in marks.items()}
         title += f", step {step + 1}"
     return HeatMap(np.asarray(weights, dtype=np.float32), list(rows), list(cols), title, marks, scale)
 

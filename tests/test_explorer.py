@@ -241,6 +241,13 @@ def test_word_view_rows_stay_distributions(trained):
     np.testing.assert_allclose(words.weights.sum(-1), 1.0, atol=1e-5)
     assert "".join(words.col_labels).replace("</s>", "") == "".join(
         t.lstrip("▁") for t in e.src_tokens if t != "</s>")
+    # One decoder step in the word view: the row of the word that step's subword belongs to.
+    groups = word_groups(e.tgt_tokens, e.special_tokens)
+    for step in range(len(e.tgt_tokens)):
+        word = next(k for k, (_, indices) in enumerate(groups) if step in indices)
+        one = select(e, CROSS, -1, MEAN_OVER_HEADS, WORDS, step=step)
+        assert one.row_labels == [words.row_labels[word]]
+        np.testing.assert_array_equal(one.weights, words.weights[word : word + 1])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ commands:
   translate             translate text from arguments, a file or stdin
   evaluate              BLEU and chrF (sacreBLEU) of a model on a test set
   plot-attention        attention heat-map of one sentence
+  demo                  attention explorer in the browser (Gradio; pip install '.[demo]')
   average-checkpoints   average the weights of k checkpoints into one model
   export                turn a training folder into a Hub-ready folder (remote code + card)
   push                  upload an export folder to the Hugging Face Hub
@@ -82,6 +83,19 @@ examples:
       --reference "A dog runs in the snow." --output dog_forced.png
 """
 
+_DEMO_EPILOG = """\
+Starts the attention explorer on http://HOST:PORT (default 127.0.0.1:7860): translate a sentence
+(greedy or beam search), see the beam's candidates, and the attention as heat-maps: cross-attention
+per layer and head (or the mean over heads), the Transformer's encoder and decoder self-attention,
+the RNN's alignment step by step, local attention's p_t and window, hard attention's choices.
+Needs the demo extra: pip install 'attention-seq2seq[demo]'. Nothing is sent anywhere: no
+analytics, no share link. docs/attention-explorer.md has the details.
+
+examples:
+  attention-seq2seq demo -m runs/multi30k
+  attention-seq2seq demo -m export/multi30k --trust-remote-code --port 8080
+"""
+
 _AVERAGE_EPILOG = """\
 Checkpoints are folders holding model.safetensors (accelerator.save_state or save_pretrained
 folders) or .safetensors files. The result is a complete model folder: the config, generation
@@ -121,8 +135,13 @@ examples:
 """
 
 _EXPORT_EPILOG = """\
+With --space the folder also gets app.py, attention_fonts.py and requirements.txt: the attention
+explorer (`attention-seq2seq demo`), runnable there with only gradio, torch and transformers
+(python app.py), or as a Hugging Face Space (docs/attention-explorer.md).
+
 examples:
   attention-seq2seq export runs/multi30k --output export/multi30k
+  attention-seq2seq export runs/multi30k --output export/multi30k --space --repo-id me/transformer-de-en
   attention-seq2seq export runs/ft-multi30k --output export/ft --repo-id me/transformer-de-en-ft
 """
 
@@ -474,6 +493,31 @@ def sentence_attention(loaded, source: str, reference: str | None, generate_kwar
 
 
 # ---------------------------------------------------------------------------------------------
+# demo
+
+
+def cmd_demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"  # before gradio is imported
+    try:
+        import gradio  # noqa: F401
+    except ImportError:
+        raise UserError("the demo needs gradio: pip install 'attention-seq2seq[demo]'") from None
+    loaded = _load(args, attn_implementation="eager")  # eager attention returns the weights
+    from .explorer import build_app, launch
+
+    name = Path(str(args.model)).name or str(args.model)
+    app = build_app(loaded.model, loaded.tokenizer, title=f"Attention explorer: {name}", example=args.example)
+    print(f"{parser.prog}: serving {args.model} on http://{args.host}:{args.port} (Ctrl-C stops)", file=sys.stderr,
+          flush=True)
+    try:
+        launch(app, port=args.port, host=args.host, quiet=True)
+    except OSError as err:  # the port is taken, or the host is not an address of this machine
+        raise UserError(f"--port {args.port} / --host {args.host}: cannot serve there ({err}); choose another "
+                        "port, e.g. --port 7861") from None
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
 # average-checkpoints
 
 
@@ -575,7 +619,7 @@ def cmd_export(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
     try:
         out = export_model(
             run, Path(args.output), repo_id=args.repo_id, base_model=base_model, license=args.license,
-            overwrite=args.overwrite,
+            overwrite=args.overwrite, space=args.space,
         )
     except ExportError as err:
         raise UserError(str(err)) from None
@@ -693,6 +737,13 @@ def build_parser(finetune_options: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--no-per-head", action="store_true", help="Transformer: only the head average of each layer")
     _add_generation_arguments(p, sampling=False)
 
+    p = add("demo", "attention explorer in the browser (Gradio)", _DEMO_EPILOG, cmd_demo)
+    _add_model_argument(p)
+    p.add_argument("--port", type=_positive_int, default=7860, help="port to serve on (default: 7860)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to serve on (default: 127.0.0.1, this machine only; 0.0.0.0 for all)")
+    p.add_argument("--example", help="sentence to put in the source box")
+
     p = add("average-checkpoints", "average the weights of k checkpoints into one model", _AVERAGE_EPILOG,
             cmd_average_checkpoints)
     p.add_argument("checkpoints", nargs="*", metavar="CHECKPOINT", help="checkpoint folders or .safetensors files")
@@ -710,6 +761,8 @@ def build_parser(finetune_options: bool = True) -> argparse.ArgumentParser:
                    "(default: base_model in RUN/metrics.json when it is a Hub id)")
     p.add_argument("--license", help="license id for the card (default: from the training corpus)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing export folder")
+    p.add_argument("--space", action="store_true",
+                   help="also write app.py and requirements.txt: the attention explorer as a Gradio Space")
 
     p = add("push", "upload an export folder to the Hugging Face Hub", _PUSH_EPILOG, cmd_push)
     from .hub.push import build_parser as add_push_arguments

@@ -15,6 +15,8 @@
       attention_heatmap.png        the card's image, when the source has one
       metrics.json, recipe.yaml    copied from the source, when it has them (published as they are:
                                    check them for local paths you would rather not share)
+      app.py, attention_fonts.py,  with ``space=True``: the attention explorer as a Gradio app
+      requirements.txt             (hub/space.py)
 
 The export is deterministic (same input, byte-identical files) and written to a temporary folder
 that replaces ``export_dir`` only once complete, so a failed export leaves nothing behind and an
@@ -430,6 +432,7 @@ def export_model(
     base_model: str | None = None,
     license: str | None = None,
     overwrite: bool = False,
+    space: bool = False,
 ) -> Path:
     """Write a Hub-ready folder for the model in ``src``; returns ``export_dir``.
 
@@ -444,6 +447,8 @@ def export_model(
         license: the card's license id; default chosen from the training corpus's license.
         overwrite: replace a non-empty ``export_dir``; the old content is removed only once the
             new export is complete.
+        space: also write the attention explorer's ``app.py``, ``attention_fonts.py`` and
+            ``requirements.txt`` (hub/space.py), with ``repo_id`` as the Space's default model.
 
     Raises:
         ExportError: bad source or destination, a model type this package does not export, shipped
@@ -493,6 +498,10 @@ def export_model(
         if sources.recipe is not None:
             shutil.copyfile(sources.recipe, staging / "recipe.yaml")
         (staging / "README.md").write_text(card, encoding="utf-8")
+        if space:
+            from .space import write_space
+
+            write_space(staging, repo_id)
         _replace_folder(staging, export_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

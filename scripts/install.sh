@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Install everything attention-seq2seq needs on a fresh Debian machine (Python 3.10+, no GPU):
-#   1. Debian's SWORD Bible modules, the package's built-in offline corpus (needs root or sudo);
-#   2. a virtual environment .venv with the package (editable) and its test tools.
+#   1. Debian packages (needs root or sudo): the SWORD Bible modules, the package's built-in offline
+#      corpus; fonts-noto-cjk, so heat-map labels in Chinese, Japanese and Korean render
+#      (attention_seq2seq/fonts.py); chromium, the browser the attention explorer's test drives
+#      headless (Debian's build: nothing downloads a browser at run time);
+#   2. a virtual environment .venv with the package (editable), its test tools and the explorer
+#      (the dev and demo extras).
 # torch is pinned to 2.13.0 in pyproject.toml on purpose: on this kind of machine pip takes the
 # CPU wheel; an open range could pull a multi-GB CUDA build.
 # Usage: bash scripts/install.sh [VENV_DIR]     (default: .venv in the repository)
@@ -10,13 +14,14 @@ cd "$(dirname "$0")/.."
 VENV=${1:-.venv}
 PY=${PYTHON:-python3}
 
-SWORD_PACKAGES="sword-text-sparv sword-text-web sword-text-kjv"
-if ! dpkg -s $SWORD_PACKAGES >/dev/null 2>&1; then
+DEBIAN_PACKAGES="sword-text-sparv sword-text-web sword-text-kjv fonts-noto-cjk chromium"
+if ! dpkg -s $DEBIAN_PACKAGES >/dev/null 2>&1; then
   SUDO=""
   if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
-  echo "[install] Debian packages: $SWORD_PACKAGES"
+  echo "[install] Debian packages: $DEBIAN_PACKAGES"
   $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq $SWORD_PACKAGES
+  # No recommends: chromium's would pull in a desktop's worth of services.
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $DEBIAN_PACKAGES
 fi
 
 if [ ! -x "$VENV/bin/python" ]; then
@@ -35,6 +40,6 @@ pip_quietly() {
 }
 : >"$LOG"
 pip_quietly install -q --upgrade pip
-echo "[install] pip install -e .[dev] (torch 2.13.0 CPU wheel, transformers 5.24, accelerate 1.15; log: $LOG)"
-pip_quietly install -q -e ".[dev]"
+echo "[install] pip install -e .[dev,demo] (torch 2.13.0 CPU wheel, transformers 5.24, accelerate 1.15; log: $LOG)"
+pip_quietly install -q -e ".[dev,demo]"
 "$VENV/bin/python" -c "import torch, transformers, accelerate, attention_seq2seq; print('[install] ok: torch', torch.__version__, '| transformers', transformers.__version__, '| accelerate', accelerate.__version__)"

@@ -7,6 +7,9 @@
 
 All functions take weights as arrays of shape ``(num_heads, tgt_len, src_len)`` per layer
 (the model's ``cross_attentions`` for one sentence, padding already cut off).
+
+Labels use the package's one font fallback list (attention_seq2seq/fonts.py): DejaVu Sans, then
+Noto CJK, so Chinese, Japanese and Korean tokens render instead of "Glyph ... missing" boxes.
 """
 
 from __future__ import annotations
@@ -20,6 +23,10 @@ import matplotlib
 matplotlib.use("Agg")  # headless: training runs on servers
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+
+from ..fonts import configure_matplotlib  # noqa: E402
+
+configure_matplotlib()  # training plots, plot-attention and the card's heat-map all draw here
 
 
 def _draw(ax, weights: np.ndarray, src_tokens: Sequence[str], tgt_tokens: Sequence[str], title: str, labels: bool = True):

@@ -1,0 +1,58 @@
+"""The attention explorer as a Gradio Space: ``app.py`` and ``requirements.txt`` for an export.
+
+``write_space(folder, repo_id)`` copies the explorer (``attention_seq2seq/explorer.py``) as
+``app.py`` and its font list (``attention_seq2seq/fonts.py``) as ``attention_fonts.py`` into
+``folder``, and writes a ``requirements.txt`` naming only the Hub packages (gradio, torch,
+transformers). The app loads the model through transformers with ``trust_remote_code=True``, i.e.
+with the export's own flattened code: this package is not needed there.
+
+``python app.py`` serves the folder's model (its ``config.json`` sits beside ``app.py``); a Space
+repo holding only ``app.py``, ``attention_fonts.py`` and ``requirements.txt`` serves ``repo_id``
+(or ``$MODEL_ID``) from the Hub instead.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+APP_FILE = "app.py"
+FONTS_FILE = "attention_fonts.py"
+REQUIREMENTS_FILE = "requirements.txt"
+
+# The Hub packages the app imports (numpy comes with gradio), in the ranges this package is tested
+# with; pyproject.toml's demo extra pins the same gradio range.
+REQUIREMENTS = ("gradio>=6.31,<7", "torch>=2.6", "transformers>=5.24,<5.25")
+
+_DEFAULT_MODEL = re.compile(r"^DEFAULT_MODEL = None\b.*$", re.MULTILINE)
+
+
+def app_source(repo_id: str | None = None) -> str:
+    """The text of ``app.py``: the explorer module, with ``DEFAULT_MODEL`` set to ``repo_id``."""
+    here = Path(__file__).resolve().parents[1] / "attention_seq2seq"
+    text = _package_file("explorer.py").read_text(encoding="utf-8")
+    if not _DEFAULT_MODEL.search(text):
+        raise RuntimeError(f"{here / 'explorer.py'} has no 'DEFAULT_MODEL = None' line to fill in")
+    header = "# The attention explorer of attention-seq2seq (written by `attention-seq2seq export --space`).\n"
+    return header + _DEFAULT_MODEL.sub(f"DEFAULT_MODEL = {repo_id!r}", text, count=1)
+
+
+def _package_file(name: str) -> Path:
+    import attention_seq2seq
+
+    return Path(attention_seq2seq.__file__).resolve().parent / name
+
+
+def write_space(folder: str | Path, repo_id: str | None = None) -> list[Path]:
+    """Write ``app.py``, ``attention_fonts.py`` and ``requirements.txt`` into ``folder``; returns them."""
+    folder = Path(folder)
+    files = {
+        APP_FILE: app_source(repo_id),
+        FONTS_FILE: _package_file("fonts.py").read_text(encoding="utf-8"),
+        REQUIREMENTS_FILE: "".join(line + "\n" for line in REQUIREMENTS),
+    }
+    written = []
+    for name, text in files.items():
+        (folder / name).write_text(text, encoding="utf-8")
+        written.append(folder / name)
+    return written

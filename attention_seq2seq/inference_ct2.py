@@ -138,6 +138,8 @@ def translate_ct2(
     batch_size: int = 32,
     max_batch_tokens: int | None = None,
     max_source_length: int | None = None,
+    progress: bool = False,
+    scores: bool = True,
     **generate_kwargs,
 ) -> list[list[tuple[str, float]]]:
     """Translate ``sentences``; per sentence, ``num_return_sequences`` (text, score) pairs, best first.
@@ -145,6 +147,8 @@ def translate_ct2(
     CTranslate2 sorts the sentences by length, batches them (``batch_size`` sentences, or
     ``max_batch_tokens`` source tokens when given) and restores the input order. Scores are
     CTranslate2's: the log-probability divided by length^length_penalty. Empty lines give "".
+    ``progress`` and ``scores`` are accepted for the PyTorch path's signature (CTranslate2
+    translates the whole list in one call and always scores).
     """
     options = ct2_options(model, **generate_kwargs)
     keep = [i for i, sentence in enumerate(sentences) if sentence.strip()]

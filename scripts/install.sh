@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything attention-seq2seq needs on a fresh Debian machine (Python 3.10+, no GPU):
 #   1. Debian's SWORD Bible modules, the package's built-in offline corpus (needs root or sudo);
-#   2. a virtual environment .venv with the package (editable) and its test tools.
+#   2. a virtual environment .venv with the package (editable), its test tools and the optional
+#      CTranslate2 runtime (the [ct2] extra, so that its tests run).
 # torch is pinned to 2.13.0 in pyproject.toml on purpose: on this kind of machine pip takes the
 # CPU wheel; an open range could pull a multi-GB CUDA build.
 # Usage: bash scripts/install.sh [VENV_DIR]     (default: .venv in the repository)
@@ -35,6 +36,6 @@ pip_quietly() {
 }
 : >"$LOG"
 pip_quietly install -q --upgrade pip
-echo "[install] pip install -e .[dev] (torch 2.13.0 CPU wheel, transformers 5.24, accelerate 1.15; log: $LOG)"
-pip_quietly install -q -e ".[dev]"
-"$VENV/bin/python" -c "import torch, transformers, accelerate, attention_seq2seq; print('[install] ok: torch', torch.__version__, '| transformers', transformers.__version__, '| accelerate', accelerate.__version__)"
+echo "[install] pip install -e .[dev,ct2] (torch 2.13.0 CPU wheel, transformers 5.24, accelerate 1.15, ctranslate2 4.x; log: $LOG)"
+pip_quietly install -q -e ".[dev,ct2]"
+"$VENV/bin/python" -c "import torch, transformers, accelerate, ctranslate2, attention_seq2seq; print('[install] ok: torch', torch.__version__, '| transformers', transformers.__version__, '| accelerate', accelerate.__version__, '| ctranslate2', ctranslate2.__version__)"

@@ -387,15 +387,15 @@ def render_native_card(config, layout: NativeLayout, repo_id: str, metrics: dict
     header = ["---", "library_name: transformers", "pipeline_tag: translation"]
     if languages:
         header += ["language:"] + [f"- {lang}" for lang in languages]
-    header += ["tags:", "- translation", f"- {layout.name}", "- attention-seq2seq", "---", ""]
+    header += ["tags:", "- translation", f"- {layout.name}", "- attention_seq2seq", "---", ""]
     example = {"de": "Ein Mann fährt Fahrrad.", "es": "El rey envió mensajeros.", "fr": "Un homme lit."}.get(
         corpus.get("source_lang"), "Ein Mann fährt Fahrrad."
     )
     scores = _test_scores(metrics)
     body = f"""# {repo_id.split('/')[-1]}
 
-A Transformer encoder-decoder (Vaswani et al. 2017) trained with
-[attention-seq2seq](https://github.com/attention-seq2seq/attention-seq2seq), exported as the native
+A Transformer encoder-decoder (Vaswani et al. 2017) trained with `attention_seq2seq`, exported as
+the native
 transformers class **`{layout.model_class}`** ({layout.description}). It loads with transformers
 alone: no `trust_remote_code`, no shipped Python files.
 

@@ -450,6 +450,11 @@ def cmd_plot_attention(parser: argparse.ArgumentParser, args: argparse.Namespace
         parser.error(f"--output must be a .png file; got {args.output}")
     generate_kwargs = _generation_kwargs(parser, args)
     # Attention weights come from the eager attention path (SDPA does not return them).
+    from .inference import locate_model
+
+    if locate_model(args.model).kind == "ctranslate2":
+        raise UserError(f"-m {args.model} is a CTranslate2 folder, which returns no attention weights; "
+                        "plot with the training folder or a remote/native export of the same model")
     loaded = _load(args, attn_implementation="eager")
 
     from .training.plotting import plot_cross_attentions

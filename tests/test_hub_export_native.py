@@ -344,6 +344,14 @@ def test_ct2_folder_is_evaluated(ct2_run, tmp_path, capsys):
     assert result["num_sentences"] == 12 and result["num_beams"] == 1 and 0.0 <= result["bleu"] <= 100.0
 
 
+def test_plot_attention_refuses_a_ct2_folder(ct2_run, tmp_path, capsys):
+    _, exports = ct2_run
+    assert cli_main(["plot-attention", "-m", str(exports["int8"]), "--source", SOURCES[0],
+                     "-o", str(tmp_path / "a.png")]) == 2  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "CTranslate2 folder, which returns no attention" in err
+
+
 def test_ct2_folder_holds_the_tokenizer_and_decoding_defaults(ct2_run):
     _, exports = ct2_run
     folder = exports["int8"]

@@ -25,6 +25,7 @@ A run with fewer rounds or sentences than the defaults writes results/ct2_custom
 from __future__ import annotations
 
 import math
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -217,6 +218,7 @@ def main(argv=None) -> dict:
         "results": results,
         "quality": quality_results,
     }
+    shutil.rmtree(folder, ignore_errors=True)  # the temporary exports
     custom = not args.quick and (rounds != 5 or len(sources) != len(pairs))
     write_result("ct2" + ("_custom" if custom else ""), payload, args.quick)
     return payload

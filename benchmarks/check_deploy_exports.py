@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -109,6 +110,7 @@ def main(argv=None) -> dict:
                 "bleu": corpus_scores(theirs, references)["bleu"],
             }  # fmt: skip
         log(f"{mode} done")
+    shutil.rmtree(folder, ignore_errors=True)  # the temporary exports
     name = args.name or Path(args.run).name
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     (RESULTS_DIR / f"deploy_check_{name}.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

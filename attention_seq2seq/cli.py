@@ -47,7 +47,8 @@ examples:
 """
 
 _TRANSLATE_EPILOG = """\
-MODEL (-m) is a training output folder, an export folder, a model folder or a Hub id.
+MODEL (-m) is a training output folder, an export folder (remote code, native or CTranslate2),
+a model folder or a Hub id.
 
 examples:
   attention-seq2seq translate -m runs/multi30k "Ein Hund läuft im Schnee." "Zwei Männer lachen."
@@ -55,6 +56,8 @@ examples:
   attention-seq2seq translate -m runs/multi30k --input test.de --output test.hyp.en --num-beams 5
   attention-seq2seq translate -m someone/rnn-bahdanau-de-en --input test.de --greedy
   attention-seq2seq translate -m export/ --do-sample --top-p 0.9 --temperature 0.8 --seed 1 "Hallo!"
+  attention-seq2seq translate -m export-ct2/ --input test.de --num-beams 5 --batch-tokens 2048
+  attention-seq2seq translate -m export-ct2/ --n-best 3 "Ein Hund läuft im Schnee."
 """
 
 _EVALUATE_EPILOG = """\
@@ -143,6 +146,8 @@ examples:
   attention-seq2seq export runs/multi30k --output export/multi30k
   attention-seq2seq export runs/multi30k --output export/multi30k --space --repo-id me/transformer-de-en
   attention-seq2seq export runs/ft-multi30k --output export/ft --repo-id me/transformer-de-en-ft
+  attention-seq2seq export runs/multi30k --output export/native --format native
+  attention-seq2seq export runs/multi30k --output export/ct2 --format ct2 --quantization int8
 """
 
 _PUSH_EPILOG = """\
@@ -227,6 +232,8 @@ def _add_generation_arguments(parser: argparse.ArgumentParser, *, sampling: bool
         group.add_argument("--seed", metavar="N", type=int, help="random seed (makes sampling repeatable)")
     group.add_argument("--batch-size", metavar="N", type=_positive_int, default=32,
                        help="sentences per batch (default: 32)")
+    group.add_argument("--batch-tokens", metavar="N", type=_positive_int,
+                       help="batch by size instead: as many sentences as fit in N padded source tokens")
     group.add_argument("--max-source-length", metavar="N", type=_positive_int,
                        help="truncate longer inputs to this many tokens")
 
@@ -309,18 +316,37 @@ def cmd_translate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
 
         sentences, from_file = read_lines(sys.stdin), False
 
+    if args.n_best is not None:
+        beams = generate_kwargs.get("num_beams")
+        if generate_kwargs.get("do_sample") or args.greedy:
+            parser.error("--n-best lists the hypotheses of a beam search; drop --greedy / --do-sample")
+        if beams is not None and beams < args.n_best:
+            parser.error(f"--n-best {args.n_best} needs --num-beams of at least {args.n_best}; got {beams}")
+        generate_kwargs["num_return_sequences"] = args.n_best
     loaded = _load(args)
-    from .inference import translate
+    if args.n_best is not None and "num_beams" not in generate_kwargs:
+        generate_kwargs["num_beams"] = max(args.n_best, loaded.model.generation_config.num_beams or 1)
+    from .inference import translate_n_best
 
-    translations = translate(
+    n_best = translate_n_best(
         loaded,
         sentences,
         batch_size=args.batch_size,
+        max_batch_tokens=args.batch_tokens,
         max_source_length=args.max_source_length,
         progress=from_file and not args.no_progress,
+        scores=args.n_best is not None,
         **generate_kwargs,
     )
-    text = "".join(line + "\n" for line in translations)
+    if args.n_best is None:
+        text = "".join(hypotheses[0][0] + "\n" for hypotheses in n_best)
+    else:  # Moses's n-best format: sentence index ||| translation ||| score
+        text = "".join(
+            f"{i} ||| {hypothesis} ||| {score:.4f}\n"
+            for i, hypotheses in enumerate(n_best)
+            for hypothesis, score in hypotheses
+            if score is not None
+        )
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(text, encoding="utf-8")
@@ -392,8 +418,8 @@ def cmd_evaluate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
     from .training.metrics import corpus_scores
 
     hypotheses = translate(
-        loaded, sources, batch_size=args.batch_size, max_source_length=args.max_source_length,
-        progress=not args.no_progress, **generate_kwargs,
+        loaded, sources, batch_size=args.batch_size, max_batch_tokens=args.batch_tokens,
+        max_source_length=args.max_source_length, progress=not args.no_progress, **generate_kwargs,
     )
     scores = corpus_scores(hypotheses, references, target_lang=target_lang, n_bootstrap=args.bootstrap or 1)
     generation_config = loaded.model.generation_config
@@ -443,6 +469,11 @@ def cmd_plot_attention(parser: argparse.ArgumentParser, args: argparse.Namespace
         parser.error(f"--output must be a .png file; got {args.output}")
     generate_kwargs = _generation_kwargs(parser, args)
     # Attention weights come from the eager attention path (SDPA does not return them).
+    from .inference import locate_model
+
+    if locate_model(args.model).kind == "ctranslate2":
+        raise UserError(f"-m {args.model} is a CTranslate2 folder, which returns no attention weights; "
+                        "plot with the training folder or a remote/native export of the same model")
     loaded = _load(args, attn_implementation="eager")
 
     from .training.plotting import plot_cross_attentions
@@ -615,6 +646,28 @@ def cmd_export(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
     run = Path(args.run)
     if not run.is_dir():
         raise UserError(f"RUN: folder not found: {run}")
+    if args.quantization is not None and args.format != "ct2":
+        parser.error(f"--quantization only applies to --format ct2; got --format {args.format}")
+    if args.format != "remote":
+        for option in ("base_model", "license"):
+            if getattr(args, option) is not None:
+                parser.error(f"--{option.replace('_', '-')} only applies to --format remote (the card's metadata)")
+        try:
+            if args.format == "native":
+                from .hub.export_native import export_native
+
+                out = export_native(run, Path(args.output), repo_id=args.repo_id, overwrite=args.overwrite)
+            else:
+                from .hub.export_ct2 import export_ct2
+
+                if args.repo_id is not None:
+                    parser.error("--repo-id only applies to --format remote and native (the card)")
+                out = export_ct2(run, Path(args.output), quantization=args.quantization or "int8",
+                                 overwrite=args.overwrite)
+        except ExportError as err:
+            raise UserError(str(err)) from None
+        print(f"exported {run} to {out} ({args.format})")
+        return 0
     base_model = args.base_model or recorded_base_model(run)
     try:
         out = export_model(
@@ -703,6 +756,8 @@ def build_parser(finetune_options: bool = True) -> argparse.ArgumentParser:
     p.add_argument("-i", "--input", metavar="FILE", help="file with one sentence per line")
     p.add_argument("-o", "--output", metavar="FILE", help="write translations here (default: stdout)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr for --input")
+    p.add_argument("--n-best", metavar="N", type=_positive_int,
+                   help="print the N best beam hypotheses per sentence as 'index ||| translation ||| score'")
     _add_generation_arguments(p)
 
     p = add("evaluate", "BLEU and chrF (sacreBLEU) of a model on a test set", _EVALUATE_EPILOG, cmd_evaluate)
@@ -763,6 +818,12 @@ def build_parser(finetune_options: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace an existing export folder")
     p.add_argument("--space", action="store_true",
                    help="also write app.py and requirements.txt: the attention explorer as a Gradio Space")
+    p.add_argument("--format", choices=("remote", "native", "ct2"), default="remote",
+                   help="remote: our code shipped, loaded with trust_remote_code=True (default); native: a "
+                   "transformers class (Marian, Pegasus or Blenderbot), no code; ct2: a CTranslate2 model "
+                   "(docs/deploy.md)")
+    p.add_argument("--quantization", choices=("int8", "int16", "float32", "bfloat16"),
+                   help="--format ct2: the stored weight type (default: int8)")
 
     p = add("push", "upload an export folder to the Hugging Face Hub", _PUSH_EPILOG, cmd_push)
     from .hub.push import build_parser as add_push_arguments

@@ -36,7 +36,7 @@ class ModelLocation:
     """Where a model was found and what kind of folder it is."""
 
     model_path: str  # what from_pretrained receives: a local folder or a Hub id
-    kind: str  # "training-run" | "export" | "model-folder" | "hub"
+    kind: str  # "training-run" | "export" | "model-folder" | "hub" | "ctranslate2"
     run_dir: Path | None = None  # the training output folder, for kind == "training-run"
 
 
@@ -64,6 +64,10 @@ def locate_model(path_or_id: str | Path) -> ModelLocation:
     text = str(path_or_id)
     path = Path(text).expanduser()
     if path.is_dir():
+        from .inference_ct2 import is_ct2_folder
+
+        if is_ct2_folder(path):
+            return ModelLocation(str(path), "ctranslate2")
         if (path / "model" / "config.json").is_file():
             return ModelLocation(str(path / "model"), "training-run", run_dir=path)
         config_file = path / "config.json"
@@ -127,10 +131,19 @@ def load_for_inference(
     loads with the installed code; ``trust_remote_code=True`` runs the code shipped in the folder
     instead (what a user without this package gets). ``attn_implementation="eager"`` is needed to
     read Transformer attention weights.
+
+    A CTranslate2 folder (``export --format ct2``) loads as a ``CT2Model`` (translation only:
+    ``translate`` and ``translate_n_best`` accept it; it returns no logits or attention).
     """
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     location = locate_model(path_or_id)
+    if location.kind == "ctranslate2":
+        from .inference_ct2 import load_ct2
+
+        device_name = str(device) if device is not None else None
+        model, tokenizer = load_ct2(location.model_path, device=device_name)
+        return LoadedModel(model=model, tokenizer=tokenizer, location=location)
     target_device = device if isinstance(device, torch.device) else pick_device(device)
     kwargs = {"trust_remote_code": trust_remote_code}
     if revision is not None:
@@ -194,12 +207,30 @@ def _batches(indices: Sequence[int], batch_size: int) -> Iterator[list[int]]:
         yield list(indices[start : start + batch_size])
 
 
+def token_batches(indices: Sequence[int], lengths: Sequence[int], max_tokens: int) -> Iterator[list[int]]:
+    """Consecutive groups of ``indices`` (sorted longest first) whose padded size, longest
+    length x number of sentences, stays within ``max_tokens`` source tokens; a sentence longer
+    than ``max_tokens`` goes alone. ``lengths[i]`` is the token count of sentence ``i``."""
+    batch: list[int] = []
+    longest = 0
+    for i in indices:
+        longest_if_added = max(longest, lengths[i])
+        if batch and longest_if_added * (len(batch) + 1) > max_tokens:
+            yield batch
+            batch, longest_if_added = [], lengths[i]
+        batch.append(i)
+        longest = longest_if_added
+    if batch:
+        yield batch
+
+
 @torch.inference_mode()
 def translate(
     loaded: LoadedModel,
     sentences: Sequence[str],
     *,
     batch_size: int = 32,
+    max_batch_tokens: int | None = None,
     max_source_length: int | None = None,
     progress: bool = False,
     **generate_kwargs,
@@ -207,17 +238,65 @@ def translate(
     """Translate ``sentences`` in batches; the output keeps the input order.
 
     Sentences are sorted by length before batching so each batch carries little padding
-    (as every NMT toolkit does at inference), then put back in their original order.
+    (as every NMT toolkit does at inference), then put back in their original order. Batches
+    hold ``batch_size`` sentences, or with ``max_batch_tokens`` as many as fit in that many
+    padded source tokens (``token_batches``). A CTranslate2 model translates through
+    ``inference_ct2.translate_ct2``.
+    """
+    n_best = translate_n_best(
+        loaded, sentences, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
+        max_source_length=max_source_length, progress=progress, scores=False, **generate_kwargs,
+    )
+    return [hypotheses[0][0] for hypotheses in n_best]
+
+
+@torch.inference_mode()
+def translate_n_best(
+    loaded: LoadedModel,
+    sentences: Sequence[str],
+    *,
+    batch_size: int = 32,
+    max_batch_tokens: int | None = None,
+    max_source_length: int | None = None,
+    progress: bool = False,
+    scores: bool = True,
+    **generate_kwargs,
+) -> list[list[tuple[str, float | None]]]:
+    """Per sentence, ``num_return_sequences`` (default 1) translations with their scores, best first.
+
+    The score is the beam search's: log p(y | x) / |y|^length_penalty (``sequences_scores``);
+    None for greedy search and sampling, and for every hypothesis with ``scores=False`` (which
+    spares ``generate`` keeping each step's scores). Empty lines give [("", None)] * n.
+    Batching as in ``translate``.
     """
     from tqdm.auto import tqdm
 
+    from .inference_ct2 import CT2Model, translate_ct2
+
     model, tokenizer = loaded.model, loaded.tokenizer
+    if isinstance(model, CT2Model):
+        return translate_ct2(
+            model, tokenizer, sentences, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
+            max_source_length=max_source_length, **generate_kwargs,
+        )
+    n = generate_kwargs.get("num_return_sequences", 1)
+    beams = generate_kwargs.get("num_beams") or model.generation_config.num_beams or 1
+    with_scores = scores and beams > 1 and not generate_kwargs.get("do_sample", False)
     # Empty lines stay empty (and keep the output line-aligned) without a trip through the model.
     order = sorted((i for i, s in enumerate(sentences) if s.strip()), key=lambda i: len(sentences[i]), reverse=True)
-    outputs = [""] * len(sentences)
+    outputs: list[list[tuple[str, float | None]]] = [[("", None)] * n for _ in sentences]
+    if max_batch_tokens is not None:
+        ids = tokenizer(
+            [sentences[i] for i in order], truncation=max_source_length is not None, max_length=max_source_length
+        )["input_ids"]
+        lengths = dict(zip(order, (len(x) for x in ids)))
+        order = sorted(order, key=lambda i: lengths[i], reverse=True)
+        batches = token_batches(order, lengths, max_batch_tokens)
+    else:
+        batches = _batches(order, batch_size)
     bar = tqdm(total=len(order), unit="sent", disable=not progress, dynamic_ncols=True)
     device = next(model.parameters()).device
-    for batch in _batches(order, batch_size):
+    for batch in batches:
         texts = [sentences[i] for i in batch]
         encoded = tokenizer(
             texts,
@@ -227,10 +306,14 @@ def translate(
             return_tensors="pt",
         ).to(device)
         generated = model.generate(
-            input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"], **generate_kwargs
+            input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"],
+            return_dict_in_generate=True, output_scores=with_scores, **generate_kwargs,
         )
-        for i, text in zip(batch, tokenizer.batch_decode(generated, skip_special_tokens=True)):
-            outputs[i] = text.strip()
+        texts = [text.strip() for text in tokenizer.batch_decode(generated.sequences, skip_special_tokens=True)]
+        sequence_scores = getattr(generated, "sequences_scores", None) if with_scores else None
+        sequence_scores = sequence_scores.tolist() if sequence_scores is not None else [None] * len(texts)
+        for row, i in enumerate(batch):
+            outputs[i] = list(zip(texts[row * n : (row + 1) * n], sequence_scores[row * n : (row + 1) * n]))
         bar.update(len(batch))
     bar.close()
     return outputs

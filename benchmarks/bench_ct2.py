@@ -1,0 +1,228 @@
+"""Benchmark 3b: CTranslate2 (int8, float32) against our PyTorch `generate` and Marian, greedy and
+beam 5, with the BLEU of each on Multi30k test2016 from the same trained model.
+
+Speed, as benchmark 3 (bench_generate.py): the Multi30k test2016 German sources in file order,
+batches of 64, every sentence forced to exactly N new tokens, N the mean reference length (pieces
++ `</s>`, with the trained model's tokenizer) rounded up. PyTorch sides (ours, the trained model;
+Marian, `MarianMTModel` of the same dimensions with random weights, speed only) decode with
+`eos_token_id=None` and `max_new_tokens=N` (benchmark 3's `no-eos`); CTranslate2 has no switch to
+drop `</s>`, so its sides get `min_decoding_length = max_decoding_length = N` (it masks `</s>`
+inside its decoding loop until step N). Each round translates every batch on all sides back to
+back, the order rotating from batch to batch; reported: sentences/s (median and IQR over rounds)
+and each side's ratio to ours, paired per round.
+
+Quality: the whole test2016 (1,000 sentences) translated normally (stopping at `</s>`, the model's
+`max_new_tokens`), greedy and beam 5, by ours, the native transformers export of the same model
+(`export --format native`) and both CTranslate2 exports, scored with sacreBLEU; also how many
+lines each gives identically to ours.
+
+    python benchmarks/bench_ct2.py --run runs/multi30k-transformer-small [--threads 2] [--rounds 5]
+                                   [--sentences 1000] [--beams 1 5] [--skip-quality]
+
+A run with fewer rounds or sentences than the defaults writes results/ct2_custom.json.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from common import (
+    TransformerDims,
+    base_argparser,
+    cpu_model,
+    build_marian,
+    fmt,
+    log,
+    paired_ratio_summary,
+    print_table,
+    read_pairs,
+    set_threads,
+    spread,
+    summarize,
+    write_result,
+)
+
+SIDES = ("ours", "marian", "ct2-float32", "ct2-int8")
+
+
+def _exports(run: Path, folder: Path) -> dict[str, Path]:
+    from attention_seq2seq.hub.export_ct2 import export_ct2
+    from attention_seq2seq.hub.export_native import export_native
+
+    paths = {"native": folder / "native", "ct2-float32": folder / "ct2-float32", "ct2-int8": folder / "ct2-int8"}
+    export_native(run, paths["native"])
+    export_ct2(run, paths["ct2-float32"], quantization="float32")
+    export_ct2(run, paths["ct2-int8"], quantization="int8")
+    return paths
+
+
+def quality(run: Path, paths: dict[str, Path], pairs, beams_list, threads: int) -> dict:
+    """BLEU/chrF of each backend on the whole test set, and lines identical to ours."""
+    from attention_seq2seq.inference import load_for_inference, translate
+    from attention_seq2seq.inference_ct2 import load_ct2
+    from attention_seq2seq.inference import LoadedModel, ModelLocation
+    from attention_seq2seq.training.metrics import corpus_scores
+
+    sources, references = [s for s, _ in pairs], [t for _, t in pairs]
+    loaded = {"ours": load_for_inference(run, device="cpu"), "native": load_for_inference(paths["native"], device="cpu")}
+    for name in ("ct2-float32", "ct2-int8"):
+        model, tokenizer = load_ct2(paths[name], device="cpu", threads=threads)
+        loaded[name] = LoadedModel(model=model, tokenizer=tokenizer, location=ModelLocation(str(paths[name]), "ctranslate2"))
+    results = {}
+    for beams in beams_list:
+        mode = "greedy" if beams == 1 else f"beam{beams}"
+        hypotheses = {}
+        for name, model in loaded.items():
+            start = time.perf_counter()
+            hypotheses[name] = translate(model, sources, batch_size=64, num_beams=beams)
+            log(f"quality {mode} {name}: {time.perf_counter() - start:.1f} s")
+        results[mode] = {}
+        for name, hyps in hypotheses.items():
+            scores = corpus_scores(hyps, references, target_lang="en")
+            differing = [i for i, (a, b) in enumerate(zip(hyps, hypotheses["ours"])) if a != b]
+            results[mode][name] = {
+                "bleu": scores["bleu"], "chrf": scores["chrf"], "identical_to_ours": len(sources) - len(differing),
+                "differing_lines": differing[:50],
+            }  # fmt: skip
+    return results
+
+
+def main(argv=None) -> dict:
+    import torch
+
+    parser = base_argparser(__doc__)
+    parser.add_argument("--run", required=True, help="training output folder of a Transformer (benchmark 3's dims)")
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--sentences", type=int, default=None)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--beams", type=int, nargs="+", default=[1, 5])
+    parser.add_argument("--skip-quality", action="store_true", help="speed only")
+    args = parser.parse_args(argv)
+    rounds = args.rounds or (2 if args.quick else 5)
+    n_sentences = args.sentences or (32 if args.quick else 1000)
+    batch_size = min(args.batch_size, 16) if args.quick else args.batch_size
+    threads = set_threads(args.threads)
+
+    from attention_seq2seq.inference import load_for_inference
+    from attention_seq2seq.inference_ct2 import load_ct2
+
+    run = Path(args.run)
+    ours = load_for_inference(run, device="cpu")
+    model, tokenizer = ours.model, ours.tokenizer
+    config = model.config
+    dims = TransformerDims(vocab_size=config.vocab_size, d_model=config.d_model, layers=config.encoder_layers,
+                           heads=config.encoder_attention_heads, ffn=config.encoder_ffn_dim,
+                           max_positions=config.max_position_embeddings)  # fmt: skip
+    pairs = read_pairs("test2016")
+    ref_lengths = [len(ids) for ids in tokenizer([t for _, t in pairs])["input_ids"]]
+    new_tokens = math.ceil(sum(ref_lengths) / len(ref_lengths))
+    sources = [s for s, _ in pairs][:n_sentences]
+    batches = [
+        tokenizer(sources[i : i + batch_size], padding=True, return_tensors="pt")
+        for i in range(0, len(sources), batch_size)
+    ]
+    token_batches = [
+        [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(sources[i : i + batch_size])["input_ids"]]
+        for i in range(0, len(sources), batch_size)
+    ]
+    folder = Path(tempfile.mkdtemp(prefix="bench_ct2_"))
+    paths = _exports(run, folder)
+    marian = build_marian(dims).eval()
+    for peer in (model, marian):
+        peer.generation_config.eos_token_id = None
+    translators = {name: load_ct2(paths[name], device="cpu", threads=threads)[0].translator for name in SIDES[2:]}
+    log(f"{len(sources)} sentences in batches of {batch_size}, {new_tokens} new tokens each; threads={threads}; "
+        f"host {cpu_model()}")
+
+    from bench_generate import generation_config
+
+    results = {}
+    for beams in args.beams:
+        gen_config = generation_config(beams, new_tokens, "no-eos")
+        torch_models = {"ours": model, "marian": marian}
+
+        def translate(name: str, i: int) -> None:
+            if name in torch_models:
+                with torch.inference_mode():
+                    out = torch_models[name].generate(
+                        input_ids=batches[i]["input_ids"], attention_mask=batches[i]["attention_mask"],
+                        generation_config=gen_config,
+                    )
+                assert out.shape[1] == new_tokens + 1, (name, tuple(out.shape))
+            else:
+                out = translators[name].translate_batch(
+                    token_batches[i], beam_size=beams, max_batch_size=batch_size,
+                    min_decoding_length=new_tokens, max_decoding_length=new_tokens, patience=1,
+                )
+                assert all(len(r.hypotheses[0]) == new_tokens for r in out), name
+
+        for name in SIDES:  # warm-up
+            translate(name, 0)
+        seconds = {name: [] for name in SIDES}
+        for r in range(rounds):
+            spent = {name: 0.0 for name in SIDES}
+            for i in range(len(batches)):
+                shift = (r + i) % len(SIDES)
+                for name in SIDES[shift:] + SIDES[:shift]:
+                    start = time.perf_counter()
+                    translate(name, i)
+                    spent[name] += time.perf_counter() - start
+            for name in SIDES:
+                seconds[name].append(spent[name])
+            log(f"beam {beams} round {r + 1}/{rounds}: "
+                + ", ".join(f"{n} {len(sources) / seconds[n][-1]:.1f} sent/s" for n in SIDES))
+        rates = {name: [len(sources) / s for s in seconds[name]] for name in SIDES}
+        mode = "greedy" if beams == 1 else f"beam{beams}"
+        results[mode] = {
+            "num_beams": beams,
+            "seconds_per_round": seconds,
+            "sentences_per_s": {name: summarize(rates[name]) for name in SIDES},
+            "ratio_over_ours": {name: paired_ratio_summary(rates[name], rates["ours"]) for name in SIDES[1:]},
+        }
+
+    quality_results = None
+    if not args.skip_quality:
+        quality_results = quality(run, paths, pairs, args.beams, threads)
+
+    rows = []
+    for mode, res in results.items():
+        for name in SIDES:
+            s = res["sentences_per_s"][name]
+            ratio = "1.000x" if name == "ours" else f"{res['ratio_over_ours'][name]['median']:.3f}x"
+            q = (quality_results or {}).get(mode, {}).get(name)
+            bleu = "n/a (random weights)" if name == "marian" else (fmt(q["bleu"], 2) if q else "-")
+            same = f"{q['identical_to_ours']}/{len(pairs)}" if q else "-"
+            rows.append([mode, name, fmt(s["median"], 1), spread(s, 1), ratio, bleu, same])
+        if quality_results and "native" in quality_results.get(mode, {}):
+            q = quality_results[mode]["native"]
+            rows.append([mode, "native export", "-", "-", "-", fmt(q["bleu"], 2), f"{q['identical_to_ours']}/{len(pairs)}"])
+    print_table(
+        f"Translation, {len(sources)} Multi30k test2016 sources, {new_tokens} tokens each, batch {batch_size}, "
+        f"{threads} threads; BLEU on all {len(pairs)} sentences",
+        ["mode", "backend", "sent/s (median)", "IQR", "ratio to ours", "BLEU test2016", "lines = ours"],
+        rows,
+    )
+    payload = {
+        "description": "CTranslate2 int8/float32 vs our generate and Marian: sentences/s with forced length, and BLEU",
+        "run": str(run),
+        "dims": dims,
+        "threads": threads,
+        "rounds": rounds,
+        "sentences": len(sources),
+        "batch_size": batch_size,
+        "new_tokens_per_sentence": new_tokens,
+        "results": results,
+        "quality": quality_results,
+    }
+    shutil.rmtree(folder, ignore_errors=True)  # the temporary exports
+    custom = not args.quick and (rounds != 5 or len(sources) != len(pairs))
+    write_result("ct2" + ("_custom" if custom else ""), payload, args.quick)
+    return payload
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""The done-means checks of issue 30 for one trained Transformer, on a whole test set.
+
+1. The native export (`export --format native`), loaded with `trust_remote_code=False` in a fresh
+   Python process where `attention_seq2seq` cannot be imported, translates the test set with beam 5;
+   the lines must equal our `generate`'s.
+2. The CTranslate2 exports (float32, int8), greedy and beam 5: lines identical to ours and BLEU.
+
+    python benchmarks/check_deploy_exports.py RUN CORPUS_SPEC [--split test] [--name NAME]
+
+Writes results/deploy_check_<NAME>.json; prints the summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import RESULTS_DIR, cpu_model, log
+
+_CHILD = r"""
+import json, sys
+sys.modules["attention_seq2seq"] = None  # our package must not be needed (nor found)
+import torch
+torch.set_num_threads(int(sys.argv[4]))
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+folder, src_file, out_file = sys.argv[1:4]
+tokenizer = AutoTokenizer.from_pretrained(folder)
+model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=False).eval()
+sources = json.load(open(src_file, encoding="utf-8"))
+order = sorted(range(len(sources)), key=lambda i: len(sources[i]), reverse=True)  # as our translate()
+out = [""] * len(sources)
+with torch.inference_mode():
+    for k in range(0, len(order), 32):
+        batch = order[k : k + 32]
+        encoded = tokenizer([sources[i] for i in batch], padding=True, return_tensors="pt")
+        generated = model.generate(**encoded, num_beams=5)
+        for i, text in zip(batch, tokenizer.batch_decode(generated, skip_special_tokens=True)):
+            out[i] = text.strip()
+json.dump({"class": type(model).__name__, "module": type(model).__module__, "translations": out},
+          open(out_file, "w", encoding="utf-8"))
+"""
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run")
+    parser.add_argument("corpus")
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--name", default=None)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+
+    import datasets
+    import torch
+
+    torch.set_num_threads(args.threads)
+    datasets.disable_progress_bars()
+    from attention_seq2seq.data import load_corpus
+    from attention_seq2seq.hub.export_ct2 import export_ct2
+    from attention_seq2seq.hub.export_native import export_native
+    from attention_seq2seq.inference import load_for_inference, translate
+    from attention_seq2seq.training.metrics import corpus_scores
+
+    dataset = load_corpus(args.corpus)[args.split]
+    sources, references = list(dataset["source"]), list(dataset["target"])
+    folder = Path(tempfile.mkdtemp(prefix="deploy_check_"))
+    export_native(args.run, folder / "native")
+    for quantization in ("float32", "int8"):
+        export_ct2(args.run, folder / quantization, quantization=quantization)
+
+    (folder / "sources.json").write_text(json.dumps(sources), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    start = time.perf_counter()
+    child = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(folder / "native"), str(folder / "sources.json"),
+         str(folder / "native.json"), str(args.threads)],
+        cwd=folder, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    if child.returncode != 0:
+        raise SystemExit(child.stderr[-4000:])
+    native = json.loads((folder / "native.json").read_text(encoding="utf-8"))
+    log(f"native export, fresh process: {time.perf_counter() - start:.0f} s")
+
+    ours_model = load_for_inference(args.run, device="cpu")
+    result = {"run": args.run, "corpus": args.corpus, "split": args.split, "sentences": len(sources),
+              "host": cpu_model(), "threads": args.threads, "native_class": native["class"],
+              "native_module": native["module"]}  # fmt: skip
+    for beams in (5, 1):
+        mode = "greedy" if beams == 1 else f"beam{beams}"
+        ours = translate(ours_model, sources, batch_size=32, num_beams=beams)
+        result[f"ours_{mode}_bleu"] = corpus_scores(ours, references)["bleu"]
+        if beams == 5:
+            differing = [i for i, (a, b) in enumerate(zip(ours, native["translations"])) if a != b]
+            result["native_beam5"] = {"identical": len(sources) - len(differing), "differing_lines": differing,
+                                      "bleu": corpus_scores(native["translations"], references)["bleu"]}  # fmt: skip
+        for quantization in ("float32", "int8"):
+            theirs = translate(load_for_inference(folder / quantization, device="cpu"), sources, batch_size=32,
+                               num_beams=beams)  # fmt: skip
+            differing = [i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b]
+            result[f"ct2_{quantization}_{mode}"] = {
+                "identical": len(sources) - len(differing), "differing_lines": differing,
+                "bleu": corpus_scores(theirs, references)["bleu"],
+            }  # fmt: skip
+        log(f"{mode} done")
+    shutil.rmtree(folder, ignore_errors=True)  # the temporary exports
+    name = args.name or Path(args.run).name
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    (RESULTS_DIR / f"deploy_check_{name}.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    summary = {k: ({kk: vv for kk, vv in v.items() if kk != "differing_lines"} if isinstance(v, dict) else v)
+               for k, v in result.items()}  # fmt: skip
+    print(json.dumps(summary, indent=1))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -345,7 +345,7 @@ def _test_set(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tupl
 
 def format_score_table(results: dict[str, dict]) -> str:
     """A plain-text table of test-set scores (score ± 95% half-width if bootstrapped), then the signatures."""
-    from .training.metrics import format_score
+    from .metrics import format_score
 
     header = ("test set", "sentences", "beams", "BLEU", "chrF")
     rows = [
@@ -370,7 +370,7 @@ def cmd_evaluate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
         parser.error("--update-metrics needs a training output folder as --model (one with metrics.json)")
 
     from .inference import translate
-    from .training.metrics import corpus_scores
+    from .metrics import corpus_scores
 
     hypotheses = translate(
         loaded, sources, batch_size=args.batch_size, max_source_length=args.max_source_length,
@@ -426,7 +426,7 @@ def cmd_plot_attention(parser: argparse.ArgumentParser, args: argparse.Namespace
     # Attention weights come from the eager attention path (SDPA does not return them).
     loaded = _load(args, attn_implementation="eager")
 
-    from .training.plotting import plot_cross_attentions
+    from .plotting import plot_cross_attentions
 
     cross_attentions, src_tokens, tgt_tokens = sentence_attention(loaded, args.source, args.reference, generate_kwargs)
     written = plot_cross_attentions(

@@ -17,7 +17,7 @@ from importlib import resources
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from ..training.metrics import format_score
+from ..metrics import format_score
 
 _SLOT = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 _SECTION = re.compile(r"^<!-- section: ([\w-]+) -->\n", re.MULTILINE)

@@ -21,7 +21,7 @@ from conftest import pairs_corpus_spec, pairs_languages, read_pairs
 from test_cli_helpers import CHECKPOINT_STEPS, FAMILIES, build_tiny_run
 
 from attention_seq2seq.cli import build_parser, main
-from attention_seq2seq.training.metrics import corpus_scores
+from attention_seq2seq.metrics import corpus_scores
 
 SENTENCES = ["Ein Hund läuft durch den Schnee.", "Zwei Männer spielen Fußball.", "Eine Frau."]
 COMMANDS = ["train", "finetune", "translate", "evaluate", "plot-attention", "average-checkpoints", "export", "push"]

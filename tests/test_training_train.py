@@ -27,7 +27,10 @@ from transformers import PreTrainedTokenizerFast
 
 from conftest import pairs_corpus_spec, pairs_languages, run_process_tree
 
+from attention_seq2seq.training import build as build_module
+from attention_seq2seq.training import objectives
 from attention_seq2seq.training import train as train_module
+from attention_seq2seq.training.checkpoints import STATE_FILE
 from attention_seq2seq.training.config import RecipeError, config_from_dict, load_recipe, parse_command_line
 from attention_seq2seq.training.train import Collate, TrainConfig, optimizer_param_groups, optimizer_update, train, validate_config
 
@@ -295,7 +298,7 @@ def test_the_trainer_builds_its_adamw_from_the_decay_groups(pairs_corpus, tmp_pa
         seen.append((weight_decay, groups))
         return groups
 
-    monkeypatch.setattr(train_module, "optimizer_param_groups", spy)
+    monkeypatch.setattr(build_module, "optimizer_param_groups", spy)
     train(tiny_config(pairs_corpus, tmp_path / "run", weight_decay=0.3, max_steps=1, eval_every=100, save_every=100,
                       num_plot_sentences=0, test_max_examples=2))
     assert [(wd, [g["weight_decay"] for g in groups]) for wd, groups in seen] == [(0.3, [0.3, 0.0])]
@@ -556,6 +559,55 @@ def test_resume_after_a_crash_ends_with_the_weights_of_an_uninterrupted_run(pair
     assert m_full["train"]["epochs"] == m_resumed["train"]["epochs"] > 1.0
 
 
+def _to_legacy_layout(checkpoint: Path) -> None:
+    """Rewrite a checkpoint as the trainer wrote it before training_state.pt: the loop's state in
+    accelerate's custom_checkpoint_<i>.pkl files, numbered by registration order (scheduler,
+    plateau, trainer state, then the linear_time clock)."""
+    saved = torch.load(checkpoint / STATE_FILE)
+    legacy = [saved["schedule"]["lr_scheduler"], saved["schedule"]["plateau"], saved["trainer"]]
+    if "time_budget" in saved["schedule"]:
+        legacy.append(saved["schedule"]["time_budget"])
+    for index, state in enumerate(legacy):
+        torch.save(state, checkpoint / f"custom_checkpoint_{index}.pkl")
+    (checkpoint / STATE_FILE).unlink()
+
+
+def test_a_checkpoint_written_before_training_state_pt_still_resumes_exactly(pairs_corpus, tmp_path):
+    # The plateau schedule (patience 1, factor 0.5) makes the restored plateau state matter.
+    common = dict(max_train_examples=120, gradient_accumulation_steps=2, num_plot_sentences=0, schedule="plateau",
+                  plateau_patience=1, warmup_steps=0)
+    full = train(tiny_config(pairs_corpus, tmp_path / "full", **common))
+    common["tokenizer_path"] = str(full / "model")
+    crashing = tiny_config(pairs_corpus, tmp_path / "crashed", debug_crash_at_step=4, **common)
+    with pytest.raises(RuntimeError, match="simulated crash after update 4"):
+        train(crashing)
+    _to_legacy_layout(tmp_path / "crashed" / "checkpoints" / "step_4")
+    resumed = train(dataclasses.replace(crashing, debug_crash_at_step=None, resume=True))
+    assert_same_weights(weights_of(full / "checkpoints" / "step_6"), weights_of(resumed / "checkpoints" / "step_6"), atol=0)
+    m_full, m_resumed = (json.loads((r / "metrics.json").read_text()) for r in (full, resumed))
+    assert m_full["validation"] == m_resumed["validation"]
+    s_full, s_resumed = (torch.load(r / "checkpoints" / "step_6" / STATE_FILE) for r in (full, resumed))
+    assert s_full["schedule"] == s_resumed["schedule"]  # lr multiplier and plateau state carried over
+    clock = ("wall_time_s", "train_time_s", "train_loss")  # wall-clock times, and the loss logs of the lost updates
+    assert {k: v for k, v in s_full["trainer"].items() if k not in clock} == {k: v for k, v in s_resumed["trainer"].items() if k not in clock}
+
+
+def test_legacy_custom_checkpoint_files_map_to_the_objects_registered_in_that_order(tmp_path):
+    from attention_seq2seq.training.checkpoints import read_training_state
+
+    states = [{"last_epoch": 7}, {"multiplier": 0.25, "best": 3.0, "bad_validations": 1}, {"step": 7}, {"budget_s": 60.0}]
+    for index, state in enumerate(states):
+        torch.save(state, tmp_path / f"custom_checkpoint_{index}.pkl")
+    assert read_training_state(tmp_path) == {
+        "trainer": {"step": 7},
+        "schedule": {"lr_scheduler": {"last_epoch": 7}, "plateau": states[1], "time_budget": {"budget_s": 60.0}},
+    }
+    (tmp_path / "custom_checkpoint_3.pkl").unlink()  # a run without linear_time saved no clock
+    assert "time_budget" not in read_training_state(tmp_path)["schedule"]
+    with pytest.raises(FileNotFoundError, match="not a training checkpoint"):
+        read_training_state(tmp_path / "nothing")
+
+
 def test_an_interrupted_checkpoint_save_keeps_the_previous_one(pairs_corpus, tmp_path, monkeypatch):
     from accelerate import Accelerator
 
@@ -579,7 +631,7 @@ def test_an_interrupted_checkpoint_save_keeps_the_previous_one(pairs_corpus, tmp
 
 
 def test_non_finite_loss_stops_naming_the_update_and_keeps_the_last_good_checkpoint(pairs_corpus, tmp_path, monkeypatch):
-    real_loss = train_module.token_loss_sum
+    real_loss = objectives.token_loss_sum
     training_calls = []
 
     def loss_that_explodes(logits, labels, label_smoothing):
@@ -590,7 +642,7 @@ def test_non_finite_loss_stops_naming_the_update_and_keeps_the_last_good_checkpo
                 return loss * float("nan")
         return loss
 
-    monkeypatch.setattr(train_module, "token_loss_sum", loss_that_explodes)
+    monkeypatch.setattr(objectives, "token_loss_sum", loss_that_explodes)
     config = tiny_config(pairs_corpus, tmp_path / "run", log_every=10, save_every=2, eval_every=100, num_plot_sentences=0)
     with pytest.raises(FloatingPointError, match="not finite at update 3"):
         train(config)
@@ -717,7 +769,7 @@ def test_early_stopping_keeps_the_best_k_and_averages_them(pairs_corpus, tmp_pat
     checkpoint = run / "checkpoints" / "step_6"
     last_lr = torch.load(checkpoint / "optimizer.bin", weights_only=False)["param_groups"][0]["lr"]
     assert last_lr == pytest.approx(config.learning_rate * 0.5)
-    assert torch.load(checkpoint / "custom_checkpoint_1.pkl", weights_only=False)["multiplier"] == 0.25
+    assert torch.load(checkpoint / STATE_FILE)["schedule"]["plateau"]["multiplier"] == 0.25
 
 
 def test_time_budget_stops_the_run_and_still_writes_the_model(pairs_corpus, tmp_path):
@@ -734,8 +786,8 @@ def test_linear_time_schedule_anneals_a_time_limited_run_to_zero(pairs_corpus, t
     metrics = json.loads((train(config) / "metrics.json").read_text())
     assert metrics["train"]["stopped_by"] == "max_time_minutes" and metrics["train"]["steps"] > 5
     last = tmp_path / "run" / "checkpoints" / f"step_{metrics['train']['steps']}"
-    scheduler = torch.load(last / "custom_checkpoint_0.pkl", weights_only=False)
-    clock = torch.load(last / "custom_checkpoint_3.pkl", weights_only=False)
+    scheduler = torch.load(last / STATE_FILE)["schedule"]["lr_scheduler"]
+    clock = torch.load(last / STATE_FILE)["schedule"]["time_budget"]
     # One process reads the clock after every update: the decay starts after the single warm-up update.
     assert clock["budget_s"] == pytest.approx(3.0) and 0 < clock["decay_start_s"] < 1.5 and clock["elapsed_s"] >= 3.0
     # The rate the scheduler computed last (from the clock after the second-to-last update) is close
@@ -804,7 +856,7 @@ def test_bf16_mixed_precision_path_trains(pairs_corpus, tmp_path):
 
 def test_test_greedy_adds_a_greedy_entry_scored_like_the_translations_it_writes(pairs_corpus, tmp_path, caplog):
     # ... and test_bootstrap gives both entries the confidence intervals of those translations.
-    from attention_seq2seq.training.metrics import corpus_scores
+    from attention_seq2seq.metrics import corpus_scores
 
     config = tiny_config(pairs_corpus, tmp_path / "run", test_greedy=True, num_threads=1, test_bootstrap=200)
     threads_before = torch.get_num_threads()

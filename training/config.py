@@ -17,7 +17,6 @@ shipped recipes are written for the repository root as working directory.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import inspect
 import json
 import re
@@ -29,18 +28,13 @@ from typing import Any, TypeVar
 
 import yaml
 
-from ..errors import UserError
+from ..errors import UserError, did_you_mean
 
 T = TypeVar("T")
 
 
 class RecipeError(UserError, ValueError):
     """A recipe or command line names an unknown field or gives a value of the wrong type."""
-
-
-def _suggest(name: str, valid: list[str]) -> str:
-    close = difflib.get_close_matches(name, valid, n=3, cutoff=0.6)
-    return f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
 
 
 def _field_types(cls: type) -> dict[str, Any]:
@@ -117,7 +111,7 @@ def config_from_dict(cls: type[T], values: dict[str, Any], base: T | None = None
     current = dataclasses.asdict(base) if base is not None else {}
     for name, value in values.items():
         if name not in field_types:
-            raise RecipeError(f"unknown field {name!r}{_suggest(name, list(field_types))}; valid fields: {', '.join(field_types)}")
+            raise RecipeError(f"unknown field {name!r}{did_you_mean(name, list(field_types))}; valid fields: {', '.join(field_types)}")
         value = coerce(name, value, field_types[name])
         if isinstance(value, dict) and isinstance(current.get(name), dict):
             value = {**current[name], **value}
@@ -199,7 +193,7 @@ def parse_command_line(cls: type[T], argv: list[str] | None = None, prog: str = 
         key = key.replace("-", "_")
         name, _, subkey = key.partition(".")
         if name != "recipe" and name not in field_types:
-            raise RecipeError(f"unknown option --{key}{_suggest(name, list(field_types))}")
+            raise RecipeError(f"unknown option --{key}{did_you_mean(name, list(field_types))}")
         if not eq:
             takes_flag = name != "recipe" and bool in _base_types(field_types[name])[0] and not subkey
             if takes_flag and (i + 1 == len(argv) or argv[i + 1].startswith("--")):

@@ -204,3 +204,69 @@ def build_scheduler(
     else:
         raise ValueError(f"schedule must be one of {', '.join(repr(s) for s in SCHEDULES)}; got {name!r}")
     return torch.optim.lr_scheduler.LambdaLR(optimizer, fn)
+
+
+class LearningRateSchedule:
+    """The run's learning-rate schedule with all its state: the ``LambdaLR`` multiplier, the
+    plateau decay and the time budget of ``linear_time``, checkpointed together.
+
+    The training loop tells it what happened and nothing else: :meth:`step` after each optimizer
+    update, :meth:`observe_time` whenever it reads the clock, :meth:`observe_validation` after
+    each validation; what a schedule does with that is its own business (only ``plateau`` reads
+    validations, only ``linear_time`` reads the clock).
+
+    Args:
+        optimizer: the optimizer whose ``lr`` is the peak learning rate.
+        name: one of :data:`SCHEDULES`.
+        warmup_steps: updates of linear warm-up.
+        total_steps: updates of the run, if known (required by ``"linear"``).
+        plateau_factor, plateau_patience, higher_is_better: :class:`PlateauDecay`'s arguments.
+        time_budget_s: the training time budget in seconds (required by ``"linear_time"``).
+
+    Raises:
+        ValueError: as :func:`build_scheduler`, :class:`PlateauDecay` and :class:`TimeBudget`.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, name: str, warmup_steps: int, total_steps: int | None = None, *,
+                 plateau_factor: float = 0.5, plateau_patience: int = 2, higher_is_better: bool = True,
+                 time_budget_s: float | None = None):
+        self.name, self.warmup_steps = name, warmup_steps
+        self.plateau = PlateauDecay(plateau_factor, plateau_patience, higher_is_better)
+        self.time_budget = TimeBudget(time_budget_s) if name == "linear_time" else None
+        self.scheduler = build_scheduler(optimizer, name, warmup_steps, total_steps, self.plateau, self.time_budget)
+
+    def step(self) -> None:
+        """One optimizer update is done."""
+        self.scheduler.step()
+
+    def get_last_lr(self) -> list[float]:
+        return self.scheduler.get_last_lr()
+
+    def observe_time(self, elapsed_s: float, step: int) -> None:
+        """``elapsed_s`` seconds of training after ``step`` finished updates (``linear_time`` only)."""
+        if self.time_budget is not None:
+            self.time_budget.observe(elapsed_s, step, self.warmup_steps)
+
+    def observe_validation(self, score: float) -> None:
+        """The validation metric just measured (``plateau`` only)."""
+        if self.name == "plateau":
+            self.plateau.observe(score)
+
+    def state_dict(self) -> dict:
+        state = {"lr_scheduler": self.scheduler.state_dict(), "plateau": self.plateau.state_dict()}
+        if self.time_budget is not None:
+            state["time_budget"] = self.time_budget.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> bool:
+        """Restore a :meth:`state_dict`. Returns False when this schedule keeps a clock
+        (``linear_time``) but ``state`` has none (a run switched to it on resume, or a checkpoint
+        written without it): the decay then starts at the resumed update."""
+        self.scheduler.load_state_dict(state["lr_scheduler"])
+        self.plateau.load_state_dict(state["plateau"])
+        if self.time_budget is None:
+            return True
+        if "time_budget" not in state:
+            return False
+        self.time_budget.load_state_dict(state["time_budget"])
+        return True

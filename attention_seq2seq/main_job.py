@@ -71,8 +71,8 @@ QUICK_OVERRIDES = {
     ],
 }
 QUICK_COMMON = [
-    "--max_train_examples", "3000", "--vocab_size", "2000", "--max_steps", "60", "--warmup_steps", "20",
-    "--eval_max_examples", "20", "--test_max_examples", "40", "--eval_num_beams", "2",
+    "--max_train_samples", "3000", "--vocab_size", "2000", "--max_steps", "60", "--warmup_steps", "20",
+    "--max_eval_samples", "20", "--max_test_samples", "40", "--eval_num_beams", "2",
     "--test_num_beams", "2", "--save_every", "1000", "--max_tokens", "2048",
     # Untrained models rarely emit </s>: a short generation limit keeps their evaluation quick.
     "--max_source_length", "48", "--max_target_length", "24",

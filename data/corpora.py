@@ -69,17 +69,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import unicodedata
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import datasets
 
 from .presets import PRESETS
-from .spec import _PAIR, KINDS, SPLITS, CorpusError, CorpusInfo, CorpusSpec  # noqa: F401  (public names of this module)
+from .spec import KINDS, SPLITS, CorpusError, CorpusInfo, CorpusSpec  # noqa: F401  (public names of this module)
 
 _SPLIT_CANDIDATES = {
     "train": ("train",),

@@ -62,7 +62,7 @@ def tiny_config(corpus: str, output_dir: Path, **overrides) -> TrainConfig:
         model_family="transformer",
         model_config={**TINY_TRANSFORMER, "dropout": 0.1},
         corpus=corpus,
-        max_train_examples=300,
+        max_train_samples=300,
         vocab_size=500,
         max_source_length=48,
         max_target_length=48,
@@ -72,10 +72,10 @@ def tiny_config(corpus: str, output_dir: Path, **overrides) -> TrainConfig:
         max_steps=6,
         eval_every=3,
         save_every=2,
-        eval_max_examples=8,
+        max_eval_samples=8,
         eval_num_beams=2,
         eval_batch_size=8,
-        test_max_examples=8,
+        max_test_samples=8,
         test_num_beams=2,
         num_plot_sentences=1,
         log_every=1,
@@ -126,7 +126,7 @@ def test_command_line_overrides_recipe_and_merges_model_config(tmp_path):
     ])
     assert config.learning_rate == 5e-4 and config.max_steps == 100 and config.resume is True
     assert config.model_config == {"d_model": 128, "encoder_layers": 3}  # one key changed, the other kept
-    assert config.eval_max_examples is None
+    assert config.max_eval_samples is None
 
 
 def test_wrong_types_and_inconsistent_limits_are_rejected():
@@ -202,7 +202,7 @@ def test_shipped_recipes_are_valid_and_build_their_model_config(recipe):
 def test_recipe_round_trips_through_recipe_yaml(tmp_path):
     from attention_seq2seq.training.config import dump_recipe
 
-    config = TrainConfig(max_steps=5, model_config={"d_model": 64}, eval_max_examples=None)
+    config = TrainConfig(max_steps=5, model_config={"d_model": 64}, max_eval_samples=None)
     dump_recipe(config, tmp_path / "recipe.yaml")
     assert config_from_dict(TrainConfig, load_recipe(tmp_path / "recipe.yaml")) == config
 
@@ -300,7 +300,7 @@ def test_the_trainer_builds_its_adamw_from_the_decay_groups(pairs_corpus, tmp_pa
 
     monkeypatch.setattr(build_module, "optimizer_param_groups", spy)
     train(tiny_config(pairs_corpus, tmp_path / "run", weight_decay=0.3, max_steps=1, eval_every=100, save_every=100,
-                      num_plot_sentences=0, test_max_examples=2))
+                      num_plot_sentences=0, max_test_samples=2))
     assert [(wd, [g["weight_decay"] for g in groups]) for wd, groups in seen] == [(0.3, [0.3, 0.0])]
 
 
@@ -469,7 +469,7 @@ def test_training_feeds_the_model_word_dropped_sources(pairs_corpus, tmp_path, m
 
     monkeypatch.setattr(train_module, "optimizer_update", spy)
     run = train(tiny_config(pairs_corpus, tmp_path / "run", source_word_dropout=p, max_steps=4, eval_every=100, save_every=100,
-                            num_plot_sentences=0, test_max_examples=2))
+                            num_plot_sentences=0, max_test_samples=2))
     tokenizer = PreTrainedTokenizerFast.from_pretrained(str(run / "model"))
     unk, eos = tokenizer.unk_token_id, tokenizer.eos_token_id
     real = torch.cat([mb["input_ids"][mb["attention_mask"] == 1] for mb in seen])
@@ -542,7 +542,7 @@ def test_average_last_k_builds_the_mean_of_the_kept_checkpoints(pairs_corpus, tm
 def test_resume_after_a_crash_ends_with_the_weights_of_an_uninterrupted_run(pairs_corpus, tmp_path):
     # 120 pairs and 2 accumulated micro-batches per update: the 6 updates cross epoch
     # boundaries, the crash falls mid-epoch, and dropout makes the RNG state matter.
-    common = dict(max_train_examples=120, gradient_accumulation_steps=2, num_plot_sentences=0)
+    common = dict(max_train_samples=120, gradient_accumulation_steps=2, num_plot_sentences=0)
     full = train(tiny_config(pairs_corpus, tmp_path / "full", **common))
     # Same tokenizer: subword training itself is not bitwise reproducible between two runs.
     common["tokenizer_path"] = str(full / "model")
@@ -574,7 +574,7 @@ def _to_legacy_layout(checkpoint: Path) -> None:
 
 def test_a_checkpoint_written_before_training_state_pt_still_resumes_exactly(pairs_corpus, tmp_path):
     # The plateau schedule (patience 1, factor 0.5) makes the restored plateau state matter.
-    common = dict(max_train_examples=120, gradient_accumulation_steps=2, num_plot_sentences=0, schedule="plateau",
+    common = dict(max_train_samples=120, gradient_accumulation_steps=2, num_plot_sentences=0, schedule="plateau",
                   plateau_patience=1, warmup_steps=0)
     full = train(tiny_config(pairs_corpus, tmp_path / "full", **common))
     common["tokenizer_path"] = str(full / "model")
@@ -681,8 +681,8 @@ def test_two_cpu_ranks_equal_one_process_accumulating_their_batches(pairs_corpus
     # No dropout: each rank draws its own masks, which one process cannot reproduce. The schedule
     # follows the wall clock (linear_time, a 10-hour budget: the rate falls by ~1e-4 of itself in
     # this run): the ranks agree on the slowest clock, so their weights stay bit-identical.
-    overrides = dict(model_config={**TINY_TRANSFORMER, "dropout": 0.0}, max_train_examples=200, max_steps=4,
-                     eval_every=4, save_every=4, num_plot_sentences=0, debug_dump_batches=True, test_max_examples=4,
+    overrides = dict(model_config={**TINY_TRANSFORMER, "dropout": 0.0}, max_train_samples=200, max_steps=4,
+                     eval_every=4, save_every=4, num_plot_sentences=0, debug_dump_batches=True, max_test_samples=4,
                      schedule="linear_time", max_time_minutes=600)
     ddp = tiny_config(pairs_corpus, tmp_path / "ddp", **overrides)
     _launch_two_cpu_ranks(ddp, tmp_path / "ddp.yaml")
@@ -725,9 +725,9 @@ def test_short_real_data_run_learns_to_translate(family, shared_data, tmp_path):
     model_config, optimisation = REAL_DATA_RUNS[family]
     config = tiny_config(
         f"multi30k:{shared_data / 'multi30k'}:de-en", tmp_path / family, model_family=family, model_config=model_config, **optimisation,
-        max_train_examples=3000, vocab_size=1000, max_source_length=40, max_target_length=40, max_tokens=1500,
+        max_train_samples=3000, vocab_size=1000, max_source_length=40, max_target_length=40, max_tokens=1500,
         warmup_steps=20, max_steps=150, eval_every=75, save_every=150, log_every=10,
-        eval_max_examples=60, eval_batch_size=60, test_max_examples=60,
+        max_eval_samples=60, eval_batch_size=60, max_test_samples=60,
     )
     metrics = json.loads((train(config) / "metrics.json").read_text())
     losses = [loss for _, loss in metrics["train"]["loss_history"]]
@@ -748,7 +748,7 @@ def test_early_stopping_keeps_the_best_k_and_averages_them(pairs_corpus, tmp_pat
 
     def scripted_evaluate(model, dataset, tokenizer, config, accelerator, num_beams, max_examples, target_lang, *rest):
         result = real_evaluate(model, dataset, tokenizer, config, accelerator, num_beams, max_examples, target_lang, *rest)
-        if num_beams == config.eval_num_beams and max_examples == config.eval_max_examples:  # validation
+        if num_beams == config.eval_num_beams and max_examples == config.max_eval_samples:  # validation
             result["bleu"] = next(scripted)
         return result
 
@@ -804,8 +804,22 @@ def test_help_lists_every_field_with_its_comment(capsys):
         parse_command_line(TrainConfig, ["--help"])
     out = capsys.readouterr().out
     for f in dataclasses.fields(TrainConfig):
-        assert f"--{f.name}" in out
+        assert f"--{f.name.replace('_', '-')} " in out  # one documented spelling, as the other commands write options
     assert "peak learning rate (AdamW)" in out
+
+
+def test_options_take_either_spelling_and_old_names_keep_working(tmp_path):
+    # --max-steps and --max_steps are one option; the trainer's old names of the sample limits
+    # (max_train_examples, ...) still work in recipes and on the command line.
+    recipe = tmp_path / "old.yaml"
+    recipe.write_text("max_train_examples: 30\neval_max_examples: 4\ntest_max_examples: 5\nmax_steps: 3\n")
+    config = parse_command_line(TrainConfig, ["--recipe", str(recipe), "--max-steps", "7", "--output_dir", "x"])
+    assert (config.max_train_samples, config.max_eval_samples, config.max_test_samples) == (30, 4, 5)
+    assert (config.max_steps, config.output_dir) == (7, "x")
+    config = parse_command_line(TrainConfig, ["--max_train_examples", "9", "--max-train-samples", "11"])
+    assert config.max_train_samples == 11  # the later one wins, whatever its spelling
+    with pytest.raises(RecipeError, match="did you mean 'max_train_samples'"):
+        parse_command_line(TrainConfig, ["--max_train_sample", "9"])
 
 
 def test_bf16_mixed_precision_path_trains(pairs_corpus, tmp_path):
@@ -834,7 +848,7 @@ def test_bf16_mixed_precision_path_trains(pairs_corpus, tmp_path):
     data, _, tokenizer = load_data(config, accelerator, tmp_path / "run")
 
     def test_loss():
-        return evaluate(model, data["test"], tokenizer, config, accelerator, config.test_num_beams, config.test_max_examples, "en")["loss"]
+        return evaluate(model, data["test"], tokenizer, config, accelerator, config.test_num_beams, config.max_test_samples, "en")["loss"]
 
     fp32 = test_loss()
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -945,7 +959,7 @@ def test_two_cpu_ranks_share_each_epochs_sampled_segmentation(pairs_corpus, tmp_
     # or 8 sampled, in the runs measured here).
     config = tiny_config(pairs_corpus, tmp_path / "ddp", subword_alpha=0.3, max_steps=None, max_epochs=2.75,
                          gradient_accumulation_steps=1, eval_every=10**6, save_every=10**6, num_plot_sentences=0,
-                         debug_dump_batches=True, test_max_examples=4)
+                         debug_dump_batches=True, max_test_samples=4)
     proc = _launch_two_cpu_ranks(config, tmp_path / "ddp.yaml")
 
     def steps(rank):

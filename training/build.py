@@ -115,8 +115,8 @@ def load_data(config: TrainConfig, accelerator: Accelerator, output_dir: Path):
     datasets.disable_progress_bars()  # seconds of work per split: the log states what matters
     with accelerator.main_process_first():  # the Bible corpus prepares a cached copy once
         raw, info = load_corpus(config.corpus, filters=config.corpus_filters or None, return_info=True)
-    if config.max_train_examples is not None:
-        raw["train"] = raw["train"].select(range(min(config.max_train_examples, len(raw["train"]))))
+    if config.max_train_samples is not None:
+        raw["train"] = raw["train"].select(range(min(config.max_train_samples, len(raw["train"]))))
     # The run's tokenizer lives in model/ from the start, so a resumed run reads it back rather
     # than training a new one (subword training is not bitwise reproducible across runs).
     tokenizer_dir = output_dir / "model"

@@ -37,6 +37,12 @@ class RecipeError(UserError, ValueError):
     """A recipe or command line names an unknown field or gives a value of the wrong type."""
 
 
+def canonical_name(cls: type, name: str) -> str:
+    """The field ``name`` stands for: ``name`` itself, or the field an old spelling in
+    ``cls.ALIASES`` was renamed to (``max_train_examples`` -> ``max_train_samples``)."""
+    return getattr(cls, "ALIASES", {}).get(name, name)
+
+
 def _field_types(cls: type) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
@@ -110,6 +116,7 @@ def config_from_dict(cls: type[T], values: dict[str, Any], base: T | None = None
     field_types = _field_types(cls)
     current = dataclasses.asdict(base) if base is not None else {}
     for name, value in values.items():
+        name = canonical_name(cls, name)
         if name not in field_types:
             raise RecipeError(f"unknown field {name!r}{did_you_mean(name, list(field_types))}; valid fields: {', '.join(field_types)}")
         value = coerce(name, value, field_types[name])
@@ -159,10 +166,10 @@ def format_help(cls: type, prog: str) -> str:
     lines = [
         f"usage: {prog} [--recipe FILE] [--FIELD VALUE ...]",
         "",
-        "Fields (recipe keys and --options; dict fields also take --FIELD.KEY VALUE):",
+        "Fields (recipe keys field_name, options --field-name or --field_name; dict fields also take --FIELD.KEY VALUE):",
     ]
     for name, default in defaults.items():
-        lines.append(f"  --{name:<28} default {default!r}")
+        lines.append(f"  --{name.replace('_', '-'):<28} default {default!r}")
         if comments.get(name):
             lines.append(f"      {comments[name]}")
     return "\n".join(lines)
@@ -192,6 +199,7 @@ def parse_command_line(cls: type[T], argv: list[str] | None = None, prog: str = 
         key, eq, value = arg[2:].partition("=")
         key = key.replace("-", "_")
         name, _, subkey = key.partition(".")
+        name = canonical_name(cls, name)
         if name != "recipe" and name not in field_types:
             raise RecipeError(f"unknown option --{key}{did_you_mean(name, list(field_types))}")
         if not eq:

@@ -176,7 +176,7 @@ def train(config: TrainConfig) -> Path:
     def validate_and_keep() -> bool:
         """Validate, log, keep the best weights; returns True when early stopping says stop."""
         result = evaluate(unwrapped, data["validation"], tokenizer, config, accelerator, config.eval_num_beams,
-                          config.eval_max_examples, info.target_lang)
+                          config.max_eval_samples, info.target_lang)
         record = {"step": state.step, **{k: result[k] for k in ("loss", "perplexity", "bleu", "chrf")}}
         state.validation.append(record)
         score = record[config.early_stopping_metric]
@@ -329,15 +329,15 @@ def train(config: TrainConfig) -> Path:
     # that Accelerate wrapped around forward for training (bf16 test scores differed by ~0.1 BLEU).
     unwrapped = accelerator.unwrap_model(model, keep_fp32_wrapper=False)
     n_bootstrap = config.test_bootstrap or 1
-    test = evaluate(unwrapped, data["test"], tokenizer, config, accelerator, config.test_num_beams, config.test_max_examples,
+    test = evaluate(unwrapped, data["test"], tokenizer, config, accelerator, config.test_num_beams, config.max_test_samples,
                     info.target_lang, n_bootstrap)
     greedy = None
     if config.test_greedy and config.test_num_beams != 1:
-        greedy = evaluate(unwrapped, data["test"], tokenizer, config, accelerator, 1, config.test_max_examples, info.target_lang,
+        greedy = evaluate(unwrapped, data["test"], tokenizer, config, accelerator, 1, config.max_test_samples, info.target_lang,
                           n_bootstrap)
     if is_main:
         plot_attention(unwrapped, tokenizer, data["test"]["source"][:1], plots_dir, "attention_test", config, device)
-        n_test = len(data["test"]) if config.test_max_examples is None else min(config.test_max_examples, len(data["test"]))
+        n_test = len(data["test"]) if config.max_test_samples is None else min(config.max_test_samples, len(data["test"]))
         metrics = {
             "model_family": unwrapped.config.model_type,
             "corpus": {k: v for k, v in info.to_dict().items() if k not in ("counts", "extra")},

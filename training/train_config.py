@@ -7,6 +7,7 @@ A recipe (YAML or JSON) sets any field and ``--field value`` on the command line
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from ..errors import did_you_mean
 from ..modeling.registry import BY_NAME
@@ -16,13 +17,21 @@ from .schedules import SCHEDULES
 
 @dataclass
 class TrainConfig:
+    # Old spellings recipes and command lines may still use -> the field's name now (the fine-tuning
+    # command's names, as in transformers' example scripts).
+    ALIASES: ClassVar[dict[str, str]] = {
+        "max_train_examples": "max_train_samples",
+        "eval_max_examples": "max_eval_samples",
+        "test_max_examples": "max_test_samples",
+    }
+
     # ---- model ---------------------------------------------------------------------------------
     model_family: str = "transformer"  # "rnn" or "transformer"
     model_config: dict = field(default_factory=dict)  # passed to RNNSeq2SeqConfig / TransformerSeq2SeqConfig (vocab size and special ids come from the tokenizer)
     # ---- data ----------------------------------------------------------------------------------
     corpus: str = "multi30k:../shared/data/multi30k:de-en"  # load_corpus spec (data/corpora.py); relative paths from the working directory
     corpus_filters: dict = field(default_factory=dict)  # CorpusFilters fields (dedup, max_length, max_ratio, ...), train split only
-    max_train_examples: int | None = None  # use only the first N training pairs (quick runs, tests)
+    max_train_samples: int | None = None  # use only the first N training pairs (quick runs, tests)
     tokenizer_type: str = "unigram"  # "unigram" (SentencePiece-style) or "bpe"; one joint vocabulary
     tokenizer_path: str | None = None  # a saved tokenizer folder to use instead of training one
     vocab_size: int = 8000  # subword vocabulary size, special tokens and byte pieces included
@@ -55,7 +64,7 @@ class TrainConfig:
     max_time_minutes: float | None = None  # wall-clock budget of the training loop, checked after every update (every log_every updates on several ranks)
     # ---- validation ----------------------------------------------------------------------------
     eval_every: int = 1000  # validate every N updates (and at the end)
-    eval_max_examples: int | None = 500  # validate on the first N validation pairs (None: all)
+    max_eval_samples: int | None = 500  # validate on the first N validation pairs (None: all)
     eval_num_beams: int = 4  # beam size of the validation translations
     eval_batch_size: int = 64  # sentences per generation batch
     early_stopping_metric: str = "bleu"  # "bleu", "chrf" or "loss"; also used by keep_best_k and "plateau"
@@ -67,7 +76,7 @@ class TrainConfig:
     # ---- test ----------------------------------------------------------------------------------
     test_num_beams: int = 5  # beam size of the final test-set evaluation (also saved in generation_config)
     length_penalty: float = 1.0  # beam search scores log p / length^length_penalty (saved in generation_config); tune it on validation
-    test_max_examples: int | None = None  # evaluate on the first N test pairs (None: all)
+    max_test_samples: int | None = None  # evaluate on the first N test pairs (None: all)
     test_bootstrap: int | None = None  # also each test score's 95% confidence interval from N bootstrap resamples of the test sentences (Koehn 2004; metrics.json keys bleu_ci95, bleu_lowercase_ci95, chrf_ci95); 1000 is usual, about a second; None: no interval
     test_greedy: bool = False  # also score greedy decoding on the test set (metrics.json entry "<corpus>-test-greedy")
     # ---- checkpoints and output ----------------------------------------------------------------

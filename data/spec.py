@@ -26,12 +26,17 @@ FORMAT_OPTIONS = {
     "jsonl": _COMMON_OPTIONS + ("src_key", "tgt_key"),
     "hf": _COMMON_OPTIONS + ("config", "src_key", "tgt_key", "field"),
 }
-# A preset (data/presets.py) takes the common options of its format (the Bible: its modules).
-_OPTIONS = {
-    **{kind: ("src", "tgt") if preset.format == "bible" else _COMMON_OPTIONS for kind, preset in PRESETS.items()},
-    **FORMAT_OPTIONS,
-}
-KINDS = tuple(_OPTIONS)  # presets first, then the formats
+
+
+def kind_options() -> dict[str, tuple[str, ...]]:
+    """Every spec kind and the options it takes: the presets of data/presets.py first (each with
+    the common options of its format; the Bible: its modules), then the formats. Read from the
+    tables at each call, so a preset added to ``PRESETS`` is a kind at once."""
+    presets = {kind: ("src", "tgt") if preset.format == "bible" else _COMMON_OPTIONS for kind, preset in PRESETS.items()}
+    return {**presets, **FORMAT_OPTIONS}
+
+
+KINDS = tuple(kind_options())  # the kinds when the package was imported (kind_options() is current)
 _PAIR = re.compile(r"^([A-Za-z]{2,3}(?:[_][A-Za-z0-9]+)?)-([A-Za-z]{2,3}(?:[_][A-Za-z0-9]+)?)$")
 
 
@@ -62,17 +67,18 @@ class CorpusSpec:
     options: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise CorpusError(f"unknown corpus kind {self.kind!r}; valid kinds: {', '.join(KINDS)}")
+        options = kind_options()
+        if self.kind not in options:
+            raise CorpusError(f"unknown corpus kind {self.kind!r}; valid kinds: {', '.join(options)}")
         if self.kind != "bible" and not self.location:
             raise CorpusError(f"corpus kind {self.kind!r} needs a location, e.g. {self.kind}:<path>")
         if self.kind == "bible" and self.location:
             raise CorpusError(f"the bible corpus takes no location; got {self.location!r}")
-        unknown = sorted(set(self.options) - set(_OPTIONS[self.kind]))
+        unknown = sorted(set(self.options) - set(options[self.kind]))
         if unknown:
             raise CorpusError(
                 f"unknown option(s) {', '.join(unknown)} for corpus kind {self.kind!r}; "
-                f"valid options: {', '.join(_OPTIONS[self.kind])}"
+                f"valid options: {', '.join(options[self.kind])}"
             )
         if (self.source_lang is None) != (self.target_lang is None):
             raise CorpusError("give both source_lang and target_lang, or neither")
@@ -87,8 +93,8 @@ class CorpusSpec:
         """
         fields = [f.strip() for f in text.strip().split(":")]
         kind = fields.pop(0).lower()
-        if kind not in KINDS:
-            raise CorpusError(f"unknown corpus kind {kind!r} in spec {text!r}; valid kinds: {', '.join(KINDS)}")
+        if kind not in kind_options():
+            raise CorpusError(f"unknown corpus kind {kind!r} in spec {text!r}; valid kinds: {', '.join(kind_options())}")
         options: dict[str, str] = {}
         if fields and "=" in fields[-1]:
             options = _parse_options(fields.pop(), text)
@@ -122,7 +128,7 @@ class CorpusSpec:
         try:
             kind = str(data.pop("kind")).lower()
         except KeyError:
-            raise CorpusError(f"a corpus dict needs a 'kind' ({', '.join(KINDS)}); got keys {sorted(data)}") from None
+            raise CorpusError(f"a corpus dict needs a 'kind' ({', '.join(kind_options())}); got keys {sorted(data)}") from None
         location = data.pop("location", None) or data.pop("path", None)
         options = dict(data.pop("options", None) or {})
         source_lang, target_lang = data.pop("source_lang", None), data.pop("target_lang", None)

@@ -64,30 +64,28 @@ class ModelFamily:
             self.lm_class: f".modeling.{self.modeling_module}",
         }
 
+    @classmethod
+    def following_conventions(cls, name: str, model_type: str, class_prefix: str) -> ModelFamily:
+        """A family laid out as this package's are: ``configuration_<model_type>.py`` with
+        ``<prefix>Config``, ``modeling_<model_type>.py`` with ``<prefix>Model``,
+        ``<prefix>PreTrainedModel`` and ``<prefix>ForConditionalGeneration``, and the card
+        template ``hub_cards/<model_type>.md``."""
+        return cls(
+            name=name,
+            model_type=model_type,
+            config_module=f"configuration_{model_type}",
+            config_class=f"{class_prefix}Config",
+            modeling_module=f"modeling_{model_type}",
+            base_model_class=f"{class_prefix}Model",
+            pretrained_model_class=f"{class_prefix}PreTrainedModel",
+            lm_class=f"{class_prefix}ForConditionalGeneration",
+            card_template=f"{model_type}.md",
+        )
+
 
 FAMILIES: tuple[ModelFamily, ...] = (
-    ModelFamily(
-        name="rnn",
-        model_type="rnn_seq2seq",
-        config_module="configuration_rnn_seq2seq",
-        config_class="RNNSeq2SeqConfig",
-        modeling_module="modeling_rnn_seq2seq",
-        base_model_class="RNNSeq2SeqModel",
-        pretrained_model_class="RNNSeq2SeqPreTrainedModel",
-        lm_class="RNNSeq2SeqForConditionalGeneration",
-        card_template="rnn_seq2seq.md",
-    ),
-    ModelFamily(
-        name="transformer",
-        model_type="transformer_seq2seq",
-        config_module="configuration_transformer_seq2seq",
-        config_class="TransformerSeq2SeqConfig",
-        modeling_module="modeling_transformer_seq2seq",
-        base_model_class="TransformerSeq2SeqModel",
-        pretrained_model_class="TransformerSeq2SeqPreTrainedModel",
-        lm_class="TransformerSeq2SeqForConditionalGeneration",
-        card_template="transformer_seq2seq.md",
-    ),
+    ModelFamily.following_conventions("rnn", "rnn_seq2seq", "RNNSeq2Seq"),
+    ModelFamily.following_conventions("transformer", "transformer_seq2seq", "TransformerSeq2Seq"),
 )
 
 BY_NAME: dict[str, ModelFamily] = {family.name: family for family in FAMILIES}

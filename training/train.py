@@ -5,7 +5,7 @@
         --recipe training/recipes/multi30k-transformer-small.yaml --mixed_precision bf16
     accelerate launch --multi_gpu --num_processes 2 -m attention_seq2seq.training.train ...  # 2 CPU ranks (gloo)
 
-Every hyperparameter is a field of :class:`TrainConfig` below; a recipe (YAML or JSON) sets any of
+Every hyperparameter is a field of :class:`TrainConfig` (``train_config.py``); a recipe (YAML or JSON) sets any of
 them and ``--field value`` on the command line overrides the recipe (see ``training/config.py``).
 
 How a step works (fairseq's recipe, written with Accelerate's primitives): each rank draws

@@ -2,7 +2,7 @@
 average-checkpoints and finetune.
 
 Each subcommand is a ``cmd_<name>(parser, args)`` function that wires the package's own functions
-together (training/train.py, hub/, training/metrics.py, training/plotting.py,
+together (training/train.py, hub/, metrics.py, plotting.py,
 training/averaging.py, training/finetune_trainer.py); heavy imports happen inside them so
 ``attention-seq2seq --help`` answers at once.
 

@@ -164,7 +164,7 @@ def build_compute_metrics(tokenizer, *, bleu_tokenize: str | None = None) -> Cal
 def score_corpus(hypotheses: list[str], references: list[str], *, bleu_tokenize: str | None = None) -> dict:
     """Corpus BLEU and chrF with their sacreBLEU signatures (one reference per sentence).
 
-    Plain sacrebleu rather than the package's ``training.metrics`` so this file runs where only
+    Plain sacrebleu rather than the package's ``attention_seq2seq.metrics`` so this file runs where only
     transformers and sacrebleu are installed.
 
     Raises:

@@ -673,6 +673,7 @@ def build_parser(finetune_options: bool = True) -> argparse.ArgumentParser:
     test.add_argument("--target-lang", help="target language code; zh/ja/ko switch BLEU's tokenizer "
                       "(default: from the corpus, or the --ref file suffix)")
     test.add_argument("--limit", metavar="N", type=_positive_int, help="score only the first N sentences")
+    test.add_argument("--max-test-samples", dest="limit", type=_positive_int, help=argparse.SUPPRESS)  # the trainers' name
     out = p.add_argument_group("output")
     out.add_argument("-o", "--output", help="JSON file (default: <run>/eval_<name>.json for a training "
                      "output folder; none for other models)")
@@ -718,10 +719,23 @@ def build_parser(finetune_options: bool = True) -> argparse.ArgumentParser:
     return parser
 
 
+def dashed(words: list[str]) -> list[str]:
+    """The command line with every option written the documented way: ``--max_new_tokens=5`` ->
+    ``--max-new-tokens=5`` (values, and words that are not options, unchanged). Every command
+    thus takes both spellings, as the training script always has."""
+    out = []
+    for word in words:
+        if word.startswith("--") and len(word) > 2:
+            name, eq, value = word.partition("=")
+            word = name.replace("_", "-") + eq + value
+        out.append(word)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    words = sys.argv[1:] if argv is None else argv
+    words = dashed(sys.argv[1:] if argv is None else argv)
     parser = build_parser(finetune_options="finetune" in words)
-    args, unknown = parser.parse_known_args(argv)
+    args, unknown = parser.parse_known_args(words)
     if args.command == "train":
         args.train_args = unknown
         unknown = []

@@ -140,9 +140,10 @@ def test_the_schedule_object_reads_only_the_events_its_kind_uses():
         plateau.observe_time(1e9, 100)
         opt.step()
         plateau.step()
-    assert opt.param_groups[0]["lr"] == pytest.approx(0.5) and plateau.time_budget is None
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.5) and plateau.time_budget is None and not plateau.reads_clock
     # linear_time: the clock anneals the rate; validations are ignored
     opt, timed = _schedule("linear_time", warmup_steps=1, time_budget_s=100.0)
+    assert timed.reads_clock
     timed.observe_validation(1.0)
     timed.observe_validation(0.0)
     assert timed.plateau.multiplier == 1.0

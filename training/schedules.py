@@ -250,6 +250,12 @@ class LearningRateSchedule:
     def get_last_lr(self) -> list[float]:
         return self.scheduler.get_last_lr()
 
+    @property
+    def reads_clock(self) -> bool:
+        """Whether the rate depends on the wall clock (``linear_time``): several ranks must then
+        agree on the time, which the loop does at its log interval."""
+        return self.time_budget is not None
+
     def observe_time(self, elapsed_s: float, step: int) -> None:
         """``elapsed_s`` seconds of training after ``step`` finished updates (``linear_time`` only)."""
         if self.time_budget is not None:

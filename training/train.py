@@ -254,7 +254,7 @@ def train(config: TrainConfig) -> Path:
             elapsed = earlier_sessions_s + time.perf_counter() - session_start
             over_budget = elapsed > budget_s
         # Several ranks agree on the clock at a log, so linear_time forces one at the end of warm-up.
-        warmup_end = schedule.time_budget is not None and world > 1 and state.step == config.warmup_steps
+        warmup_end = schedule.reads_clock and world > 1 and state.step == config.warmup_steps
         if state.step % config.log_every == 0 or evaluating or saving or over_budget or warmup_end:
             stats = torch.stack([loss_acc, tokens_acc / world, first_bad.float()])
             stats = accelerator.gather(stats[None]) if world > 1 else stats[None]

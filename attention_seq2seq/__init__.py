@@ -21,21 +21,14 @@ import sys
 
 __version__ = "0.1.0"
 
+from .modeling.registry import FAMILIES  # a table of names: imports nothing heavy
+
 # The package's translation metric as an evaluate module folder, shipped inside the package:
 # ``evaluate.load(TRANSLATION_METRIC_PATH)`` works offline (docs/evaluate-metric.md).
 TRANSLATION_METRIC_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "evaluate_modules", "translation_scores")
 
 # Public class -> the submodule that defines it (loaded on first access, PEP 562).
-_EXPORTS = {
-    "RNNSeq2SeqConfig": ".configuration.configuration_rnn_seq2seq",
-    "TransformerSeq2SeqConfig": ".configuration.configuration_transformer_seq2seq",
-    "RNNSeq2SeqModel": ".modeling.modeling_rnn_seq2seq",
-    "RNNSeq2SeqPreTrainedModel": ".modeling.modeling_rnn_seq2seq",
-    "RNNSeq2SeqForConditionalGeneration": ".modeling.modeling_rnn_seq2seq",
-    "TransformerSeq2SeqModel": ".modeling.modeling_transformer_seq2seq",
-    "TransformerSeq2SeqPreTrainedModel": ".modeling.modeling_transformer_seq2seq",
-    "TransformerSeq2SeqForConditionalGeneration": ".modeling.modeling_transformer_seq2seq",
-}
+_EXPORTS = {name: module for family in FAMILIES for name, module in family.exports().items()}
 
 __all__ = [*_EXPORTS, "register_auto_classes", "TRANSLATION_METRIC_PATH", "load_translation_metric"]
 
@@ -69,35 +62,63 @@ _registration = {"done": False, "running": False}
 
 
 def register_auto_classes() -> None:
-    """Register both families with the Auto classes, and make ``save_pretrained`` after
-    ``register_for_auto_class()`` write the flattened remote code (modeling/saving.py).
-    Idempotent; imports torch and transformers."""
+    """Register every family of modeling/registry.py with the Auto classes, and make
+    ``save_pretrained`` after ``register_for_auto_class()`` write the flattened remote code
+    (modeling/saving.py). Idempotent; imports transformers and the configuration files.
+
+    A family whose modeling file is not imported yet is registered through a stand-in class
+    (:func:`_lazy_model_class`) that imports it on first use, so that importing transformers
+    (``attention_seq2seq.data`` does) does not build the torch model files."""
     if _registration["done"] or _registration["running"]:
         return
     _registration["running"] = True
     try:
         from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
-        from .configuration.configuration_rnn_seq2seq import RNNSeq2SeqConfig
-        from .configuration.configuration_transformer_seq2seq import TransformerSeq2SeqConfig
-        from .modeling import modeling_rnn_seq2seq as rnn
-        from .modeling import modeling_transformer_seq2seq as transformer
         from .modeling import saving
 
-        for config_cls, base_cls, lm_cls in (
-            (RNNSeq2SeqConfig, rnn.RNNSeq2SeqModel, rnn.RNNSeq2SeqForConditionalGeneration),
-            (TransformerSeq2SeqConfig, transformer.TransformerSeq2SeqModel,
-             transformer.TransformerSeq2SeqForConditionalGeneration),
-        ):
+        for family in FAMILIES:
+            config_cls = family.config_cls()
             AutoConfig.register(config_cls.model_type, config_cls, exist_ok=True)
-            AutoModel.register(config_cls, base_cls, exist_ok=True)
-            AutoModelForSeq2SeqLM.register(config_cls, lm_cls, exist_ok=True)
+            module = sys.modules.get(f"{__name__}.modeling.{family.modeling_module}")
+            for auto_cls, attribute in ((AutoModel, "base_model_class"), (AutoModelForSeq2SeqLM, "lm_class")):
+                if module is not None:
+                    model_cls = getattr(module, getattr(family, attribute))
+                else:
+                    model_cls = _lazy_model_class(family, attribute, auto_cls)
+                auto_cls.register(config_cls, model_cls, exist_ok=True)
         saving.REMOTE_CODE_WRITER = _write_remote_code
         _registration["done"] = True
     finally:
         _registration["running"] = False
     if _REGISTER_HOOK in sys.meta_path:
         sys.meta_path.remove(_REGISTER_HOOK)
+
+
+def _lazy_model_class(family, attribute: str, auto_cls):
+    """A stand-in for the model class ``getattr(family, attribute)`` in ``auto_cls``'s mapping:
+    it carries the class's name and ``config_class``; any other attribute (``from_pretrained``,
+    ``from_config``, ``_from_config``) or a call imports the modeling file, registers the real
+    class in its place and answers from it."""
+    name = getattr(family, attribute)
+    module = f"{__name__}.modeling.{family.modeling_module}"
+
+    def real():
+        cls = getattr(importlib.import_module(module), name)
+        auto_cls.register(family.config_cls(), cls, exist_ok=True)
+        return cls
+
+    class LazyModelClass(type):
+        def __getattr__(cls, item):
+            if item.startswith("__"):
+                raise AttributeError(item)
+            return getattr(real(), item)
+
+        def __call__(cls, *args, **kwargs):
+            return real()(*args, **kwargs)
+
+    return LazyModelClass(name, (), {"__module__": module, "__qualname__": name, "config_class": family.config_cls(),
+                                     "__doc__": f"Stand-in for {module}.{name}, imported on first use."})
 
 
 def _write_remote_code(model, save_directory) -> None:

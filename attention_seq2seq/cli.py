@@ -2,7 +2,7 @@
 average-checkpoints and finetune.
 
 Each subcommand is a ``cmd_<name>(parser, args)`` function that wires the package's own functions
-together (training/train.py, hub/, training/metrics.py, training/plotting.py,
+together (training/train.py, hub/, metrics.py, plotting.py,
 training/averaging.py, training/finetune_trainer.py); heavy imports happen inside them so
 ``attention-seq2seq --help`` answers at once.
 
@@ -390,7 +390,7 @@ def _test_set(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tupl
 
 def format_score_table(results: dict[str, dict]) -> str:
     """A plain-text table of test-set scores (score ± 95% half-width if bootstrapped), then the signatures."""
-    from .training.metrics import format_score
+    from .metrics import format_score
 
     header = ("test set", "sentences", "beams", "BLEU", "chrF")
     rows = [
@@ -415,7 +415,7 @@ def cmd_evaluate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
         parser.error("--update-metrics needs a training output folder as --model (one with metrics.json)")
 
     from .inference import translate
-    from .training.metrics import corpus_scores
+    from .metrics import corpus_scores
 
     hypotheses = translate(
         loaded, sources, batch_size=args.batch_size, max_batch_tokens=args.batch_tokens,
@@ -476,7 +476,7 @@ def cmd_plot_attention(parser: argparse.ArgumentParser, args: argparse.Namespace
                         "plot with the training folder or a remote/native export of the same model")
     loaded = _load(args, attn_implementation="eager")
 
-    from .training.plotting import plot_cross_attentions
+    from .plotting import plot_cross_attentions
 
     cross_attentions, src_tokens, tgt_tokens = sentence_attention(loaded, args.source, args.reference, generate_kwargs)
     written = plot_cross_attentions(
@@ -772,6 +772,7 @@ def build_parser(finetune_options: bool = True) -> argparse.ArgumentParser:
     test.add_argument("--target-lang", help="target language code; zh/ja/ko switch BLEU's tokenizer "
                       "(default: from the corpus, or the --ref file suffix)")
     test.add_argument("--limit", metavar="N", type=_positive_int, help="score only the first N sentences")
+    test.add_argument("--max-test-samples", dest="limit", type=_positive_int, help=argparse.SUPPRESS)  # the trainers' name
     out = p.add_argument_group("output")
     out.add_argument("-o", "--output", help="JSON file (default: <run>/eval_<name>.json for a training "
                      "output folder; none for other models)")
@@ -832,10 +833,23 @@ def build_parser(finetune_options: bool = True) -> argparse.ArgumentParser:
     return parser
 
 
+def dashed(words: list[str]) -> list[str]:
+    """The command line with every option written the documented way: ``--max_new_tokens=5`` ->
+    ``--max-new-tokens=5`` (values, and words that are not options, unchanged). Every command
+    thus takes both spellings, as the training script always has."""
+    out = []
+    for word in words:
+        if word.startswith("--") and len(word) > 2:
+            name, eq, value = word.partition("=")
+            word = name.replace("_", "-") + eq + value
+        out.append(word)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    words = sys.argv[1:] if argv is None else argv
+    words = dashed(sys.argv[1:] if argv is None else argv)
     parser = build_parser(finetune_options="finetune" in words)
-    args, unknown = parser.parse_known_args(argv)
+    args, unknown = parser.parse_known_args(words)
     if args.command == "train":
         args.train_args = unknown
         unknown = []

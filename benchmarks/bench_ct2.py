@@ -65,7 +65,7 @@ def quality(run: Path, paths: dict[str, Path], pairs, beams_list, threads: int) 
     from attention_seq2seq.inference import load_for_inference, translate
     from attention_seq2seq.inference_ct2 import load_ct2
     from attention_seq2seq.inference import LoadedModel, ModelLocation
-    from attention_seq2seq.training.metrics import corpus_scores
+    from attention_seq2seq.metrics import corpus_scores
 
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     loaded = {"ours": load_for_inference(run, device="cpu"), "native": load_for_inference(paths["native"], device="cpu")}

@@ -66,7 +66,7 @@ def main(argv=None) -> dict:
     from attention_seq2seq.hub.export_ct2 import export_ct2
     from attention_seq2seq.hub.export_native import export_native
     from attention_seq2seq.inference import load_for_inference, translate
-    from attention_seq2seq.training.metrics import corpus_scores
+    from attention_seq2seq.metrics import corpus_scores
 
     dataset = load_corpus(args.corpus)[args.split]
     sources, references = list(dataset["source"]), list(dataset["target"])

@@ -8,34 +8,34 @@
 - :func:`tokenize_dataset`, :class:`TokenBudgetBatchSampler`, :class:`Seq2SeqCollator`,
   :func:`padding_fraction` (``batching.py``).
 - The Bible corpus (``bible.py``) is read from installed SWORD modules through ``load_corpus("bible")``.
+- Named corpora and their terms (``presets.py``), the spec types (``spec.py``), and the trainer's
+  batches (``pairs.py``).
+
+Names load on first use: importing the package (or ``presets``) imports neither torch nor datasets.
 """
 
-from .batching import (
-    IGNORE_INDEX,
-    Seq2SeqCollator,
-    TokenBudgetBatchSampler,
-    batch_lengths,
-    epoch_padding_fraction,
-    padding_fraction,
-    tokenize_dataset,
-)
-from .corpora import CorpusError, CorpusFilters, CorpusInfo, CorpusSpec, load_corpus
-from .tokenization import SeparateTokenizers, SubwordSampler, train_tokenizer
+import importlib
 
-__all__ = [
-    "IGNORE_INDEX",
-    "CorpusError",
-    "CorpusFilters",
-    "CorpusInfo",
-    "CorpusSpec",
-    "Seq2SeqCollator",
-    "SeparateTokenizers",
-    "SubwordSampler",
-    "TokenBudgetBatchSampler",
-    "batch_lengths",
-    "epoch_padding_fraction",
-    "load_corpus",
-    "padding_fraction",
-    "tokenize_dataset",
-    "train_tokenizer",
-]
+# Public name -> the submodule that defines it, imported on first access (PEP 562): reading the
+# corpus presets (the model card does) imports neither torch nor datasets.
+_EXPORTS = {
+    **dict.fromkeys(("IGNORE_INDEX", "Seq2SeqCollator", "TokenBudgetBatchSampler", "batch_lengths",
+                     "epoch_padding_fraction", "padding_fraction", "tokenize_dataset"), ".batching"),
+    **dict.fromkeys(("CorpusFilters", "load_corpus"), ".corpora"),
+    **dict.fromkeys(("CorpusError", "CorpusInfo", "CorpusSpec"), ".spec"),
+    **dict.fromkeys(("SeparateTokenizers", "SubwordSampler", "train_tokenizer"), ".tokenization"),
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

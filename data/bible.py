@@ -60,10 +60,12 @@ from typing import Any
 
 import datasets
 
-from .corpora import SPLITS, CorpusError, CorpusInfo, CorpusSpec
+from .presets import PRESETS
+from .spec import SPLITS, CorpusError, CorpusInfo, CorpusSpec
 
-DEFAULT_SOURCE, DEFAULT_TARGET = "spaRV1909eb", "engWEB2015eb"
 DEFAULT_MODULE_FOR_LANGUAGE = {"es": "spaRV1909eb", "en": "engWEB2015eb"}
+# `bible` without languages: the preset's pair (data/presets.py), Spanish RV1909 -> English WEB
+DEFAULT_SOURCE, DEFAULT_TARGET = (DEFAULT_MODULE_FOR_LANGUAGE[lang] for lang in PRESETS["bible"].default_pair)
 LANGUAGE_ALIASES = {"spa": "es", "eng": "en"}
 DEBIAN_PACKAGES = {  # module name or abbreviation -> the Debian package that installs it
     "sparv1909eb": "sword-text-sparv", "rv1909": "sword-text-sparv",
@@ -581,6 +583,7 @@ def load_bible_pairs(
         target_lang=tgt_lang,
         license=license_,
         attribution=attribution,
+        preset="bible",
         extra={"verses": counts, "source_module": source.name, "target_module": target.name},
     )
     return {split: corpus[split].remove_columns(["ref", "target_ref"]) for split in SPLITS}, info

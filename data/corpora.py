@@ -69,183 +69,22 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import unicodedata
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import datasets
 
-from attention_seq2seq.errors import UserError
+from .presets import PRESETS
+from .spec import KINDS, SPLITS, CorpusError, CorpusInfo, CorpusSpec  # noqa: F401  (public names of this module)
 
-SPLITS = ("train", "validation", "test")
-KINDS = ("bible", "multi30k", "tatoeba", "text", "tsv", "jsonl", "hf")
 _SPLIT_CANDIDATES = {
     "train": ("train",),
     "validation": ("validation", "valid", "val", "dev"),
     "test": ("test", "test2016", "tst"),
 }
-_METADATA_OPTIONS = ("name", "license", "attribution")  # for the model card; override the defaults
-_COMMON_OPTIONS = ("train", "validation", "test", "holdout", "seed") + _METADATA_OPTIONS
-_OPTIONS = {
-    "bible": ("src", "tgt"),
-    "multi30k": _COMMON_OPTIONS,
-    "tatoeba": _COMMON_OPTIONS,
-    "text": _COMMON_OPTIONS,
-    "tsv": _COMMON_OPTIONS + ("src_col", "tgt_col", "header"),
-    "jsonl": _COMMON_OPTIONS + ("src_key", "tgt_key"),
-    "hf": _COMMON_OPTIONS + ("config", "src_key", "tgt_key", "field"),
-}
-_PAIR = re.compile(r"^([A-Za-z]{2,3}(?:[_][A-Za-z0-9]+)?)-([A-Za-z]{2,3}(?:[_][A-Za-z0-9]+)?)$")
-
-TATOEBA_ATTRIBUTION = (
-    "Attribution: www.manythings.org/anki and tatoeba.org. Sentence pairs from the Tatoeba Project "
-    "(https://tatoeba.org), licensed under CC-BY 2.0 FR (https://creativecommons.org/licenses/by/2.0/fr/)."
-)
-MULTI30K_ATTRIBUTION = (
-    "Elliott, D., Frank, S., Sima'an, K. and Specia, L. (2016). Multi30K: Multilingual "
-    "English-German Image Descriptions. Proceedings of the 5th Workshop on Vision and Language, pp. 70-74."
-)
-
-
-class CorpusError(UserError, ValueError):
-    """A corpus that cannot be read as asked: bad spec, missing or malformed file, unknown key."""
-
-
-# --------------------------------------------------------------------------------------------
-# The spec
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CorpusSpec:
-    """Which corpus to load. ``str(spec)`` gives back the canonical spec string.
-
-    Attributes:
-        kind: one of ``bible``, ``multi30k``, ``text``, ``tsv``, ``jsonl``, ``hf``.
-        location: folder, file, file prefix or 🤗 dataset id; ``None`` for ``bible``.
-        source_lang / target_lang: language codes (``de``, ``en``, ``zh``, ``es``) or ``None``.
-        options: per-kind options (see the module docstring), values as strings.
-    """
-
-    kind: str
-    location: str | None = None
-    source_lang: str | None = None
-    target_lang: str | None = None
-    options: Mapping[str, str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise CorpusError(f"unknown corpus kind {self.kind!r}; valid kinds: {', '.join(KINDS)}")
-        if self.kind != "bible" and not self.location:
-            raise CorpusError(f"corpus kind {self.kind!r} needs a location, e.g. {self.kind}:<path>")
-        if self.kind == "bible" and self.location:
-            raise CorpusError(f"the bible corpus takes no location; got {self.location!r}")
-        unknown = sorted(set(self.options) - set(_OPTIONS[self.kind]))
-        if unknown:
-            raise CorpusError(
-                f"unknown option(s) {', '.join(unknown)} for corpus kind {self.kind!r}; "
-                f"valid options: {', '.join(_OPTIONS[self.kind])}"
-            )
-        if (self.source_lang is None) != (self.target_lang is None):
-            raise CorpusError("give both source_lang and target_lang, or neither")
-        object.__setattr__(self, "options", {k: str(v) for k, v in self.options.items()})
-
-    @classmethod
-    def parse(cls, text: str) -> CorpusSpec:
-        """Parse a spec string (grammar in the module docstring).
-
-        Raises:
-            CorpusError: unknown kind or option, missing location, malformed field.
-        """
-        fields = [f.strip() for f in text.strip().split(":")]
-        kind = fields.pop(0).lower()
-        if kind not in KINDS:
-            raise CorpusError(f"unknown corpus kind {kind!r} in spec {text!r}; valid kinds: {', '.join(KINDS)}")
-        options: dict[str, str] = {}
-        if fields and "=" in fields[-1]:
-            options = _parse_options(fields.pop(), text)
-        location = None
-        if kind != "bible":
-            if not fields or not fields[0]:
-                raise CorpusError(f"corpus spec {text!r} needs a location, e.g. {kind}:<path>")
-            location = fields.pop(0)
-        if kind == "hf" and fields:
-            config = fields.pop(0)
-            if config:
-                options.setdefault("config", config)
-                if not fields and _PAIR.match(config):
-                    fields = [config]  # wmt16-style config named after its language pair
-        src = tgt = None
-        if fields:
-            pair = fields.pop(0)
-            match = _PAIR.match(pair)
-            if not match:
-                raise CorpusError(f"expected a language pair like de-en in spec {text!r}; got {pair!r}")
-            src, tgt = match.groups()
-        if fields:
-            raise CorpusError(f"too many ':' fields in corpus spec {text!r}: {fields}")
-        return cls(kind, location, src, tgt, options)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CorpusSpec:
-        """Build from a dict (YAML): ``kind``, ``location`` (or ``path``), ``source_lang``,
-        ``target_lang``; every other key is an option, or a dict under ``options``."""
-        data = dict(data)
-        try:
-            kind = str(data.pop("kind")).lower()
-        except KeyError:
-            raise CorpusError(f"a corpus dict needs a 'kind' ({', '.join(KINDS)}); got keys {sorted(data)}") from None
-        location = data.pop("location", None) or data.pop("path", None)
-        options = dict(data.pop("options", None) or {})
-        source_lang, target_lang = data.pop("source_lang", None), data.pop("target_lang", None)
-        options.update(data)
-        if isinstance(options.get("header"), bool):
-            options["header"] = str(options["header"]).lower()
-        return cls(kind, None if location is None else str(location), source_lang, target_lang, options)
-
-    @classmethod
-    def coerce(cls, spec: str | Mapping[str, Any] | CorpusSpec) -> CorpusSpec:
-        """Accept a spec string, dict or :class:`CorpusSpec`."""
-        if isinstance(spec, CorpusSpec):
-            return spec
-        if isinstance(spec, str):
-            return cls.parse(spec)
-        if isinstance(spec, Mapping):
-            return cls.from_dict(spec)
-        raise TypeError(f"a corpus spec is a str, dict or CorpusSpec; got {type(spec).__name__}")
-
-    def __str__(self) -> str:
-        fields = [self.kind]
-        options = dict(self.options)
-        if self.location is not None:
-            fields.append(self.location)
-        pair = f"{self.source_lang}-{self.target_lang}" if self.source_lang else None
-        if self.kind == "hf" and "config" in options:
-            config = options.pop("config")
-            fields.append(config)
-            if pair == config:
-                pair = None
-        elif self.kind == "hf" and pair:
-            fields.append("")
-        if pair:
-            fields.append(pair)
-        if options:
-            fields.append(",".join(f"{k}={v}" for k, v in options.items()))
-        return ":".join(fields)
-
-
-def _parse_options(text: str, spec: str) -> dict[str, str]:
-    options = {}
-    for item in text.split(","):
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise CorpusError(f"malformed option {item!r} in corpus spec {spec!r}; expected key=value")
-        options[key.strip()] = value.strip()
-    return options
-
 
 # --------------------------------------------------------------------------------------------
 # Filters and the report
@@ -301,34 +140,6 @@ class CorpusFilters:
         return cls(**filters)
 
 
-@dataclass
-class CorpusInfo:
-    """What was loaded, for logs, ``metrics.json`` (``corpus``) and the model card.
-
-    ``counts[split]`` maps a reason to a number of pairs: ``read`` (pairs read), ``empty``
-    (empty side, dropped), ``duplicate``, ``too_short``, ``too_long``, ``bad_ratio`` (dropped
-    by filters), ``truncated`` (kept, cut), ``kept`` (in the returned split). ``extra`` holds
-    kind-specific numbers (the Bible's verse counts).
-    """
-
-    spec: str
-    name: str
-    source_lang: str | None
-    target_lang: str | None
-    license: str | None = None
-    attribution: str | None = None
-    counts: dict[str, dict[str, int]] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Everything, as plain JSON-able types."""
-        return asdict(self)
-
-    def summary(self) -> dict[str, Any]:
-        """The ``corpus`` block of ``metrics.json``: spec, name, languages, license, attribution."""
-        return {k: getattr(self, k) for k in ("spec", "name", "source_lang", "target_lang", "license", "attribution")}
-
-
 # --------------------------------------------------------------------------------------------
 # Entry point
 # --------------------------------------------------------------------------------------------
@@ -366,7 +177,8 @@ def load_corpus(
 
         raw, info = load_bible_pairs(spec, cache_dir=cache_dir)
     else:
-        raw, info = _read_hf(spec, cache_dir) if spec.kind == "hf" else _READERS[spec.kind](spec)
+        file_format = PRESETS[spec.kind].format if spec.kind in PRESETS else spec.kind
+        raw, info = _read_hf(spec, cache_dir) if file_format == "hf" else _READERS[file_format](spec)
         raw = _fill_missing_splits(raw, spec, info)
     corpus = datasets.DatasetDict({split: _clean_split(raw[split], split, filters, info) for split in SPLITS})
     if len(corpus["train"]) == 0:
@@ -388,7 +200,14 @@ def _resolve(location: str) -> Path:
     return Path(location).expanduser().resolve()
 
 
-def _info(spec: CorpusSpec, name: str | None = None, **kwargs: Any) -> CorpusInfo:
+def _info(spec: CorpusSpec, name: str | None = None) -> CorpusInfo:
+    """The info of a corpus read by a format reader: a preset's name, licence and attribution
+    (data/presets.py), each overridden by the spec's ``name=``, ``license=``, ``attribution=``."""
+    preset = PRESETS.get(spec.kind)
+    kwargs: dict[str, Any] = {}
+    if preset is not None:
+        name = preset.name.format(src=spec.source_lang, tgt=spec.target_lang) if preset.name else None
+        kwargs = {"license": preset.license, "attribution": preset.attribution, "preset": preset.kind}
     kwargs.update({k: spec.options[k] for k in ("license", "attribution") if k in spec.options})
     name = spec.options.get("name", name or str(spec))
     return CorpusInfo(str(spec), name, spec.source_lang, spec.target_lang, **kwargs)
@@ -422,8 +241,9 @@ def _read_lines(path: Path) -> list[str]:
 
 
 def _read_text(spec: CorpusSpec) -> tuple[dict[str, datasets.Dataset], CorpusInfo]:
-    if spec.kind == "multi30k" and spec.source_lang is None:
-        spec = replace(spec, source_lang="de", target_lang="en")
+    preset = PRESETS.get(spec.kind)
+    if preset is not None and preset.default_pair and spec.source_lang is None:
+        spec = replace(spec, source_lang=preset.default_pair[0], target_lang=preset.default_pair[1])
     if spec.source_lang is None:
         raise CorpusError(f"corpus {spec} needs a language pair for the file suffixes, e.g. text:<dir>:de-en")
     src, tgt = spec.source_lang, spec.target_lang
@@ -451,12 +271,7 @@ def _read_text(spec: CorpusSpec) -> tuple[dict[str, datasets.Dataset], CorpusInf
                 f"{tgt_path} has {len(targets)} lines"
             )
         out[split] = _pairs_dataset(sources, targets)
-    if spec.kind == "multi30k":
-        info = _info(spec, f"Multi30k {src}-{tgt}", license="non-commercial research (Flickr30K terms)",
-                     attribution=MULTI30K_ATTRIBUTION)
-    else:
-        info = _info(spec)
-    return out, info
+    return out, _info(spec)
 
 
 def _int_option(spec: CorpusSpec, key: str, default: int) -> int:
@@ -481,13 +296,15 @@ def _local_files(spec: CorpusSpec, suffix: str) -> dict[str, Path]:
 
 def _read_tsv(spec: CorpusSpec) -> tuple[dict[str, datasets.Dataset], CorpusInfo]:
     default_cols = (0, 1)
-    if spec.kind == "tatoeba":  # train/dev/test.tsv hold Chinese <TAB> English
+    preset = PRESETS.get(spec.kind)
+    if preset is not None and preset.columns:  # a preset's files hold known languages in known columns
         if spec.source_lang is None:
-            spec = replace(spec, source_lang="zh", target_lang="en")
+            spec = replace(spec, source_lang=preset.default_pair[0], target_lang=preset.default_pair[1])
         pair = (spec.source_lang, spec.target_lang)
-        if pair not in (("zh", "en"), ("en", "zh")):
-            raise CorpusError(f"the tatoeba corpus is zh-en or en-zh; got {pair[0]}-{pair[1]}")
-        default_cols = (0, 1) if pair == ("zh", "en") else (1, 0)
+        if not set(pair) <= set(preset.columns) or pair[0] == pair[1]:
+            valid = " or ".join(f"{a}-{b}" for a in preset.columns for b in preset.columns if a != b)
+            raise CorpusError(f"the {spec.kind} corpus is {valid}; got {pair[0]}-{pair[1]}")
+        default_cols = (preset.columns[pair[0]], preset.columns[pair[1]])
     src_col, tgt_col = _int_option(spec, "src_col", default_cols[0]), _int_option(spec, "tgt_col", default_cols[1])
     skip_header = spec.options.get("header", "false").lower() in ("1", "true", "yes")
     needed = max(src_col, tgt_col) + 1
@@ -506,9 +323,6 @@ def _read_tsv(spec: CorpusSpec) -> tuple[dict[str, datasets.Dataset], CorpusInfo
             sources.append(row[src_col])
             targets.append(row[tgt_col])
         out[split] = _pairs_dataset(sources, targets)
-    if spec.kind == "tatoeba":
-        name = f"Tatoeba {spec.source_lang}-{spec.target_lang} (manythings.org)"
-        return out, _info(spec, name, license="CC-BY 2.0 FR", attribution=TATOEBA_ATTRIBUTION)
     return out, _info(spec)
 
 
@@ -618,7 +432,8 @@ def _hf_columns(dataset: datasets.Dataset, spec: CorpusSpec, split_name: str) ->
     )
 
 
-_READERS = {"multi30k": _read_text, "tatoeba": _read_tsv, "text": _read_text, "tsv": _read_tsv, "jsonl": _read_jsonl}
+# One reader per generic format (data/spec.py's FORMAT_OPTIONS); a preset is read by its format's.
+_READERS = {"text": _read_text, "tsv": _read_tsv, "jsonl": _read_jsonl}
 
 
 def _fill_missing_splits(

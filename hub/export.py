@@ -39,6 +39,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..modeling.registry import BY_MODEL_TYPE, ModelFamily
 from .model_card import ModelCardError, render_model_card
 
 
@@ -46,36 +47,8 @@ class ExportError(Exception):
     """An export cannot be written; the message says which file or option and what would be valid."""
 
 
-@dataclass(frozen=True)
-class ModelFamily:
-    """Where a model family's shipped code lives and what ``auto_map`` names."""
-
-    model_type: str
-    config_module: str
-    config_class: str
-    modeling_module: str
-    base_model_class: str
-    lm_class: str
-
-
-FAMILIES = {
-    "rnn_seq2seq": ModelFamily(
-        "rnn_seq2seq",
-        "configuration_rnn_seq2seq",
-        "RNNSeq2SeqConfig",
-        "modeling_rnn_seq2seq",
-        "RNNSeq2SeqModel",
-        "RNNSeq2SeqForConditionalGeneration",
-    ),
-    "transformer_seq2seq": ModelFamily(
-        "transformer_seq2seq",
-        "configuration_transformer_seq2seq",
-        "TransformerSeq2SeqConfig",
-        "modeling_transformer_seq2seq",
-        "TransformerSeq2SeqModel",
-        "TransformerSeq2SeqForConditionalGeneration",
-    ),
-}
+# model_type -> where the family's shipped code lives and what ``auto_map`` names (modeling/registry.py)
+FAMILIES = BY_MODEL_TYPE
 
 PIPELINE_MODULE = "pipeline_translation"
 PIPELINE_CLASS = "Seq2SeqTranslationPipeline"

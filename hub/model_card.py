@@ -17,25 +17,15 @@ from importlib import resources
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from ..training.metrics import format_score
+from ..data.presets import DEFAULT_CARD_LICENSE, preset_of_record
+from ..metrics import format_score
+from ..modeling.registry import BY_MODEL_TYPE
 
 _SLOT = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 _SECTION = re.compile(r"^<!-- section: ([\w-]+) -->\n", re.MULTILINE)
 
-# Hub dataset ids of corpora that exist there with the same splits.
-HUB_DATASETS = {"multi30k": "bentrevett/multi30k"}
-
-# Default card license per training corpus (the data's terms bind the model trained on it).
-CORPUS_LICENSES = {
-    "tatoeba": {"license": "cc-by-2.0"},
-    "multi30k": {
-        "license": "other",
-        "license_name": "multi30k-non-commercial-research",
-        "license_link": "https://github.com/multi30k/dataset#use-of-the-data",
-    },
-    "bible": {"license": "apache-2.0"},
-}
-DEFAULT_LICENSE = "apache-2.0"
+# The corpora's Hub datasets, card licences (the data's terms bind the model trained on it),
+# sections and limitation notes: data/presets.py. The families' card templates: modeling/registry.py.
 
 EXAMPLES = {
     "de": "Ein Mann fährt mit dem Fahrrad durch die Stadt.",
@@ -136,6 +126,12 @@ def _sections(name: str) -> dict[str, str]:
     return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts), 2)}
 
 
+def _section(sections: dict[str, str], name: str, fallback: str) -> str:
+    """Section ``name``, or ``fallback`` (a plain sentence) for a setting that has no section of
+    its own yet: a new option value must not make the export fail."""
+    return sections.get(name, fallback)
+
+
 def fill(template: str, values: dict[str, object], where: str) -> str:
     """Replace every ``{{ name }}`` slot of ``template`` with ``str(values[name])``.
 
@@ -155,19 +151,6 @@ def fill(template: str, values: dict[str, object], where: str) -> str:
 # ---------------------------------------------------------------------------- corpus
 
 
-def corpus_kind(corpus: dict | None) -> str:
-    """``"multi30k"``, ``"tatoeba"``, ``"bible"`` or ``"other"``, from metrics.json's corpus spec and name."""
-    if not corpus:
-        return "other"
-    text = f"{corpus.get('spec', '')} {corpus.get('name', '')}".lower()
-    for kind in ("multi30k", "tatoeba", "bible"):
-        if kind in text:
-            return kind
-    if "manythings" in text or "cmn" in text:
-        return "tatoeba"
-    return "other"
-
-
 def dataset_id_of(corpus: dict | None) -> str | None:
     """The card's dataset identifier: a Hub dataset id when the corpus is on the Hub (``hf:<id>``
     specs, Multi30k), else a slug of the corpus name; never a local path."""
@@ -176,9 +159,9 @@ def dataset_id_of(corpus: dict | None) -> str | None:
     spec = str(corpus.get("spec") or "")
     if spec.startswith("hf:"):
         return spec[3:].split(":")[0]
-    kind = corpus_kind(corpus)
-    if kind in HUB_DATASETS:
-        return HUB_DATASETS[kind]
+    preset = preset_of_record(corpus)
+    if preset is not None and preset.hub_dataset:
+        return preset.hub_dataset
     name = corpus.get("name") or spec.split(":")[0]
     slug = re.sub(r"[^a-z0-9]+", "-", str(name).lower()).strip("-")
     return slug or None
@@ -222,9 +205,9 @@ def build_card_data(
         ModelCardError: a test entry lacks ``bleu`` or ``chrf``.
     """
     corpus = (metrics or {}).get("corpus") or {}
-    kind = corpus_kind(corpus)
+    preset = preset_of_record(corpus)
     dataset_id = dataset_id_of(corpus)
-    license_fields = {"license": license} if license else CORPUS_LICENSES.get(kind, {"license": DEFAULT_LICENSE})
+    license_fields = {"license": license} if license else dict(preset.card_license if preset else DEFAULT_CARD_LICENSE)
 
     eval_results = []
     for test_name, result in ((metrics or {}).get("test") or {}).items():
@@ -269,8 +252,8 @@ def _fmt(value: object) -> str:
     return str(value)
 
 
-def _rnn_architecture(config, num_parameters: int) -> tuple[str, list[str], list[str]]:
-    """Markdown, tags and citation keys of an RNN model, from its config."""
+def _rnn_architecture(config, num_parameters: int, lm_class: str) -> tuple[str, list[str], list[str], str]:
+    """Markdown, tags, citation keys and the limitation line of an RNN model, from its config."""
     sections = _sections("rnn_seq2seq.md")
     cell = config.cell_type.upper()
     directions = "bidirectional" if config.bidirectional else "unidirectional"
@@ -292,7 +275,7 @@ def _rnn_architecture(config, num_parameters: int) -> tuple[str, list[str], list
             attention_setting += ", coverage"
     values = {
         "attention_name": attention_name,
-        "lm_class": "RNNSeq2SeqForConditionalGeneration",
+        "lm_class": lm_class,
         "num_parameters": f"{num_parameters:,}",
         "encoder": f"{config.encoder_layers} × {directions} {cell}, {config.encoder_hidden_size} units per direction",
         "decoder": f"{config.decoder_layers} × {cell}, {config.hidden_size} units",
@@ -317,9 +300,9 @@ def _rnn_architecture(config, num_parameters: int) -> tuple[str, list[str], list
         parts.append(sections["bahdanau"])
         tags.append("bahdanau-attention")
     else:
-        parts += [sections["luong"], sections[f"score-{config.score}"]]
-        if config.window in ("local-m", "local-p"):
-            parts.append(sections[config.window])
+        parts += [sections["luong"], _section(sections, f"score-{config.score}", f"Score function: `{config.score}`.")]
+        if config.window not in (None, "global"):
+            parts.append(_section(sections, config.window, f"Attention window: `{config.window}`."))
         if config.input_feeding:
             parts.append(sections["input-feeding"])
         tags.append("luong-attention")
@@ -332,18 +315,20 @@ def _rnn_architecture(config, num_parameters: int) -> tuple[str, list[str], list
         tags.append("coverage")
         citations += ["tu2016", "see2017"]
     text = fill("\n\n".join(parts), values, "hub_cards/rnn_seq2seq.md")
-    return text, tags, citations
+    limitation = ("- An RNN encoder-decoder degrades on long sentences (Bahdanau et al., 2015, figure 2); "
+                  "attention reduces but does not remove this.")
+    return text, tags, citations, limitation
 
 
-def _transformer_architecture(config, num_parameters: int) -> tuple[str, list[str], list[str]]:
-    """Markdown, tags and citation keys of a Transformer model, from its config."""
+def _transformer_architecture(config, num_parameters: int, lm_class: str) -> tuple[str, list[str], list[str], str]:
+    """Markdown, tags, citation keys and the limitation line of a Transformer model, from its config."""
     sections = _sections("transformer_seq2seq.md")
     embeddings = "shared by encoder and decoder" if config.share_encoder_decoder_embeddings else "separate per side"
     if config.tie_word_embeddings:
         embeddings += ", tied to the output projection"
     activation = {"relu": r"\max(0, x W_1 + b_1)\, W_2 + b_2", "gelu": r"\mathrm{GELU}(x W_1 + b_1)\, W_2 + b_2"}
     values = {
-        "lm_class": "TransformerSeq2SeqForConditionalGeneration",
+        "lm_class": lm_class,
         "num_parameters": f"{num_parameters:,}",
         "encoder_layers": config.encoder_layers,
         "decoder_layers": config.decoder_layers,
@@ -365,7 +350,11 @@ def _transformer_architecture(config, num_parameters: int) -> tuple[str, list[st
         "ffn_equation": activation[config.activation_function],
         "scaled": " √d_model-scaled" if config.scale_embedding else "",
     }
-    parts = [sections["overview"], sections[config.position_embedding_type], sections[config.norm_order]]
+    parts = [
+        sections["overview"],
+        _section(sections, config.position_embedding_type, f"Position embeddings: `{config.position_embedding_type}`."),
+        _section(sections, config.norm_order, f"Layer normalisation order: `{config.norm_order}`."),
+    ]
     citations = ["vaswani2017"]
     if config.norm_type == "scale_norm":
         parts.append(sections["scale_norm"])
@@ -374,21 +363,27 @@ def _transformer_architecture(config, num_parameters: int) -> tuple[str, list[st
         parts.append(sections["fix_norm"])
         citations.append("nguyen2018")
     text = fill("\n\n".join(parts), values, "hub_cards/transformer_seq2seq.md")
-    return text, ["transformer"], citations
+    limitation = (f"- Inputs and outputs are limited to {config.max_position_embeddings} tokens "
+                  "(the model raises an error beyond that).")
+    return text, ["transformer"], citations, limitation
+
+
+# The body builder of each family's card template (modeling/registry.py names the template).
+_ARCHITECTURES = {"rnn_seq2seq.md": _rnn_architecture, "transformer_seq2seq.md": _transformer_architecture}
 
 
 def _training_data(metrics: dict | None) -> tuple[str, list[str]]:
     corpus = (metrics or {}).get("corpus")
     if not corpus:
         return "Not recorded: this export was made without a metrics.json.", []
-    kind = corpus_kind(corpus)
+    preset = preset_of_record(corpus)
     sections = _sections("corpora.md")
     languages = " → ".join(_languages(corpus) or ["?"])
     spec = public_spec(corpus.get("spec"))
     header = f"Language pair: {languages}. Corpus specification: `{spec}`."
     name = corpus.get("name")
     body = fill(
-        sections[kind],
+        sections["other"] if preset is None else _section(sections, preset.card_section, sections["other"]),
         {
             "spec": spec,
             "name_part": f" ({name})" if name else "",
@@ -397,9 +392,9 @@ def _training_data(metrics: dict | None) -> tuple[str, list[str]]:
         "hub_cards/corpora.md",
     )
     lines = [header, body]
-    if corpus.get("attribution") and kind == "other":
+    if corpus.get("attribution") and preset is None:
         lines.append(f"Attribution: {corpus['attribution']}")
-    return "\n\n".join(lines), (["multi30k"] if kind == "multi30k" else [])
+    return "\n\n".join(lines), list(preset.citations if preset else ())
 
 
 def _flatten(mapping: dict, prefix: str = "") -> list[tuple[str, object]]:
@@ -471,34 +466,19 @@ def _evaluation(metrics: dict | None) -> str:
     return table
 
 
-def _limitations(config, metrics: dict | None) -> str:
-    corpus = (metrics or {}).get("corpus")
-    kind = corpus_kind(corpus)
+def _limitations(family_limitation: str, metrics: dict | None) -> str:
+    preset = preset_of_record((metrics or {}).get("corpus"))
     lines = [
         "- The model knows only its training corpus: expect poor output on other domains, styles and "
         "on words its subword vocabulary splits into many pieces.",
         "- It translates one sentence at a time; there is no document context.",
     ]
-    if config.model_type == "rnn_seq2seq":
-        lines.append(
-            "- An RNN encoder-decoder degrades on long sentences (Bahdanau et al., 2015, figure 2); "
-            "attention reduces but does not remove this."
-        )
-    else:
-        lines.append(
-            f"- Inputs and outputs are limited to {config.max_position_embeddings} tokens "
-            "(the model raises an error beyond that)."
-        )
+    lines.append(family_limitation)
     lines.append(
         "- Attention weights are an alignment aid, not a faithful explanation of the model's decisions."
     )
-    notes = {
-        "multi30k": "- Multi30k is short image descriptions; its terms restrict use to non-commercial research.",
-        "tatoeba": "- Tatoeba sentences are short and conversational; the data contains some errors.",
-        "bible": "- Bible translations use archaic, religious language unlike everyday text.",
-    }
-    if kind in notes:
-        lines.append(notes[kind])
+    if preset is not None and preset.limitation:
+        lines.append(preset.limitation)
     return "\n".join(lines)
 
 
@@ -544,14 +524,13 @@ def render_model_card(
         ModelCardError: unknown model type, a template slot without a value, a test result without
             BLEU or chrF.
     """
-    if config.model_type == "rnn_seq2seq":
-        architecture, family_tags, citation_keys = _rnn_architecture(config, num_parameters)
-    elif config.model_type == "transformer_seq2seq":
-        architecture, family_tags, citation_keys = _transformer_architecture(config, num_parameters)
-    else:
-        raise ModelCardError(
-            f"no card template for model_type {config.model_type!r}; expected 'rnn_seq2seq' or 'transformer_seq2seq'"
-        )
+    family = BY_MODEL_TYPE.get(config.model_type)
+    if family is None or family.card_template not in _ARCHITECTURES:
+        expected = " or ".join(repr(t) for t, f in BY_MODEL_TYPE.items() if f.card_template in _ARCHITECTURES)
+        raise ModelCardError(f"no card template for model_type {config.model_type!r}; expected {expected}")
+    architecture, family_tags, citation_keys, family_limitation = _ARCHITECTURES[family.card_template](
+        config, num_parameters, family.lm_class
+    )
     model_name = repo_id.split("/")[-1]
     card_data = build_card_data(metrics, model_name, family_tags, base_model=base_model, license=license)
     training_data, data_citations = _training_data(metrics)
@@ -581,7 +560,7 @@ def render_model_card(
             "evaluation": _evaluation(metrics),
             "attention_figure": figure,
             "usage": _usage(config, generation_config, metrics, repo_id),
-            "limitations": _limitations(config, metrics),
+            "limitations": _limitations(family_limitation, metrics),
             "citations": f"```bibtex\n{citations}\n```",
         },
         "hub_cards/model_card.md",

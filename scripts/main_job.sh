@@ -9,4 +9,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh .venv
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-exec .venv/bin/python -m attention_seq2seq.training.main_job --overwrite "$@"
+exec .venv/bin/python -m attention_seq2seq.main_job --overwrite "$@"

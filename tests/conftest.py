@@ -71,6 +71,35 @@ def pairs_languages() -> tuple[str, str]:
     return _pairs_source()[1:3]
 
 
+# The smallest model of each family the tests build; every builder states what it needs on top.
+TINY_SIZES = {
+    "rnn_seq2seq": dict(embedding_size=8, hidden_size=8),
+    "transformer_seq2seq": dict(d_model=8, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+                                decoder_attention_heads=2, encoder_ffn_dim=16, decoder_ffn_dim=16),
+}
+
+
+def tiny_model_config(family: str, vocab_size: int, **overrides):
+    """A tiny config of ``family`` (``"rnn_seq2seq"`` or ``"transformer_seq2seq"``, as in the
+    model registry): :data:`TINY_SIZES` with ``vocab_size`` and ``overrides`` on top."""
+    from attention_seq2seq.modeling.registry import BY_MODEL_TYPE
+
+    return BY_MODEL_TYPE[family].config_cls()(**{**TINY_SIZES[family], "vocab_size": vocab_size, **overrides})
+
+
+def tiny_model(family: str, vocab_size: int, seed: int | None = None, **overrides):
+    """A ``...ForConditionalGeneration`` of :func:`tiny_model_config` (initialised after
+    ``torch.manual_seed(seed)`` when ``seed`` is given)."""
+    import torch
+
+    from attention_seq2seq.modeling.registry import BY_MODEL_TYPE
+
+    config = tiny_model_config(family, vocab_size, **overrides)
+    if seed is not None:
+        torch.manual_seed(seed)
+    return BY_MODEL_TYPE[family].lm_cls()(config)
+
+
 def run_process_tree(command: list[str], timeout: float, **popen_kwargs) -> subprocess.CompletedProcess:
     """``subprocess.run(command, capture_output=True, text=True)`` for launchers of several ranks
     (``accelerate launch``, ``torchrun``): on a timeout or Ctrl-C it kills the whole process

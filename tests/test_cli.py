@@ -21,7 +21,7 @@ from conftest import pairs_corpus_spec, pairs_languages, read_pairs
 from test_cli_helpers import CHECKPOINT_STEPS, FAMILIES, build_tiny_run
 
 from attention_seq2seq.cli import build_parser, main
-from attention_seq2seq.training.metrics import corpus_scores
+from attention_seq2seq.metrics import corpus_scores
 
 SENTENCES = ["Ein Hund läuft durch den Schnee.", "Zwei Männer spielen Fußball.", "Eine Frau."]
 COMMANDS = ["train", "finetune", "translate", "evaluate", "plot-attention", "demo", "average-checkpoints", "export", "push"]
@@ -645,3 +645,17 @@ def test_commands_on_a_run_of_the_training_script(tmp_path, capsys):
     from huggingface_hub import ModelCard
 
     assert ModelCard.load(export / "README.md").data.base_model == "someone/base"
+
+
+def test_every_command_takes_both_spellings_of_an_option():
+    from attention_seq2seq.cli import dashed
+
+    words = ["translate", "-m", "run_1", "--num_beams", "3", "--max_new_tokens=7", "--batch-size", "4", "a_b --x"]
+    assert dashed(words) == ["translate", "-m", "run_1", "--num-beams", "3", "--max-new-tokens=7", "--batch-size", "4",
+                             "a_b --x"]
+    args, unknown = build_parser().parse_known_args(dashed(words))
+    assert (args.num_beams, args.max_new_tokens, args.batch_size, args.model, unknown) == (3, 7, 4, "run_1", [])
+    args, _ = build_parser().parse_known_args(dashed(["evaluate", "-m", "m", "--target_lang", "zh", "--no_progress"]))
+    assert (args.target_lang, args.no_progress) == ("zh", True)
+    args, _ = build_parser().parse_known_args(dashed(["evaluate", "-m", "m", "--max_test_samples", "9"]))
+    assert args.limit == 9  # the trainers' name of the same limit

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from conftest import pairs_languages, read_pairs
+from conftest import pairs_languages, read_pairs, tiny_model_config
 
 FAMILIES = ("rnn_seq2seq", "transformer_seq2seq")
 NUM_PAIRS = 300
@@ -41,19 +41,10 @@ def tiny_tokenizer(root: Path):
 
 def tiny_config(family: str, vocab_size: int):
     if family == "rnn_seq2seq":
-        from attention_seq2seq import RNNSeq2SeqConfig
-
-        return RNNSeq2SeqConfig(
-            vocab_size=vocab_size, embedding_size=32, hidden_size=32, cell_type="gru",
-            attention="bahdanau", dropout=0.0,
-        )
-    from attention_seq2seq import TransformerSeq2SeqConfig
-
-    return TransformerSeq2SeqConfig(
-        vocab_size=vocab_size, d_model=32, encoder_layers=1, decoder_layers=1,
-        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64,
-        dropout=0.0, max_position_embeddings=128,
-    )
+        return tiny_model_config(family, vocab_size, embedding_size=32, hidden_size=32, cell_type="gru",
+                                 attention="bahdanau", dropout=0.0)
+    return tiny_model_config(family, vocab_size, d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64, dropout=0.0,
+                             max_position_embeddings=128)
 
 
 def _batches(tokenizer, pairs, batch_size: int):

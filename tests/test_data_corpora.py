@@ -544,3 +544,34 @@ def test_unknown_sword_module_lists_installed_ones():
         load_corpus("bible:tgt=nosuchbible")
     with pytest.raises(CorpusError, match=r"no default Bible module for language 'fr'; languages: \['en', 'es'\]"):
         load_corpus("bible:fr-en")
+
+
+def test_a_new_named_corpus_is_one_preset_entry_read_by_the_loader_and_the_card(tmp_path, monkeypatch):
+    # A Europarl-like folder of line-aligned files: one CorpusPreset makes "europarl:<dir>" a kind
+    # with its default languages, name, licence and attribution, and the model card's terms.
+    from transformers import GenerationConfig
+
+    from attention_seq2seq import RNNSeq2SeqConfig
+    from attention_seq2seq.data.presets import PRESETS, CorpusPreset
+    from attention_seq2seq.hub.model_card import render_model_card
+
+    monkeypatch.setitem(PRESETS, "europarl", CorpusPreset(
+        kind="europarl", format="text", default_pair=("fr", "en"), name="Europarl {src}-{tgt}",
+        license="public (EU reuse notice)", attribution="Koehn (2005)", card_section="europarl",
+        card_license={"license": "cc-by-4.0"}, limitation="- Parliament proceedings only.",
+    ))
+    for split in ("train", "dev", "test"):
+        write_lines(tmp_path / f"{split}.fr", [f"phrase {i}" for i in range(5)])
+        write_lines(tmp_path / f"{split}.en", [f"sentence {i}" for i in range(5)])
+    corpus, info = load_corpus(f"europarl:{tmp_path}", return_info=True)
+    assert len(corpus["train"]) == 5 and corpus["validation"][0] == {"source": "phrase 0", "target": "sentence 0"}
+    assert (info.name, info.source_lang, info.target_lang, info.license, info.attribution, info.preset) == (
+        "Europarl fr-en", "fr", "en", "public (EU reuse notice)", "Koehn (2005)", "europarl")
+    with pytest.raises(CorpusError, match="valid options: train, validation, test, holdout, seed, name"):
+        load_corpus(f"europarl:{tmp_path}:fr-en:src_col=1")
+    metrics = {"corpus": {k: v for k, v in info.to_dict().items() if k not in ("counts", "extra")}}
+    card = render_model_card(RNNSeq2SeqConfig(vocab_size=40, embedding_size=8, hidden_size=8),
+                             GenerationConfig(num_beams=2), metrics, None, "someone/model")
+    # no corpora.md section of its own yet: the generic one, with the preset's terms and limitation
+    assert "license: cc-by-4.0" in card and "Parliament proceedings only." in card
+    assert "Its license, as recorded at training time: public (EU reuse notice)." in card

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import sacrebleu
 
-from conftest import REPO_ROOT, read_pairs, run_process_tree
+from conftest import REPO_ROOT, read_pairs, run_process_tree, tiny_model
 from test_cli_helpers import FAMILIES, build_tiny_run, tiny_tokenizer, write_jsonl
 
 from attention_seq2seq.cli import main
@@ -404,27 +404,11 @@ def test_torchrun_two_cpu_processes_form_one_group(runs_root, finetune_data, tmp
 
 
 def _tiny_float64_model(family: str):
-    import torch
-
-    from attention_seq2seq import (
-        RNNSeq2SeqConfig,
-        RNNSeq2SeqForConditionalGeneration,
-        TransformerSeq2SeqConfig,
-        TransformerSeq2SeqForConditionalGeneration,
-    )
-
-    torch.manual_seed(0)
     if family == "transformer_seq2seq":
-        config = TransformerSeq2SeqConfig(
-            vocab_size=29, d_model=8, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-            decoder_attention_heads=2, encoder_ffn_dim=16, decoder_ffn_dim=16, dropout=0.0,
-            max_position_embeddings=32, label_smoothing=0.1,
-        )
-        model = TransformerSeq2SeqForConditionalGeneration(config)
+        model = tiny_model(family, 29, seed=0, dropout=0.0, max_position_embeddings=32, label_smoothing=0.1)
     else:  # coverage: its loss term is normalised by the target tokens as well
-        config = RNNSeq2SeqConfig(vocab_size=29, embedding_size=6, hidden_size=8, dropout=0.0, attention="bahdanau",
-                                  coverage=True, label_smoothing=0.1)
-        model = RNNSeq2SeqForConditionalGeneration(config)
+        model = tiny_model(family, 29, seed=0, embedding_size=6, dropout=0.0, attention="bahdanau", coverage=True,
+                           label_smoothing=0.1)
     return model.double()
 
 
@@ -537,3 +521,17 @@ def test_ddp_over_two_cpu_processes_equals_the_full_batch(family, tmp_path):
     for name, gradient in full.items():
         difference = (ddp[name] - gradient).abs().max().item()
         assert difference < 1e-6, f"{name}: DDP and full-batch gradients differ by {difference:.3g}"
+
+
+def test_finetune_options_take_the_training_commands_spelling_too(capsys):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    ft.add_config_arguments(parser)
+    dashed = parser.parse_args(["--max-steps", "5", "--output-dir", "o", "--max-train-samples", "7", "--fp16"])
+    underscored = parser.parse_args(["--max_steps", "5", "--output_dir", "o", "--max_train_samples", "7", "--fp16"])
+    assert vars(dashed) == vars(underscored)
+    assert (underscored.max_steps, underscored.output_dir, underscored.max_train_samples) == (5, "o", 7)
+    parser.print_help()
+    documented = capsys.readouterr().out
+    assert "--max-steps" in documented and "--max_steps" not in documented  # one spelling documented

@@ -14,7 +14,7 @@ import numpy as np
 from conftest import tatoeba_dir
 
 from attention_seq2seq.fonts import FONT_FALLBACK, css_font_family, installed_fallback_fonts
-from attention_seq2seq.training.plotting import plot_cross_attentions
+from attention_seq2seq.plotting import plot_cross_attentions
 
 
 def _zh_en_pair() -> tuple[list[str], list[str]]:
@@ -44,6 +44,6 @@ def test_plots_and_the_explorer_use_the_one_list():
     import matplotlib
 
     installed = installed_fallback_fonts()
-    assert list(matplotlib.rcParams["font.family"]) == installed  # set when training/plotting.py loads
+    assert list(matplotlib.rcParams["font.family"]) == installed  # set when attention_seq2seq/plotting.py loads
     assert installed[0] == "DejaVu Sans"  # Latin labels look as before
     assert css_font_family().startswith('"DejaVu Sans", "Noto Sans CJK JP"')

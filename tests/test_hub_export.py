@@ -33,7 +33,7 @@ from attention_seq2seq.hub.export import (
     strip_png_metadata,
 )
 from attention_seq2seq.modeling.pipeline_translation import Seq2SeqTranslationPipeline
-from conftest import read_pairs
+from conftest import read_pairs, tiny_model
 
 FAMILIES = ("rnn_seq2seq", "transformer_seq2seq")
 SOURCES = [
@@ -77,35 +77,12 @@ def tokenizer():
 
 
 def _tiny_model(family: str, vocab_size: int):
-    import attention_seq2seq as pkg
-
     if family == "rnn_seq2seq":
-        config = pkg.RNNSeq2SeqConfig(
-            vocab_size=vocab_size,
-            embedding_size=16,
-            hidden_size=16,
-            attention="luong",
-            score="general",
-            window="local-p",
-            window_size=3,
-            dropout=0.0,
-            init_range=0.5,  # large enough weights for sentence-dependent output from a tiny model
-        )
-        return pkg.RNNSeq2SeqForConditionalGeneration(config)
-    config = pkg.TransformerSeq2SeqConfig(
-        vocab_size=vocab_size,
-        d_model=16,
-        encoder_layers=1,
-        decoder_layers=2,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=32,
-        decoder_ffn_dim=32,
-        dropout=0.0,
-        max_position_embeddings=128,
-        init_std=0.5,  # large enough weights for sentence-dependent output from a tiny random model
-    )
-    return pkg.TransformerSeq2SeqForConditionalGeneration(config)
+        # init_range: large enough weights for sentence-dependent output from a tiny model
+        return tiny_model(family, vocab_size, embedding_size=16, hidden_size=16, attention="luong", score="general",
+                          window="local-p", window_size=3, dropout=0.0, init_range=0.5)
+    return tiny_model(family, vocab_size, d_model=16, decoder_layers=2, encoder_ffn_dim=32, decoder_ffn_dim=32, dropout=0.0,
+                      max_position_embeddings=128, init_std=0.5)  # init_std: as init_range above
 
 
 def _png(width: int = 4, height: int = 3, text: dict[str, str] | None = None) -> bytes:
@@ -574,16 +551,8 @@ print(json.dumps({"module": type(model).__module__, "logits": logits.tolist()}))
 
 
 def _tiny_registered_model(family: str):
-    config_cls, model_cls = {
-        "rnn_seq2seq": (attention_seq2seq.RNNSeq2SeqConfig, attention_seq2seq.RNNSeq2SeqForConditionalGeneration),
-        "transformer_seq2seq": (attention_seq2seq.TransformerSeq2SeqConfig,
-                                attention_seq2seq.TransformerSeq2SeqForConditionalGeneration),
-    }[family]
-    sizes = (dict(vocab_size=23, hidden_size=8, embedding_size=6) if family == "rnn_seq2seq" else
-             dict(vocab_size=23, d_model=8, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-                  decoder_attention_heads=2, encoder_ffn_dim=16, decoder_ffn_dim=16))
-    torch.manual_seed(0)
-    return model_cls(config_cls(**sizes)).eval()
+    sizes = dict(embedding_size=6) if family == "rnn_seq2seq" else {}
+    return tiny_model(family, 23, seed=0, **sizes).eval()
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -223,3 +223,32 @@ def test_bad_input_fails_with_a_clear_error():
     del metrics["test"]["val"]["chrf"]
     with pytest.raises(ModelCardError, match="test set 'val' has no 'chrf' score"):
         _render(RNNSeq2SeqConfig(**RNN), metrics)
+
+
+def test_the_recorded_preset_decides_the_corpus_terms_not_words_in_the_spec():
+    # metrics.json written since corpus.preset exists: the card reads the preset and guesses nothing
+    tatoeba = _metrics(spec="tatoeba:/data/pairs:zh-en", name="My pairs", src="zh", tgt="en", license="CC-BY 2.0 FR")
+    tatoeba["corpus"]["preset"] = "tatoeba"
+    card = ModelCard(_render(RNNSeq2SeqConfig(**RNN), tatoeba))
+    assert card.data.license == "cc-by-2.0" and "Attribution: www.manythings.org/anki and tatoeba.org" in card.text
+    # a corpus read as plain tsv is no preset, whatever its file is called
+    plain = _metrics(spec="tsv:/data/cmn-eng/train.tsv", name="cmn pairs", src="zh", tgt="en", license="CC0")
+    plain["corpus"]["preset"] = None
+    card = ModelCard(_render(RNNSeq2SeqConfig(**RNN), plain))
+    assert card.data.license == "apache-2.0" and "`tsv:train.tsv` (cmn pairs)" in card.text
+    assert "manythings" not in card.text
+
+
+def test_a_setting_without_its_own_card_section_still_renders(monkeypatch):
+    # e.g. a new Luong score added to the config before hub_cards/rnn_seq2seq.md has a section for it
+    from attention_seq2seq.hub import model_card
+
+    real_sections = model_card._sections
+
+    def without_score_sections(name):
+        return {k: v for k, v in real_sections(name).items() if not k.startswith("score-")}
+
+    monkeypatch.setattr(model_card, "_sections", without_score_sections)
+    config = RNNSeq2SeqConfig(**{**RNN, "attention": "luong", "score": "general"})
+    text = ModelCard(_render(config, _metrics())).text
+    assert "Score function: `general`." in text

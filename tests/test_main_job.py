@@ -31,7 +31,7 @@ def test_main_job_quick_runs_end_to_end_and_repeats_itself_bit_for_bit(tmp_path)
 
     def job(out):
         done = subprocess.run(
-            [sys.executable, "-m", "attention_seq2seq.training.main_job", "--quick", "--output-dir", str(out)],
+            [sys.executable, "-m", "attention_seq2seq.main_job", "--quick", "--output-dir", str(out)],
             env=env, capture_output=True, text=True, timeout=1800,
         )
         assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
@@ -78,7 +78,7 @@ def test_main_job_quick_runs_end_to_end_and_repeats_itself_bit_for_bit(tmp_path)
 def test_progress_relay_shows_each_redraw_and_logs_the_last(tmp_path, capsys):
     # A training bar redraws with carriage returns; a terminal-less run (CI, a log) must still see
     # it move, and the log file keeps only the bar's last state.
-    from attention_seq2seq.training.main_job import _run
+    from attention_seq2seq.main_job import _run
 
     child = ("import sys\nfor i in range(3):\n    sys.stderr.write(f'\\rtrain {i}/2'); sys.stderr.flush()\n"
              "sys.stderr.write('\\n'); print('validation @ 2'); print('last line without newline', end='')")
@@ -90,7 +90,7 @@ def test_progress_relay_shows_each_redraw_and_logs_the_last(tmp_path, capsys):
 
 def test_the_recipes_fix_the_work_and_minutes_is_an_explicit_wall_clock_opt_in():
     from attention_seq2seq.training.config import parse_command_line
-    from attention_seq2seq.training.main_job import MODELS, train_arguments
+    from attention_seq2seq.main_job import MODELS, train_arguments
     from attention_seq2seq.training.train import TrainConfig
 
     for name, recipe in MODELS:

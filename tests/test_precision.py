@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
+import conftest
 import pytest
 import torch
 
-from attention_seq2seq import TransformerSeq2SeqConfig, TransformerSeq2SeqForConditionalGeneration
 from attention_seq2seq.training import precision
 from attention_seq2seq.training.precision import BF16_MIN_SPEEDUP, resolve_mixed_precision, synthetic_batch
 from attention_seq2seq.training.train import CHOICES, TrainConfig, validate_config
@@ -26,7 +26,7 @@ def cache_dir(tmp_path, monkeypatch):
 
 
 def tiny_model():
-    return TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqConfig(vocab_size=40, **TINY))
+    return conftest.tiny_model("transformer_seq2seq", 40, **TINY)
 
 
 def fake_timer(float32_s, bf16_s, calls):

@@ -11,9 +11,9 @@ import torch
 from safetensors.torch import save_file
 
 from attention_seq2seq.training.averaging import average_checkpoints, average_state_dicts, load_averaged_weights
-from attention_seq2seq.training.metrics import corpus_scores
-from attention_seq2seq.training.plotting import plot_cross_attentions
-from attention_seq2seq.training.schedules import PlateauDecay, TimeBudget, build_scheduler
+from attention_seq2seq.metrics import corpus_scores
+from attention_seq2seq.plotting import plot_cross_attentions
+from attention_seq2seq.training.schedules import LearningRateSchedule, PlateauDecay, TimeBudget, build_scheduler
 
 
 # ----------------------------------------------------------------------------------- schedules
@@ -125,6 +125,61 @@ def test_unknown_schedule_names_the_valid_ones():
         build_scheduler(opt, "cosine", warmup_steps=0)
     with pytest.raises(ValueError, match="max_steps"):
         build_scheduler(opt, "linear", warmup_steps=0, total_steps=None)
+
+
+def _schedule(name, peak=1.0, **kwargs):
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=peak)
+    return opt, LearningRateSchedule(opt, name, **kwargs)
+
+
+def test_the_schedule_object_reads_only_the_events_its_kind_uses():
+    # plateau: validations decay the rate; the clock is ignored
+    opt, plateau = _schedule("plateau", warmup_steps=0, plateau_factor=0.5, plateau_patience=1)
+    for score in (10.0, 9.0):  # the second does not improve: halve
+        plateau.observe_validation(score)
+        plateau.observe_time(1e9, 100)
+        opt.step()
+        plateau.step()
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.5) and plateau.time_budget is None and not plateau.reads_clock
+    # linear_time: the clock anneals the rate; validations are ignored
+    opt, timed = _schedule("linear_time", warmup_steps=1, time_budget_s=100.0)
+    assert timed.reads_clock
+    timed.observe_validation(1.0)
+    timed.observe_validation(0.0)
+    assert timed.plateau.multiplier == 1.0
+    timed.observe_time(0.0, 1)  # decay starts after the warm-up update
+    timed.observe_time(75.0, 1)
+    opt.step()
+    timed.step()
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.25)
+    # others: neither
+    opt, constant = _schedule("constant", warmup_steps=0)
+    constant.observe_validation(1.0)
+    constant.observe_validation(0.0)
+    constant.observe_time(1e9, 5)
+    opt.step()
+    constant.step()
+    assert opt.param_groups[0]["lr"] == 1.0
+
+
+def test_the_schedule_object_checkpoints_its_whole_state():
+    opt, timed = _schedule("linear_time", warmup_steps=0, time_budget_s=100.0)
+    timed.observe_time(40.0, 3)
+    for _ in range(3):
+        opt.step()
+        timed.step()
+    saved = timed.state_dict()
+    assert set(saved) == {"lr_scheduler", "plateau", "time_budget"}
+    _, restored = _schedule("linear_time", warmup_steps=0, time_budget_s=100.0)
+    assert restored.load_state_dict(saved) is True
+    assert restored.state_dict() == saved
+    # a run switched to linear_time on resume: no clock in the checkpoint, the decay starts anew
+    _, switched = _schedule("linear_time", warmup_steps=0, time_budget_s=100.0)
+    assert switched.load_state_dict({k: v for k, v in saved.items() if k != "time_budget"}) is False
+    assert switched.time_budget.decay_start_s is None
+    # and a checkpoint with a clock resumed under another schedule ignores it
+    _, plain = _schedule("inverse_sqrt", warmup_steps=4)
+    assert plain.load_state_dict(saved) is True and "time_budget" not in plain.state_dict()
 
 
 # ------------------------------------------------------------------------------------- metrics

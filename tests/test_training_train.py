@@ -27,7 +27,10 @@ from transformers import PreTrainedTokenizerFast
 
 from conftest import pairs_corpus_spec, pairs_languages, run_process_tree
 
+from attention_seq2seq.training import build as build_module
+from attention_seq2seq.training import objectives
 from attention_seq2seq.training import train as train_module
+from attention_seq2seq.training.checkpoints import STATE_FILE
 from attention_seq2seq.training.config import RecipeError, config_from_dict, load_recipe, parse_command_line
 from attention_seq2seq.training.train import Collate, TrainConfig, optimizer_param_groups, optimizer_update, train, validate_config
 
@@ -59,7 +62,7 @@ def tiny_config(corpus: str, output_dir: Path, **overrides) -> TrainConfig:
         model_family="transformer",
         model_config={**TINY_TRANSFORMER, "dropout": 0.1},
         corpus=corpus,
-        max_train_examples=300,
+        max_train_samples=300,
         vocab_size=500,
         max_source_length=48,
         max_target_length=48,
@@ -69,10 +72,10 @@ def tiny_config(corpus: str, output_dir: Path, **overrides) -> TrainConfig:
         max_steps=6,
         eval_every=3,
         save_every=2,
-        eval_max_examples=8,
+        max_eval_samples=8,
         eval_num_beams=2,
         eval_batch_size=8,
-        test_max_examples=8,
+        max_test_samples=8,
         test_num_beams=2,
         num_plot_sentences=1,
         log_every=1,
@@ -123,7 +126,7 @@ def test_command_line_overrides_recipe_and_merges_model_config(tmp_path):
     ])
     assert config.learning_rate == 5e-4 and config.max_steps == 100 and config.resume is True
     assert config.model_config == {"d_model": 128, "encoder_layers": 3}  # one key changed, the other kept
-    assert config.eval_max_examples is None
+    assert config.max_eval_samples is None
 
 
 def test_wrong_types_and_inconsistent_limits_are_rejected():
@@ -199,7 +202,7 @@ def test_shipped_recipes_are_valid_and_build_their_model_config(recipe):
 def test_recipe_round_trips_through_recipe_yaml(tmp_path):
     from attention_seq2seq.training.config import dump_recipe
 
-    config = TrainConfig(max_steps=5, model_config={"d_model": 64}, eval_max_examples=None)
+    config = TrainConfig(max_steps=5, model_config={"d_model": 64}, max_eval_samples=None)
     dump_recipe(config, tmp_path / "recipe.yaml")
     assert config_from_dict(TrainConfig, load_recipe(tmp_path / "recipe.yaml")) == config
 
@@ -295,9 +298,9 @@ def test_the_trainer_builds_its_adamw_from_the_decay_groups(pairs_corpus, tmp_pa
         seen.append((weight_decay, groups))
         return groups
 
-    monkeypatch.setattr(train_module, "optimizer_param_groups", spy)
+    monkeypatch.setattr(build_module, "optimizer_param_groups", spy)
     train(tiny_config(pairs_corpus, tmp_path / "run", weight_decay=0.3, max_steps=1, eval_every=100, save_every=100,
-                      num_plot_sentences=0, test_max_examples=2))
+                      num_plot_sentences=0, max_test_samples=2))
     assert [(wd, [g["weight_decay"] for g in groups]) for wd, groups in seen] == [(0.3, [0.3, 0.0])]
 
 
@@ -466,7 +469,7 @@ def test_training_feeds_the_model_word_dropped_sources(pairs_corpus, tmp_path, m
 
     monkeypatch.setattr(train_module, "optimizer_update", spy)
     run = train(tiny_config(pairs_corpus, tmp_path / "run", source_word_dropout=p, max_steps=4, eval_every=100, save_every=100,
-                            num_plot_sentences=0, test_max_examples=2))
+                            num_plot_sentences=0, max_test_samples=2))
     tokenizer = PreTrainedTokenizerFast.from_pretrained(str(run / "model"))
     unk, eos = tokenizer.unk_token_id, tokenizer.eos_token_id
     real = torch.cat([mb["input_ids"][mb["attention_mask"] == 1] for mb in seen])
@@ -540,7 +543,7 @@ def test_average_last_k_builds_the_mean_of_the_kept_checkpoints(pairs_corpus, tm
 def test_resume_after_a_crash_ends_with_the_weights_of_an_uninterrupted_run(pairs_corpus, tmp_path):
     # 120 pairs and 2 accumulated micro-batches per update: the 6 updates cross epoch
     # boundaries, the crash falls mid-epoch, and dropout makes the RNG state matter.
-    common = dict(max_train_examples=120, gradient_accumulation_steps=2, num_plot_sentences=0)
+    common = dict(max_train_samples=120, gradient_accumulation_steps=2, num_plot_sentences=0)
     full = train(tiny_config(pairs_corpus, tmp_path / "full", **common))
     # Same tokenizer: subword training itself is not bitwise reproducible between two runs.
     common["tokenizer_path"] = str(full / "model")
@@ -555,6 +558,55 @@ def test_resume_after_a_crash_ends_with_the_weights_of_an_uninterrupted_run(pair
     m_full, m_resumed = (json.loads((r / "metrics.json").read_text()) for r in (full, resumed))
     assert m_full["validation"] == m_resumed["validation"]
     assert m_full["train"]["epochs"] == m_resumed["train"]["epochs"] > 1.0
+
+
+def _to_legacy_layout(checkpoint: Path) -> None:
+    """Rewrite a checkpoint as the trainer wrote it before training_state.pt: the loop's state in
+    accelerate's custom_checkpoint_<i>.pkl files, numbered by registration order (scheduler,
+    plateau, trainer state, then the linear_time clock)."""
+    saved = torch.load(checkpoint / STATE_FILE)
+    legacy = [saved["schedule"]["lr_scheduler"], saved["schedule"]["plateau"], saved["trainer"]]
+    if "time_budget" in saved["schedule"]:
+        legacy.append(saved["schedule"]["time_budget"])
+    for index, state in enumerate(legacy):
+        torch.save(state, checkpoint / f"custom_checkpoint_{index}.pkl")
+    (checkpoint / STATE_FILE).unlink()
+
+
+def test_a_checkpoint_written_before_training_state_pt_still_resumes_exactly(pairs_corpus, tmp_path):
+    # The plateau schedule (patience 1, factor 0.5) makes the restored plateau state matter.
+    common = dict(max_train_samples=120, gradient_accumulation_steps=2, num_plot_sentences=0, schedule="plateau",
+                  plateau_patience=1, warmup_steps=0)
+    full = train(tiny_config(pairs_corpus, tmp_path / "full", **common))
+    common["tokenizer_path"] = str(full / "model")
+    crashing = tiny_config(pairs_corpus, tmp_path / "crashed", debug_crash_at_step=4, **common)
+    with pytest.raises(RuntimeError, match="simulated crash after update 4"):
+        train(crashing)
+    _to_legacy_layout(tmp_path / "crashed" / "checkpoints" / "step_4")
+    resumed = train(dataclasses.replace(crashing, debug_crash_at_step=None, resume=True))
+    assert_same_weights(weights_of(full / "checkpoints" / "step_6"), weights_of(resumed / "checkpoints" / "step_6"), atol=0)
+    m_full, m_resumed = (json.loads((r / "metrics.json").read_text()) for r in (full, resumed))
+    assert m_full["validation"] == m_resumed["validation"]
+    s_full, s_resumed = (torch.load(r / "checkpoints" / "step_6" / STATE_FILE) for r in (full, resumed))
+    assert s_full["schedule"] == s_resumed["schedule"]  # lr multiplier and plateau state carried over
+    clock = ("wall_time_s", "train_time_s", "train_loss")  # wall-clock times, and the loss logs of the lost updates
+    assert {k: v for k, v in s_full["trainer"].items() if k not in clock} == {k: v for k, v in s_resumed["trainer"].items() if k not in clock}
+
+
+def test_legacy_custom_checkpoint_files_map_to_the_objects_registered_in_that_order(tmp_path):
+    from attention_seq2seq.training.checkpoints import read_training_state
+
+    states = [{"last_epoch": 7}, {"multiplier": 0.25, "best": 3.0, "bad_validations": 1}, {"step": 7}, {"budget_s": 60.0}]
+    for index, state in enumerate(states):
+        torch.save(state, tmp_path / f"custom_checkpoint_{index}.pkl")
+    assert read_training_state(tmp_path) == {
+        "trainer": {"step": 7},
+        "schedule": {"lr_scheduler": {"last_epoch": 7}, "plateau": states[1], "time_budget": {"budget_s": 60.0}},
+    }
+    (tmp_path / "custom_checkpoint_3.pkl").unlink()  # a run without linear_time saved no clock
+    assert "time_budget" not in read_training_state(tmp_path)["schedule"]
+    with pytest.raises(FileNotFoundError, match="not a training checkpoint"):
+        read_training_state(tmp_path / "nothing")
 
 
 def test_an_interrupted_checkpoint_save_keeps_the_previous_one(pairs_corpus, tmp_path, monkeypatch):
@@ -580,7 +632,7 @@ def test_an_interrupted_checkpoint_save_keeps_the_previous_one(pairs_corpus, tmp
 
 
 def test_non_finite_loss_stops_naming_the_update_and_keeps_the_last_good_checkpoint(pairs_corpus, tmp_path, monkeypatch):
-    real_loss = train_module.token_loss_sum
+    real_loss = objectives.token_loss_sum
     training_calls = []
 
     def loss_that_explodes(logits, labels, label_smoothing):
@@ -591,7 +643,7 @@ def test_non_finite_loss_stops_naming_the_update_and_keeps_the_last_good_checkpo
                 return loss * float("nan")
         return loss
 
-    monkeypatch.setattr(train_module, "token_loss_sum", loss_that_explodes)
+    monkeypatch.setattr(objectives, "token_loss_sum", loss_that_explodes)
     config = tiny_config(pairs_corpus, tmp_path / "run", log_every=10, save_every=2, eval_every=100, num_plot_sentences=0)
     with pytest.raises(FloatingPointError, match="not finite at update 3"):
         train(config)
@@ -630,8 +682,8 @@ def test_two_cpu_ranks_equal_one_process_accumulating_their_batches(pairs_corpus
     # No dropout: each rank draws its own masks, which one process cannot reproduce. The schedule
     # follows the wall clock (linear_time, a 10-hour budget: the rate falls by ~1e-4 of itself in
     # this run): the ranks agree on the slowest clock, so their weights stay bit-identical.
-    overrides = dict(model_config={**TINY_TRANSFORMER, "dropout": 0.0}, max_train_examples=200, max_steps=4,
-                     eval_every=4, save_every=4, num_plot_sentences=0, debug_dump_batches=True, test_max_examples=4,
+    overrides = dict(model_config={**TINY_TRANSFORMER, "dropout": 0.0}, max_train_samples=200, max_steps=4,
+                     eval_every=4, save_every=4, num_plot_sentences=0, debug_dump_batches=True, max_test_samples=4,
                      schedule="linear_time", max_time_minutes=600)
     ddp = tiny_config(pairs_corpus, tmp_path / "ddp", **overrides)
     _launch_two_cpu_ranks(ddp, tmp_path / "ddp.yaml")
@@ -674,9 +726,9 @@ def test_short_real_data_run_learns_to_translate(family, shared_data, tmp_path):
     model_config, optimisation = REAL_DATA_RUNS[family]
     config = tiny_config(
         f"multi30k:{shared_data / 'multi30k'}:de-en", tmp_path / family, model_family=family, model_config=model_config, **optimisation,
-        max_train_examples=3000, vocab_size=1000, max_source_length=40, max_target_length=40, max_tokens=1500,
+        max_train_samples=3000, vocab_size=1000, max_source_length=40, max_target_length=40, max_tokens=1500,
         warmup_steps=20, max_steps=150, eval_every=75, save_every=150, log_every=10,
-        eval_max_examples=60, eval_batch_size=60, test_max_examples=60,
+        max_eval_samples=60, eval_batch_size=60, max_test_samples=60,
     )
     metrics = json.loads((train(config) / "metrics.json").read_text())
     losses = [loss for _, loss in metrics["train"]["loss_history"]]
@@ -697,7 +749,7 @@ def test_early_stopping_keeps_the_best_k_and_averages_them(pairs_corpus, tmp_pat
 
     def scripted_evaluate(model, dataset, tokenizer, config, accelerator, num_beams, max_examples, target_lang, *rest):
         result = real_evaluate(model, dataset, tokenizer, config, accelerator, num_beams, max_examples, target_lang, *rest)
-        if num_beams == config.eval_num_beams and max_examples == config.eval_max_examples:  # validation
+        if num_beams == config.eval_num_beams and max_examples == config.max_eval_samples:  # validation
             result["bleu"] = next(scripted)
         return result
 
@@ -718,7 +770,7 @@ def test_early_stopping_keeps_the_best_k_and_averages_them(pairs_corpus, tmp_pat
     checkpoint = run / "checkpoints" / "step_6"
     last_lr = torch.load(checkpoint / "optimizer.bin", weights_only=False)["param_groups"][0]["lr"]
     assert last_lr == pytest.approx(config.learning_rate * 0.5)
-    assert torch.load(checkpoint / "custom_checkpoint_1.pkl", weights_only=False)["multiplier"] == 0.25
+    assert torch.load(checkpoint / STATE_FILE)["schedule"]["plateau"]["multiplier"] == 0.25
 
 
 def test_time_budget_stops_the_run_and_still_writes_the_model(pairs_corpus, tmp_path):
@@ -735,8 +787,8 @@ def test_linear_time_schedule_anneals_a_time_limited_run_to_zero(pairs_corpus, t
     metrics = json.loads((train(config) / "metrics.json").read_text())
     assert metrics["train"]["stopped_by"] == "max_time_minutes" and metrics["train"]["steps"] > 5
     last = tmp_path / "run" / "checkpoints" / f"step_{metrics['train']['steps']}"
-    scheduler = torch.load(last / "custom_checkpoint_0.pkl", weights_only=False)
-    clock = torch.load(last / "custom_checkpoint_3.pkl", weights_only=False)
+    scheduler = torch.load(last / STATE_FILE)["schedule"]["lr_scheduler"]
+    clock = torch.load(last / STATE_FILE)["schedule"]["time_budget"]
     # One process reads the clock after every update: the decay starts after the single warm-up update.
     assert clock["budget_s"] == pytest.approx(3.0) and 0 < clock["decay_start_s"] < 1.5 and clock["elapsed_s"] >= 3.0
     # The rate the scheduler computed last (from the clock after the second-to-last update) is close
@@ -753,8 +805,22 @@ def test_help_lists_every_field_with_its_comment(capsys):
         parse_command_line(TrainConfig, ["--help"])
     out = capsys.readouterr().out
     for f in dataclasses.fields(TrainConfig):
-        assert f"--{f.name}" in out
+        assert f"--{f.name.replace('_', '-')} " in out  # one documented spelling, as the other commands write options
     assert "peak learning rate (AdamW)" in out
+
+
+def test_options_take_either_spelling_and_old_names_keep_working(tmp_path):
+    # --max-steps and --max_steps are one option; the trainer's old names of the sample limits
+    # (max_train_examples, ...) still work in recipes and on the command line.
+    recipe = tmp_path / "old.yaml"
+    recipe.write_text("max_train_examples: 30\neval_max_examples: 4\ntest_max_examples: 5\nmax_steps: 3\n")
+    config = parse_command_line(TrainConfig, ["--recipe", str(recipe), "--max-steps", "7", "--output_dir", "x"])
+    assert (config.max_train_samples, config.max_eval_samples, config.max_test_samples) == (30, 4, 5)
+    assert (config.max_steps, config.output_dir) == (7, "x")
+    config = parse_command_line(TrainConfig, ["--max_train_examples", "9", "--max-train-samples", "11"])
+    assert config.max_train_samples == 11  # the later one wins, whatever its spelling
+    with pytest.raises(RecipeError, match="did you mean 'max_train_samples'"):
+        parse_command_line(TrainConfig, ["--max_train_sample", "9"])
 
 
 def test_bf16_mixed_precision_path_trains(pairs_corpus, tmp_path):
@@ -783,7 +849,7 @@ def test_bf16_mixed_precision_path_trains(pairs_corpus, tmp_path):
     data, _, tokenizer = load_data(config, accelerator, tmp_path / "run")
 
     def test_loss():
-        return evaluate(model, data["test"], tokenizer, config, accelerator, config.test_num_beams, config.test_max_examples, "en")["loss"]
+        return evaluate(model, data["test"], tokenizer, config, accelerator, config.test_num_beams, config.max_test_samples, "en")["loss"]
 
     fp32 = test_loss()
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -805,7 +871,7 @@ def test_bf16_mixed_precision_path_trains(pairs_corpus, tmp_path):
 
 def test_test_greedy_adds_a_greedy_entry_scored_like_the_translations_it_writes(pairs_corpus, tmp_path, caplog):
     # ... and test_bootstrap gives both entries the confidence intervals of those translations.
-    from attention_seq2seq.training.metrics import corpus_scores
+    from attention_seq2seq.metrics import corpus_scores
 
     config = tiny_config(pairs_corpus, tmp_path / "run", test_greedy=True, num_threads=1, test_bootstrap=200)
     threads_before = torch.get_num_threads()
@@ -894,7 +960,7 @@ def test_two_cpu_ranks_share_each_epochs_sampled_segmentation(pairs_corpus, tmp_
     # or 8 sampled, in the runs measured here).
     config = tiny_config(pairs_corpus, tmp_path / "ddp", subword_alpha=0.3, max_steps=None, max_epochs=2.75,
                          gradient_accumulation_steps=1, eval_every=10**6, save_every=10**6, num_plot_sentences=0,
-                         debug_dump_batches=True, test_max_examples=4)
+                         debug_dump_batches=True, max_test_samples=4)
     proc = _launch_two_cpu_ranks(config, tmp_path / "ddp.yaml")
 
     def steps(rank):

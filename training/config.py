@@ -17,7 +17,6 @@ shipped recipes are written for the repository root as working directory.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import inspect
 import json
 import re
@@ -29,7 +28,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from ..errors import UserError
+from ..errors import UserError, did_you_mean
 
 T = TypeVar("T")
 
@@ -38,9 +37,10 @@ class RecipeError(UserError, ValueError):
     """A recipe or command line names an unknown field or gives a value of the wrong type."""
 
 
-def _suggest(name: str, valid: list[str]) -> str:
-    close = difflib.get_close_matches(name, valid, n=3, cutoff=0.6)
-    return f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
+def canonical_name(cls: type, name: str) -> str:
+    """The field ``name`` stands for: ``name`` itself, or the field an old spelling in
+    ``cls.ALIASES`` was renamed to (``max_train_examples`` -> ``max_train_samples``)."""
+    return getattr(cls, "ALIASES", {}).get(name, name)
 
 
 def _field_types(cls: type) -> dict[str, Any]:
@@ -116,8 +116,9 @@ def config_from_dict(cls: type[T], values: dict[str, Any], base: T | None = None
     field_types = _field_types(cls)
     current = dataclasses.asdict(base) if base is not None else {}
     for name, value in values.items():
+        name = canonical_name(cls, name)
         if name not in field_types:
-            raise RecipeError(f"unknown field {name!r}{_suggest(name, list(field_types))}; valid fields: {', '.join(field_types)}")
+            raise RecipeError(f"unknown field {name!r}{did_you_mean(name, list(field_types))}; valid fields: {', '.join(field_types)}")
         value = coerce(name, value, field_types[name])
         if isinstance(value, dict) and isinstance(current.get(name), dict):
             value = {**current[name], **value}
@@ -165,10 +166,10 @@ def format_help(cls: type, prog: str) -> str:
     lines = [
         f"usage: {prog} [--recipe FILE] [--FIELD VALUE ...]",
         "",
-        "Fields (recipe keys and --options; dict fields also take --FIELD.KEY VALUE):",
+        "Fields (recipe keys field_name, options --field-name or --field_name; dict fields also take --FIELD.KEY VALUE):",
     ]
     for name, default in defaults.items():
-        lines.append(f"  --{name:<28} default {default!r}")
+        lines.append(f"  --{name.replace('_', '-'):<28} default {default!r}")
         if comments.get(name):
             lines.append(f"      {comments[name]}")
     return "\n".join(lines)
@@ -198,8 +199,9 @@ def parse_command_line(cls: type[T], argv: list[str] | None = None, prog: str = 
         key, eq, value = arg[2:].partition("=")
         key = key.replace("-", "_")
         name, _, subkey = key.partition(".")
+        name = canonical_name(cls, name)
         if name != "recipe" and name not in field_types:
-            raise RecipeError(f"unknown option --{key}{_suggest(name, list(field_types))}")
+            raise RecipeError(f"unknown option --{key}{did_you_mean(name, list(field_types))}")
         if not eq:
             takes_flag = name != "recipe" and bool in _base_types(field_types[name])[0] and not subkey
             if takes_flag and (i + 1 == len(argv) or argv[i + 1].startswith("--")):

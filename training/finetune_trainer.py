@@ -555,14 +555,20 @@ def add_config_arguments(parser: argparse.ArgumentParser, comments: dict[str, st
     parser.add_argument("--recipe", help="YAML or JSON file of fields; options given here override it")
     for f in fields(FinetuneConfig):
         flag = "--" + f.name.replace("_", "-")
+        # the training command's spelling (--max_steps, --output_dir) works too, undocumented
+        hidden = [f"--{f.name}"] if "_" in f.name else []
         text = f"{comments[f.name]} " if comments.get(f.name) else ""
         if f.type in ("bool", bool):
             parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None,
                                 help=f"{text}(default: {f.default})")
+            for alias in hidden:
+                parser.add_argument(alias, dest=f.name, action="store_true", default=None, help=argparse.SUPPRESS)
         else:
             kind = {"int": int, "float": float}.get(str(f.type), str)
             parser.add_argument(flag, dest=f.name, type=kind, default=None, metavar={int: "N", float: "X"}.get(kind, "TEXT"),
                                 help=f"{text}(default: {f.default!r})".replace("%", "%%"))
+            for alias in hidden:
+                parser.add_argument(alias, dest=f.name, type=kind, default=None, help=argparse.SUPPRESS)
 
 
 def config_from_args(args: argparse.Namespace) -> FinetuneConfig:

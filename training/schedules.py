@@ -13,20 +13,21 @@ Each schedule is a multiplier of the peak learning rate ``lr`` given to the opti
   at ``total_steps``, if that comes first). A time-limited run is then annealed to 0 however
   fast the host happens to be, where ``linear`` needs ``max_steps`` guessed from its speed (a
   guess that is too high stops the run before the rate has decayed, one too low leaves time
-  unused). The clock lives in :class:`TimeBudget`, which the training script checkpoints and
-  updates after every update (one process) or at its log interval (several ranks, all with the
-  slowest rank's time, so that they keep the same rate). The rate then depends on the wall
+  unused). The clock lives in :class:`TimeBudget`; the training loop reports the time to it after
+  every update (one process) or at its log interval (several ranks, all with the slowest rank's
+  time, so that they keep the same rate). The rate then depends on the wall
   clock: a resumed run does not repeat an uninterrupted one exactly.
 - ``constant``: linear warm-up, then ``lr``.
 - ``plateau``: linear warm-up, then ``lr`` times ``factor`` each time the validation metric
   has not improved for ``patience`` validations in a row (the RNN recipe of Luong et al. 2015
-  and JoeyNMT's default). The decay state lives in :class:`PlateauDecay`, which the training
-  script registers for checkpointing so that a resumed run continues with the same rate.
+  and JoeyNMT's default). The decay state lives in :class:`PlateauDecay`.
 
-The schedules are plain ``torch.optim.lr_scheduler.LambdaLR`` objects, stepped once per
-optimizer update by the training script (deliberately not through ``accelerator.prepare``:
-Accelerate's scheduler wrapper steps once per process, which would make the curve depend on
-the number of GPUs).
+Each schedule is one entry of ``_FACTORS`` below, made into a ``torch.optim.lr_scheduler.LambdaLR``
+by :func:`build_scheduler`. The trainer holds a :class:`LearningRateSchedule`: the ``LambdaLR``,
+the plateau state and the clock together, checkpointed together (``training_state.pt``), stepped
+once per optimizer update (deliberately not through ``accelerator.prepare``: Accelerate's
+scheduler wrapper steps once per process, which would make the curve depend on the number of
+GPUs).
 """
 
 from __future__ import annotations
@@ -34,8 +35,6 @@ from __future__ import annotations
 import math
 
 import torch
-
-SCHEDULES = ("inverse_sqrt", "linear", "linear_time", "constant", "plateau")
 
 
 def warmup_factor(step: int, warmup_steps: int) -> float:
@@ -159,6 +158,24 @@ class TimeBudget:
         self.decay_start_s = state["decay_start_s"]
 
 
+def _linear_time_factor(step: int, warmup_steps: int, total_steps: int | None, time_budget: TimeBudget) -> float:
+    by_steps = linear_factor(step, warmup_steps, total_steps) if total_steps else warmup_factor(step, warmup_steps)
+    return by_steps if step < warmup_steps else min(by_steps, time_budget.remaining_fraction())
+
+
+# name -> multiplier of the peak rate after `step` updates: f(step, warmup_steps, total_steps,
+# plateau, time_budget). A new schedule is one entry here (and, if it keeps state, a field of
+# LearningRateSchedule, which the loop tells about updates, clock readings and validations).
+_FACTORS = {
+    "inverse_sqrt": lambda step, warmup, total, plateau, clock: inverse_sqrt_factor(step, warmup),
+    "linear": lambda step, warmup, total, plateau, clock: linear_factor(step, warmup, total),
+    "linear_time": lambda step, warmup, total, plateau, clock: _linear_time_factor(step, warmup, total, clock),
+    "constant": lambda step, warmup, total, plateau, clock: warmup_factor(step, warmup),
+    "plateau": lambda step, warmup, total, plateau, clock: warmup_factor(step, warmup) * plateau.multiplier,
+}
+SCHEDULES = tuple(_FACTORS)  # the valid `schedule` values
+
+
 def build_scheduler(
     optimizer: torch.optim.Optimizer,
     name: str,
@@ -181,26 +198,89 @@ def build_scheduler(
     Raises:
         ValueError: unknown ``name``, or a missing ``total_steps`` / ``plateau`` / ``time_budget``.
     """
-    if name == "inverse_sqrt":
-        fn = lambda step: inverse_sqrt_factor(step, warmup_steps)  # noqa: E731
-    elif name == "linear":
-        if not total_steps:
-            raise ValueError("schedule 'linear' needs a known number of updates: set max_steps (or max_epochs)")
-        fn = lambda step: linear_factor(step, warmup_steps, total_steps)  # noqa: E731
-    elif name == "linear_time":
-        if time_budget is None:
-            raise ValueError("schedule 'linear_time' needs a time budget: set max_time_minutes")
-
-        def fn(step: int) -> float:
-            by_steps = linear_factor(step, warmup_steps, total_steps) if total_steps else warmup_factor(step, warmup_steps)
-            return by_steps if step < warmup_steps else min(by_steps, time_budget.remaining_fraction())
-
-    elif name == "constant":
-        fn = lambda step: warmup_factor(step, warmup_steps)  # noqa: E731
-    elif name == "plateau":
-        if plateau is None:
-            raise ValueError("schedule 'plateau' needs a PlateauDecay object")
-        fn = lambda step: warmup_factor(step, warmup_steps) * plateau.multiplier  # noqa: E731
-    else:
+    if name not in _FACTORS:
         raise ValueError(f"schedule must be one of {', '.join(repr(s) for s in SCHEDULES)}; got {name!r}")
+    if name == "linear" and not total_steps:
+        raise ValueError("schedule 'linear' needs a known number of updates: set max_steps (or max_epochs)")
+    if name == "linear_time" and time_budget is None:
+        raise ValueError("schedule 'linear_time' needs a time budget: set max_time_minutes")
+    if name == "plateau" and plateau is None:
+        raise ValueError("schedule 'plateau' needs a PlateauDecay object")
+    factor = _FACTORS[name]
+
+    def fn(step: int) -> float:
+        return factor(step, warmup_steps, total_steps, plateau, time_budget)
+
     return torch.optim.lr_scheduler.LambdaLR(optimizer, fn)
+
+
+class LearningRateSchedule:
+    """The run's learning-rate schedule with all its state: the ``LambdaLR`` multiplier, the
+    plateau decay and the time budget of ``linear_time``, checkpointed together.
+
+    The training loop tells it what happened and nothing else: :meth:`step` after each optimizer
+    update, :meth:`observe_time` whenever it reads the clock, :meth:`observe_validation` after
+    each validation; what a schedule does with that is its own business (only ``plateau`` reads
+    validations, only ``linear_time`` reads the clock).
+
+    Args:
+        optimizer: the optimizer whose ``lr`` is the peak learning rate.
+        name: one of :data:`SCHEDULES`.
+        warmup_steps: updates of linear warm-up.
+        total_steps: updates of the run, if known (required by ``"linear"``).
+        plateau_factor, plateau_patience, higher_is_better: :class:`PlateauDecay`'s arguments.
+        time_budget_s: the training time budget in seconds (required by ``"linear_time"``).
+
+    Raises:
+        ValueError: as :func:`build_scheduler`, :class:`PlateauDecay` and :class:`TimeBudget`.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, name: str, warmup_steps: int, total_steps: int | None = None, *,
+                 plateau_factor: float = 0.5, plateau_patience: int = 2, higher_is_better: bool = True,
+                 time_budget_s: float | None = None):
+        self.name, self.warmup_steps = name, warmup_steps
+        self.plateau = PlateauDecay(plateau_factor, plateau_patience, higher_is_better)
+        self.time_budget = TimeBudget(time_budget_s) if name == "linear_time" else None
+        self.scheduler = build_scheduler(optimizer, name, warmup_steps, total_steps, self.plateau, self.time_budget)
+
+    def step(self) -> None:
+        """One optimizer update is done."""
+        self.scheduler.step()
+
+    def get_last_lr(self) -> list[float]:
+        return self.scheduler.get_last_lr()
+
+    @property
+    def reads_clock(self) -> bool:
+        """Whether the rate depends on the wall clock (``linear_time``): several ranks must then
+        agree on the time, which the loop does at its log interval."""
+        return self.time_budget is not None
+
+    def observe_time(self, elapsed_s: float, step: int) -> None:
+        """``elapsed_s`` seconds of training after ``step`` finished updates (``linear_time`` only)."""
+        if self.time_budget is not None:
+            self.time_budget.observe(elapsed_s, step, self.warmup_steps)
+
+    def observe_validation(self, score: float) -> None:
+        """The validation metric just measured (``plateau`` only)."""
+        if self.name == "plateau":
+            self.plateau.observe(score)
+
+    def state_dict(self) -> dict:
+        state = {"lr_scheduler": self.scheduler.state_dict(), "plateau": self.plateau.state_dict()}
+        if self.time_budget is not None:
+            state["time_budget"] = self.time_budget.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> bool:
+        """Restore a :meth:`state_dict`. Returns False when this schedule keeps a clock
+        (``linear_time``) but ``state`` has none (a run switched to it on resume, or a checkpoint
+        written without it): the decay then starts at the resumed update."""
+        self.scheduler.load_state_dict(state["lr_scheduler"])
+        self.plateau.load_state_dict(state["plateau"])
+        if self.time_budget is None:
+            return True
+        if "time_budget" not in state:
+            return False
+        self.time_budget.load_state_dict(state["time_budget"])
+        return True

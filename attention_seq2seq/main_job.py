@@ -18,9 +18,9 @@ It does what a user of the package does, with the package's own commands:
 
 Usage::
 
-    python -m attention_seq2seq.training.main_job [--output-dir runs/main-job]
-    python -m attention_seq2seq.training.main_job --quick    # a 2-minute smoke version (the CI test)
-    python -m attention_seq2seq.training.main_job --minutes 5  # opt-in: a wall-clock budget per model
+    python -m attention_seq2seq.main_job [--output-dir runs/main-job]
+    python -m attention_seq2seq.main_job --quick    # a 2-minute smoke version (the CI test)
+    python -m attention_seq2seq.main_job --minutes 5  # opt-in: a wall-clock budget per model
 
 Before training, the job prints the work it will do (updates per model) and an estimate of the
 time on this machine from a measured training step; each model shows a progress bar with its
@@ -42,9 +42,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from . import training as training_package
 from .metrics import format_score
 
-RECIPES = Path(__file__).resolve().parent / "recipes"
+RECIPES = Path(training_package.__file__).resolve().parent / "recipes"  # installed as attention_seq2seq/training/recipes
 
 #: (name, recipe) of the two models the job trains.
 MODELS = (
@@ -70,8 +71,8 @@ QUICK_OVERRIDES = {
     ],
 }
 QUICK_COMMON = [
-    "--max_train_examples", "3000", "--vocab_size", "2000", "--max_steps", "60", "--warmup_steps", "20",
-    "--eval_max_examples", "20", "--test_max_examples", "40", "--eval_num_beams", "2",
+    "--max_train_samples", "3000", "--vocab_size", "2000", "--max_steps", "60", "--warmup_steps", "20",
+    "--max_eval_samples", "20", "--max_test_samples", "40", "--eval_num_beams", "2",
     "--test_num_beams", "2", "--save_every", "1000", "--max_tokens", "2048",
     # Untrained models rarely emit </s>: a short generation limit keeps their evaluation quick.
     "--max_source_length", "48", "--max_target_length", "24",
@@ -223,8 +224,8 @@ def plan(name: str, recipe: Path, quick: bool, minutes: float | None) -> dict:
     its cache, that the training run then reads back: training/precision.py). It leaves out
     the tokenizer, validation and test, which the job's own timings report afterwards.
     """
-    from .config import parse_command_line
-    from .train import TrainConfig, resolve_precision
+    from .training.config import parse_command_line
+    from .training.train import TrainConfig, resolve_precision
 
     config = parse_command_line(TrainConfig, train_arguments(name, recipe, quick, minutes))
     choice = resolve_precision(config)
@@ -292,7 +293,7 @@ def results_table(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m attention_seq2seq.training.main_job",
+        prog="python -m attention_seq2seq.main_job",
         description="Train, evaluate, export and load a Luong RNN and a Transformer-small on the built-in Bible corpus.",
     )
     parser.add_argument("--output-dir", type=Path, default=Path("runs/main-job"), help="runs and exports go here")

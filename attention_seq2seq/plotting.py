@@ -24,7 +24,7 @@ matplotlib.use("Agg")  # headless: training runs on servers
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from ..fonts import configure_matplotlib  # noqa: E402
+from .fonts import configure_matplotlib  # noqa: E402
 
 configure_matplotlib()  # training plots, plot-attention and the card's heat-map all draw here
 

@@ -1,0 +1,212 @@
+"""What names a corpus and what describes a loaded one: :class:`CorpusSpec` (the spec string's
+grammar is in ``corpora.py``), :class:`CorpusInfo`, :class:`CorpusError`, and the kinds with their
+options. The readers (``corpora.py``, ``bible.py``) both import from here, never from each other
+at import time."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from attention_seq2seq.errors import UserError
+
+from .presets import PRESETS
+
+SPLITS = ("train", "validation", "test")
+_METADATA_OPTIONS = ("name", "license", "attribution")  # for the model card; override the defaults
+_COMMON_OPTIONS = ("train", "validation", "test", "holdout", "seed") + _METADATA_OPTIONS
+
+# The generic file formats and the options each takes; corpora.py has one reader per format.
+# A new format is an entry here and its reader there.
+FORMAT_OPTIONS = {
+    "text": _COMMON_OPTIONS,
+    "tsv": _COMMON_OPTIONS + ("src_col", "tgt_col", "header"),
+    "jsonl": _COMMON_OPTIONS + ("src_key", "tgt_key"),
+    "hf": _COMMON_OPTIONS + ("config", "src_key", "tgt_key", "field"),
+}
+
+
+def kind_options() -> dict[str, tuple[str, ...]]:
+    """Every spec kind and the options it takes: the presets of data/presets.py first (each with
+    the common options of its format; the Bible: its modules), then the formats. Read from the
+    tables at each call, so a preset added to ``PRESETS`` is a kind at once."""
+    presets = {kind: ("src", "tgt") if preset.format == "bible" else _COMMON_OPTIONS for kind, preset in PRESETS.items()}
+    return {**presets, **FORMAT_OPTIONS}
+
+
+KINDS = tuple(kind_options())  # the kinds when the package was imported (kind_options() is current)
+_PAIR = re.compile(r"^([A-Za-z]{2,3}(?:[_][A-Za-z0-9]+)?)-([A-Za-z]{2,3}(?:[_][A-Za-z0-9]+)?)$")
+
+
+class CorpusError(UserError, ValueError):
+    """A corpus that cannot be read as asked: bad spec, missing or malformed file, unknown key."""
+
+
+# --------------------------------------------------------------------------------------------
+# The spec
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CorpusSpec:
+    """Which corpus to load. ``str(spec)`` gives back the canonical spec string.
+
+    Attributes:
+        kind: one of ``bible``, ``multi30k``, ``text``, ``tsv``, ``jsonl``, ``hf``.
+        location: folder, file, file prefix or 🤗 dataset id; ``None`` for ``bible``.
+        source_lang / target_lang: language codes (``de``, ``en``, ``zh``, ``es``) or ``None``.
+        options: per-kind options (see the module docstring), values as strings.
+    """
+
+    kind: str
+    location: str | None = None
+    source_lang: str | None = None
+    target_lang: str | None = None
+    options: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        options = kind_options()
+        if self.kind not in options:
+            raise CorpusError(f"unknown corpus kind {self.kind!r}; valid kinds: {', '.join(options)}")
+        if self.kind != "bible" and not self.location:
+            raise CorpusError(f"corpus kind {self.kind!r} needs a location, e.g. {self.kind}:<path>")
+        if self.kind == "bible" and self.location:
+            raise CorpusError(f"the bible corpus takes no location; got {self.location!r}")
+        unknown = sorted(set(self.options) - set(options[self.kind]))
+        if unknown:
+            raise CorpusError(
+                f"unknown option(s) {', '.join(unknown)} for corpus kind {self.kind!r}; "
+                f"valid options: {', '.join(options[self.kind])}"
+            )
+        if (self.source_lang is None) != (self.target_lang is None):
+            raise CorpusError("give both source_lang and target_lang, or neither")
+        object.__setattr__(self, "options", {k: str(v) for k, v in self.options.items()})
+
+    @classmethod
+    def parse(cls, text: str) -> CorpusSpec:
+        """Parse a spec string (grammar in the module docstring).
+
+        Raises:
+            CorpusError: unknown kind or option, missing location, malformed field.
+        """
+        fields = [f.strip() for f in text.strip().split(":")]
+        kind = fields.pop(0).lower()
+        if kind not in kind_options():
+            raise CorpusError(f"unknown corpus kind {kind!r} in spec {text!r}; valid kinds: {', '.join(kind_options())}")
+        options: dict[str, str] = {}
+        if fields and "=" in fields[-1]:
+            options = _parse_options(fields.pop(), text)
+        location = None
+        if kind != "bible":
+            if not fields or not fields[0]:
+                raise CorpusError(f"corpus spec {text!r} needs a location, e.g. {kind}:<path>")
+            location = fields.pop(0)
+        if kind == "hf" and fields:
+            config = fields.pop(0)
+            if config:
+                options.setdefault("config", config)
+                if not fields and _PAIR.match(config):
+                    fields = [config]  # wmt16-style config named after its language pair
+        src = tgt = None
+        if fields:
+            pair = fields.pop(0)
+            match = _PAIR.match(pair)
+            if not match:
+                raise CorpusError(f"expected a language pair like de-en in spec {text!r}; got {pair!r}")
+            src, tgt = match.groups()
+        if fields:
+            raise CorpusError(f"too many ':' fields in corpus spec {text!r}: {fields}")
+        return cls(kind, location, src, tgt, options)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CorpusSpec:
+        """Build from a dict (YAML): ``kind``, ``location`` (or ``path``), ``source_lang``,
+        ``target_lang``; every other key is an option, or a dict under ``options``."""
+        data = dict(data)
+        try:
+            kind = str(data.pop("kind")).lower()
+        except KeyError:
+            raise CorpusError(f"a corpus dict needs a 'kind' ({', '.join(kind_options())}); got keys {sorted(data)}") from None
+        location = data.pop("location", None) or data.pop("path", None)
+        options = dict(data.pop("options", None) or {})
+        source_lang, target_lang = data.pop("source_lang", None), data.pop("target_lang", None)
+        options.update(data)
+        if isinstance(options.get("header"), bool):
+            options["header"] = str(options["header"]).lower()
+        return cls(kind, None if location is None else str(location), source_lang, target_lang, options)
+
+    @classmethod
+    def coerce(cls, spec: str | Mapping[str, Any] | CorpusSpec) -> CorpusSpec:
+        """Accept a spec string, dict or :class:`CorpusSpec`."""
+        if isinstance(spec, CorpusSpec):
+            return spec
+        if isinstance(spec, str):
+            return cls.parse(spec)
+        if isinstance(spec, Mapping):
+            return cls.from_dict(spec)
+        raise TypeError(f"a corpus spec is a str, dict or CorpusSpec; got {type(spec).__name__}")
+
+    def __str__(self) -> str:
+        fields = [self.kind]
+        options = dict(self.options)
+        if self.location is not None:
+            fields.append(self.location)
+        pair = f"{self.source_lang}-{self.target_lang}" if self.source_lang else None
+        if self.kind == "hf" and "config" in options:
+            config = options.pop("config")
+            fields.append(config)
+            if pair == config:
+                pair = None
+        elif self.kind == "hf" and pair:
+            fields.append("")
+        if pair:
+            fields.append(pair)
+        if options:
+            fields.append(",".join(f"{k}={v}" for k, v in options.items()))
+        return ":".join(fields)
+
+
+def _parse_options(text: str, spec: str) -> dict[str, str]:
+    options = {}
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise CorpusError(f"malformed option {item!r} in corpus spec {spec!r}; expected key=value")
+        options[key.strip()] = value.strip()
+    return options
+
+
+# --------------------------------------------------------------------------------------------
+# What was loaded
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class CorpusInfo:
+    """What was loaded, for logs, ``metrics.json`` (``corpus``) and the model card.
+
+    ``counts[split]`` maps a reason to a number of pairs: ``read`` (pairs read), ``empty``
+    (empty side, dropped), ``duplicate``, ``too_short``, ``too_long``, ``bad_ratio`` (dropped
+    by filters), ``truncated`` (kept, cut), ``kept`` (in the returned split). ``extra`` holds
+    kind-specific numbers (the Bible's verse counts).
+    """
+
+    spec: str
+    name: str
+    source_lang: str | None
+    target_lang: str | None
+    license: str | None = None
+    attribution: str | None = None
+    preset: str | None = None  # the kind of a named corpus of data/presets.py, else None
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Everything, as plain JSON-able types."""
+        return asdict(self)
+
+    def summary(self) -> dict[str, Any]:
+        """The ``corpus`` block of ``metrics.json``: spec, name, languages, license, attribution."""
+        return {k: getattr(self, k) for k in ("spec", "name", "source_lang", "target_lang", "license", "attribution")}

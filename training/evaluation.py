@@ -1,0 +1,115 @@
+"""Evaluation during and after training: validation / test scores, attention heat-maps, and the
+run's ``metrics.json`` (layout: docs/DESIGN.md, "Training output folder")."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import torch
+from accelerate.utils import gather_object
+
+from ..data.pairs import Collate, eval_batches
+from ..metrics import corpus_scores, format_score
+from ..plotting import plot_cross_attentions
+from .objectives import token_loss_sum
+
+SCORE_KEYS = ("bleu", "bleu_lowercase", "chrf", "bleu_signature", "bleu_lowercase_signature", "chrf_signature")
+CI_KEYS = ("bleu_ci95", "bleu_lowercase_ci95", "chrf_ci95")
+
+
+@torch.no_grad()
+def evaluate(model, dataset, tokenizer, config, accelerator, num_beams: int, max_examples, target_lang,
+             n_bootstrap: int = 1) -> dict:
+    """Teacher-forced loss / perplexity and beam-search BLEU / chrF on (a prefix of) ``dataset``.
+
+    The work is split over ranks by batch; every rank returns the same numbers. ``loss`` is the
+    mean negative log-likelihood per target token (no label smoothing), ``perplexity`` its exp.
+    ``n_bootstrap`` > 1 adds each score's 95% confidence half-width (`corpus_scores`).
+    ``config`` gives ``eval_batch_size`` and ``max_target_length`` (the generation limit).
+    """
+    was_training = model.training
+    model.eval()
+    nll, tokens, translations = torch.zeros((), device=accelerator.device), torch.zeros((), device=accelerator.device), []
+    n = len(dataset) if max_examples is None else min(max_examples, len(dataset))
+    batches = eval_batches(dataset["input_ids"][:n], dataset["labels"][:n], Collate(tokenizer.pad_token_id, tokenizer.bos_token_id),
+                           config.eval_batch_size, accelerator.process_index, accelerator.num_processes, accelerator.device)
+    for ids, batch in batches:
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], decoder_input_ids=batch["decoder_input_ids"]).logits
+        nll += token_loss_sum(logits, batch["labels"], 0.0)
+        tokens += (batch["labels"] != -100).sum()
+        out = model.generate(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], num_beams=num_beams, max_new_tokens=config.max_target_length
+        )
+        translations.extend(zip(ids, tokenizer.batch_decode(out, skip_special_tokens=True)))
+    totals = accelerator.reduce(torch.stack([nll, tokens]), reduction="sum").tolist()
+    translations = sorted(gather_object(translations)) if accelerator.num_processes > 1 else sorted(translations)
+    hyps = [t for _, t in translations]
+    references = dataset["target"][:]  # the raw strings, not our tokenizer's round trip
+    refs = [references[i] for i, _ in translations]
+    model.train(was_training)
+    loss = totals[0] / max(1.0, totals[1])
+    return {"loss": loss, "perplexity": math.exp(min(loss, 100.0)), **corpus_scores(hyps, refs, target_lang, n_bootstrap), "hypotheses": hyps}
+
+
+@torch.no_grad()
+def plot_attention(model, tokenizer, sources: list[str], out_dir: Path, prefix: str, config, device) -> None:
+    """Translate each source greedily, re-read the output teacher-forced with
+    ``output_attentions=True`` and write its cross-attention heat-maps as ``<prefix>_<i>.png``.
+
+    Writes nothing for a model without cross-attention (the RNN with ``attention="none"``
+    returns ``cross_attentions=None``)."""
+    was_training = model.training
+    model.eval()
+    implementation = getattr(model.config, "_attn_implementation", None)
+    if implementation not in (None, "eager"):  # SDPA never materialises the probabilities
+        model.set_attn_implementation("eager")
+    try:
+        for i, text in enumerate(sources):
+            enc = tokenizer([text], return_tensors="pt", truncation=True, max_length=config.max_source_length).to(device)
+            hyp = model.generate(**enc, num_beams=1, max_new_tokens=config.max_target_length)[0]
+            out = model(**enc, decoder_input_ids=hyp[None, :-1], output_attentions=True)
+            if out.cross_attentions is None:  # nothing to draw
+                return
+            layers = [a[0].float().cpu().numpy() for a in out.cross_attentions]  # (num_heads, tgt_len, src_len)
+            src_tokens = tokenizer.convert_ids_to_tokens(enc["input_ids"][0].tolist())
+            tgt_tokens = tokenizer.convert_ids_to_tokens(hyp[1:].tolist())
+            plot_cross_attentions(layers, src_tokens, tgt_tokens, out_dir, f"{prefix}_{i}")
+    finally:
+        if implementation not in (None, "eager"):
+            model.set_attn_implementation(implementation)
+        model.train(was_training)
+
+
+def metrics_test_section(config, n_test: int, test: dict, greedy: dict | None) -> dict:
+    """metrics.json's ``test`` section: ``"<corpus kind>-test"`` (beam) and, with ``test_greedy``,
+    ``"<corpus kind>-test-greedy"``, each with its scores, signatures and (with
+    ``test_bootstrap``) confidence intervals."""
+    return {
+        f"{config.corpus.split(':')[0]}-test{suffix}": {
+            "split": "test",
+            "num_sentences": n_test,
+            "num_beams": beams,
+            **({"length_penalty": config.length_penalty} if beams > 1 else {}),
+            **{k: result[k] for k in SCORE_KEYS},
+            **{k: result[k] for k in CI_KEYS if k in result},  # with test_bootstrap
+            "loss": result["loss"],
+        }
+        for suffix, beams, result in [("", config.test_num_beams, test), ("-greedy", 1, greedy)]
+        if result is not None
+    }
+
+
+def write_run_report(output_dir: Path, metrics: dict, test: dict, greedy: dict | None, num_beams: int, logger) -> None:
+    """Write ``metrics.json``, ``test_translations.txt`` (the beam output behind the test scores,
+    one line per test sentence) and, with greedy scores, ``test_translations_greedy.txt``; log the
+    test scores."""
+    (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, ensure_ascii=False), encoding="utf-8")
+    (output_dir / "test_translations.txt").write_text("".join(h + "\n" for h in test["hypotheses"]), encoding="utf-8")
+    logger.info("test (beam %d): BLEU %s, lower-cased BLEU %s, chrF %s (%s)", num_beams, format_score(test, "bleu"),
+                format_score(test, "bleu_lowercase"), format_score(test, "chrf"), test["bleu_signature"])
+    if greedy is not None:
+        (output_dir / "test_translations_greedy.txt").write_text("".join(h + "\n" for h in greedy["hypotheses"]), encoding="utf-8")
+        logger.info("test (greedy): BLEU %s, lower-cased BLEU %s, chrF %s (%s)", format_score(greedy, "bleu"),
+                    format_score(greedy, "bleu_lowercase"), format_score(greedy, "chrf"), greedy["bleu_signature"])

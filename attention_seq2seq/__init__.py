@@ -29,6 +29,7 @@ TRANSLATION_METRIC_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)
 
 # Public class -> the submodule that defines it (loaded on first access, PEP 562).
 _EXPORTS = {name: module for family in FAMILIES for name, module in family.exports().items()}
+_EXPORTS["load_translation_metric"] = ".metrics"  # imports evaluate (seconds) only when called
 
 __all__ = [*_EXPORTS, "register_auto_classes", "TRANSLATION_METRIC_PATH", "load_translation_metric"]
 
@@ -44,18 +45,6 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *_EXPORTS})
-
-
-def load_translation_metric(target_lang: str | None = None, **load_kwargs):
-    """``evaluate.load(TRANSLATION_METRIC_PATH)``: the package's BLEU/chrF metric, offline.
-
-    ``target_lang`` (e.g. ``"zh"``) becomes the module's ``config_name``, its default target
-    language (sacreBLEU's BLEU tokenizer for zh/ja/ko); ``load_kwargs`` go to ``evaluate.load``
-    (``keep_in_memory=True``, ``experiment_id=...``). Imports ``evaluate`` (and ``datasets``).
-    """
-    import evaluate
-
-    return evaluate.load(TRANSLATION_METRIC_PATH, config_name=target_lang, **load_kwargs)
 
 
 _registration = {"done": False, "running": False}

@@ -17,15 +17,9 @@ from types import SimpleNamespace
 from typing import Sequence
 
 from .errors import UserError
+from .hub.ct2_folder import MARKER_FILE, is_ct2_folder
 
-MARKER_FILE = "attention_seq2seq_ct2.json"
 BEAM_PATIENCE = 2
-
-
-def is_ct2_folder(path) -> bool:
-    """A folder written by ``export --format ct2``: ``model.bin`` next to ``attention_seq2seq_ct2.json``."""
-    path = Path(path)
-    return path.is_dir() and (path / "model.bin").is_file() and (path / MARKER_FILE).is_file()
 
 
 @dataclass

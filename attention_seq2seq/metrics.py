@@ -17,6 +17,21 @@ from collections.abc import Sequence
 from attention_seq2seq.evaluate_modules.translation_scores import compute_scores as _scores
 
 
+def load_translation_metric(target_lang: str | None = None, **load_kwargs):
+    """``evaluate.load(TRANSLATION_METRIC_PATH)``: the package's BLEU/chrF metric, offline.
+
+    ``target_lang`` (e.g. ``"zh"``) becomes the module's ``config_name``, its default target
+    language (sacreBLEU's BLEU tokenizer for zh/ja/ko); ``load_kwargs`` go to ``evaluate.load``
+    (``keep_in_memory=True``, ``experiment_id=...``). Imports ``evaluate`` (and ``datasets``).
+    """
+    import os
+
+    import evaluate
+
+    path = os.path.dirname(os.path.abspath(_scores.__file__))  # == attention_seq2seq.TRANSLATION_METRIC_PATH
+    return evaluate.load(path, config_name=target_lang, **load_kwargs)
+
+
 def bleu_tokenizer_for(target_lang: str | None) -> str:
     """sacreBLEU tokenizer name for a target language code (``"13a"`` unless zh/ja/ko)."""
     return _scores.bleu_tokenizer_for(target_lang)

@@ -3,8 +3,8 @@
     configuration/ <- modeling/ <- data/ <- training/ <- hub/ <- command line (cli, inference, main_job)
 
 and hub/ reads the model registry and the corpus presets, never training/. The package root's
-small shared modules (errors, metrics, plotting) may be imported from any layer; they import
-nothing of the package themselves. Every import counts, also one inside a function; a bare
+small shared modules (errors, metrics, plotting, fonts, the evaluate metric folder) may be imported from
+any layer; they import nothing of the package but each other. Every import counts, also one inside a function; a bare
 ``import attention_seq2seq`` (which registers the Auto classes) is allowed anywhere."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ PACKAGE = "attention_seq2seq"
 
 # folder (as installed under attention_seq2seq.) -> layer; higher layers may import lower ones
 LAYERS = {"configuration": 0, "modeling": 1, "data": 2, "training": 3, "hub": 4}
-SHARED = {"errors", "metrics", "plotting"}  # attention_seq2seq.<name>: usable from every layer
+SHARED = {"errors", "metrics", "plotting", "fonts", "evaluate_modules"}  # attention_seq2seq.<name>: usable from every layer
 TOP = 5  # the package root's other modules: cli, inference, main_job, __init__
 FORBIDDEN = {"hub": {"training"}}  # on top of the order: hub/ never imports training/
 

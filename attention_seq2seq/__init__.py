@@ -31,7 +31,7 @@ TRANSLATION_METRIC_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)
 _EXPORTS = {name: module for family in FAMILIES for name, module in family.exports().items()}
 _EXPORTS["load_translation_metric"] = ".metrics"  # imports evaluate (seconds) only when called
 
-__all__ = [*_EXPORTS, "register_auto_classes", "TRANSLATION_METRIC_PATH", "load_translation_metric"]
+__all__ = [*_EXPORTS, "register_auto_classes", "TRANSLATION_METRIC_PATH"]
 
 
 def __getattr__(name: str):

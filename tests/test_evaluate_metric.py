@@ -290,13 +290,15 @@ def test_seq2seq_trainer_compute_metrics_runs_the_evaluate_module(monkeypatch, t
     from attention_seq2seq.training import finetune_trainer as ft
 
     loaded = []
-    real_load = attention_seq2seq.load_translation_metric
+    import attention_seq2seq.metrics as package_metrics
+
+    real_load = package_metrics.load_translation_metric
 
     def spy(*args, **kwargs):
         loaded.append(kwargs)
         return real_load(*args, **kwargs)
 
-    monkeypatch.setattr(attention_seq2seq, "load_translation_metric", spy)
+    monkeypatch.setattr(package_metrics, "load_translation_metric", spy)
     tokenizer = tiny_tokenizer(tmp_path)
     refs = _read_lines(FIXTURE_PAIRS / "test.en")[:5]
     hyps = _system_output(refs)

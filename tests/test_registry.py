@@ -29,5 +29,6 @@ def test_every_reader_of_the_families_reads_the_registry():
     assert set(CHOICES["model_family"]) == set(BY_NAME)  # recipes' model_family
     assert export.FAMILIES is BY_MODEL_TYPE  # what an export ships and its auto_map
     assert sorted(attention_seq2seq.__all__) == sorted(
-        [name for family in FAMILIES for name in family.exports()] + ["register_auto_classes"]
+        [name for family in FAMILIES for name in family.exports()]
+        + ["register_auto_classes", "TRANSLATION_METRIC_PATH", "load_translation_metric"]
     )

@@ -720,9 +720,9 @@ class TransformerSeq2SeqEncoder(nn.Module):
 
         Returns:
             `BaseModelOutput`: last_hidden_state (batch, src_len, d_model), hidden_states
-            (num_layers + 1 tensors), attentions (num_layers tensors). In eval mode, without
-            hidden states or attentions asked for, padded positions skip every layer
-            (`PaddingFreeLayout`) and hold zeros in last_hidden_state; the real tokens' states
+            (num_layers + 1 tensors), attentions (num_layers tensors). In eval mode with the CPU
+            fast paths, without hidden states or attentions asked for, padded positions skip every
+            layer (`PaddingFreeLayout`) and hold zeros in last_hidden_state; the real tokens' states
             are the same either way (up to float rounding).
 
         Raises:

@@ -71,6 +71,7 @@ print(json.dumps(result))
 """
 
 
+@pytest.mark.slow  # two fresh interpreters loading remote code
 @pytest.mark.parametrize("family", FAMILIES)
 def test_legacy_export_as_remote_code_and_its_resave_with_todays_code_give_the_same_logits(family, tmp_path):
     """The legacy folder's own shipped code, and the folder today's code writes for the same

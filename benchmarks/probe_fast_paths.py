@@ -25,7 +25,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import REPO_ROOT, TransformerDims, base_argparser, build_ours, load_batches, log, make_train_step, set_threads
+from common import (
+    REPO_ROOT,
+    TransformerDims,
+    base_argparser,
+    build_ours,
+    load_batches,
+    log,
+    make_train_step,
+    set_threads,
+)
 
 LEGACY = REPO_ROOT / "tests" / "fixtures" / "legacy_exports" / "transformer_seq2seq"
 

@@ -9,16 +9,29 @@ takes its plain reference line. The two give the same logits, loss and gradients
 rounding and the same `generate` output (tests/test_cpu_fast_paths.py); only dropout draws its
 random masks differently.
 
-What each path is for, as measured (benchmarks/README.md; 2 threads unless said):
+What each path is for, as measured (benchmarks/README.md; 2 threads):
 
-| path | applies | measured gain |
-|---|---|---|
-| `attention_function`: eq. 1 as two batched matmuls instead of torch's CPU SDPA (a flash kernel tiled for long sequences) | CPU, `attn_implementation="sdpa"`: decoding steps with up to `_DECODE_STEP_MAX_QUERIES` queries per source (float32), training with up to `_TRAIN_STEP_MAX_KEYS` keys | AMD EPYC (2 cores): a step's cross-attention 157 → 127 µs (1.24x); the whole Transformer-small training step 7-12% at 12-32 tokens. Intel Xeon (this project's later host): the training-step dispatch measured 1.01x, i.e. nothing |
-| `attention_function`: attention in float32 while training under CPU half precision | CPU, training, bf16/fp16 q/k/v | AMD EPYC with AVX512-BF16: bf16 SDPA backward 174 ms per step against 27 ms in float32 (6.4x) |
-| `dropout`: masks from 64-bit random draws cut into four 15-bit uniforms | CPU, training, the Transformer | AMD EPYC: forward + backward of a (1024, 256) dropout 2.51 → 0.54 ms (4.6x); the RNN measured slower with it and keeps `F.dropout` |
-| `padding_free_layout`: the encoder's position-wise layers on the real tokens only | inference with padded sources (any device) | AMD EPYC: encoder on a (64 × 32) test2016 batch with 53% padding, 42.7 → 25.0 ms (1.71x) |
-| `output_projection`: `lm_head` through oneDNN's prepacked-weight GEMM (a private `torch.ops.mkldnn` op) | CPU float32 decoding steps without autograd, oneDNN available | AMD EPYC: (64 × 256) · (256 × 8,000) 2.68 → 1.24 ms (2.2x) |
-| `label_smoothed_cross_entropy`: a fused autograd loss whose backward writes softmax − target into one gradient, in cache-sized row blocks on a CPU | every device (blocks on a CPU only) | 2 × (tokens, vocab_size) less peak memory; on a CPU each ~4 MiB block's float32 copy, softmax and gradient stay in the cache |
+- `attention_kernel`, eq. 1 as two batched matmuls instead of torch's CPU SDPA (a flash kernel
+  tiled for long sequences). Applies on a CPU under `attn_implementation="sdpa"`: decoding steps
+  with up to `_DECODE_STEP_MAX_QUERIES` queries per source (float32), and training with up to
+  `_TRAIN_STEP_MAX_KEYS` keys. Measured on a 2-core AMD EPYC: a decoding step's cross-attention
+  157 → 127 µs (1.24x); the whole Transformer-small training step 7-12% faster at 12-32 tokens. On
+  an Intel Xeon host (2026-12) the training-step dispatch measured 1.01x, i.e. nothing
+  (benchmarks/probe_fast_paths.py measures it against the reference on any host).
+- `attention_kernel`, the attention in float32 while training under CPU half precision (bf16/fp16
+  q, k, v). AMD EPYC with AVX512-BF16: bf16 SDPA backward 174 ms per step, 27 ms in float32 (6.4x).
+- `dropout`, masks from 64-bit random draws cut into four 15-bit uniforms (CPU, training, the
+  Transformer). AMD EPYC: forward + backward of a (1024, 256) dropout 2.51 → 0.54 ms (4.6x); in
+  the RNN's benchmark step the same masks measured slower, so the RNN keeps `F.dropout`.
+- `padding_free_layout`, the encoder's position-wise layers on the real tokens only (inference
+  with padded sources, any device). AMD EPYC: the encoder on a (64 × 32) test2016 batch with 53%
+  padding, 42.7 → 25.0 ms (1.71x).
+- `output_projection`, `lm_head` through oneDNN's prepacked-weight GEMM (a private
+  `torch.ops.mkldnn` op; CPU float32 decoding steps without autograd). AMD EPYC: (64 × 256) ·
+  (256 × 8,000) 2.68 → 1.24 ms (2.2x).
+- `token_loss_sum`, the fused label-smoothed cross-entropy (`_LabelSmoothedCrossEntropy`): its
+  backward writes softmax − target into one gradient, 2 × (tokens, vocab_size) less peak memory
+  on every device; on a CPU it works through ~4 MiB row blocks that stay in the cache.
 
 Imports only the standard library and torch: shipped to the Hub as a flat sibling of the modeling
 files.

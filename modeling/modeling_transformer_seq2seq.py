@@ -162,7 +162,9 @@ def attention_function(module: nn.Module, query: torch.Tensor, key: torch.Tensor
     """
     interface = ALL_ATTENTION_FUNCTIONS.get_interface(module.config._attn_implementation, eager_attention_forward)
     fast = fast_paths(module.config)
-    return fast.attention_kernel(module, interface, eager_attention_forward, query, key, decoding) if fast else interface
+    if fast is None:
+        return interface
+    return fast.attention_kernel(module, interface, eager_attention_forward, query, key, decoding)
 
 
 # --------------------------------------------------------------------------------------------

@@ -2,9 +2,9 @@
 
 Every score is a small free function that writes its equation out. ``BahdanauAttention`` and
 ``LuongAttention`` only hold the weights; both share one call signature and one pipeline
-(``RNNAttention.forward``): score → mask (padding, local window) → one attention function,
-``attend`` (softmax → [Gaussian] → [hard] → context). Key projections (U_a h_j, W_a h̄_s) are computed once per source by
-``precompute_keys`` and reused at every decoding step.
+(``RNNAttention.forward``): score → mask (padding, local window) → one attention
+function, ``attend`` (softmax → [Gaussian] → [hard] → context). Key projections (U_a h_j,
+W_a h̄_s) are computed once per source by ``precompute_keys`` and reused at every decoding step.
 
 Shapes: query (batch, tgt_len, hidden_size); keys (batch, src_len, key_size);
 values (batch, src_len, encoder_output_size); weights (batch, tgt_len, src_len).

@@ -41,7 +41,9 @@ def hand_loss(logits, labels, epsilon, penalty=None, weight=0.0, count=None) -> 
 @pytest.mark.parametrize("fast", [True, False])
 @pytest.mark.parametrize("num_items_in_batch", [None, 9, torch.tensor(9)])
 @pytest.mark.parametrize("epsilon, weight", [(0.0, None), (0.1, None), (0.1, 0.5)])
-def test_loss_is_the_hand_computed_label_smoothed_cross_entropy_plus_coverage(fast, num_items_in_batch, epsilon, weight):
+def test_loss_is_the_hand_computed_label_smoothed_cross_entropy_plus_coverage(
+    fast, num_items_in_batch, epsilon, weight
+):
     torch.manual_seed(0)
     logits = torch.randn(2, 4, 5, dtype=torch.float64)
     penalty = torch.rand(2, 4, dtype=torch.float64) if weight else None

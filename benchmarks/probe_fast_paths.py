@@ -13,6 +13,7 @@ sources with a fixed number of new tokens (no `</s>`). Reported per round: each 
 the paired ratios after/before and after/reference (time ratios > 1: `after` is slower).
 
     python benchmarks/probe_fast_paths.py [--threads 2] [--rounds 5] [--batches 3] [--sentences 64]
+                                          [--parts train generate]
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--max-tokens", type=int, default=2048)
     parser.add_argument("--sentences", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=16)
+    parser.add_argument("--parts", nargs="+", choices=("train", "generate"), default=["train", "generate"])
     args = parser.parse_args(argv)
     threads = set_threads(args.threads)
     import torch
@@ -86,7 +88,7 @@ def main(argv=None) -> dict:
     steps = {name: make_train_step(model)[0] for name, model in models.items()}
     names = list(models)
     train = {name: [] for name in names}
-    for r in range(args.rounds):
+    for r in range(args.rounds if "train" in args.parts else 0):
         spent = dict.fromkeys(names, 0.0)
         for i, batch in enumerate(batches):
             order = names[(r + i) % 3 :] + names[: (r + i) % 3]
@@ -102,7 +104,7 @@ def main(argv=None) -> dict:
     sources = batches[0]["input_ids"][: args.sentences]
     mask = batches[0]["attention_mask"][: args.sentences]
     results = {}
-    for beams in (1, 5):
+    for beams in (1, 5) if "generate" in args.parts else ():
         gen = {name: [] for name in names}
         for model in models.values():  # the same weights again (the training steps moved them apart)
             model.load_state_dict(initial)
@@ -122,7 +124,8 @@ def main(argv=None) -> dict:
         same = all(torch.equal(outputs["after"], outputs[n]) for n in names)
         results[f"generate_beam{beams}"] = gen
         log(f"beam {beams}: identical output on all sides: {same}")
-    results["train_step"] = train
+    if "train" in args.parts:
+        results["train_step"] = train
 
     for key, times in results.items():
         print(f"{key}: " + "; ".join([paired(times, "after", "before"), paired(times, "after", "reference")]))

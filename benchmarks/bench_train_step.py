@@ -14,7 +14,7 @@ ours/Marian (paired per round), and MFU = achieved training FLOP/s (formula in
 
 A third side, `ours_sdpa` (for information), is our model with torch's SDPA kernel at every
 length, as before the short-sentence dispatch (`_TRAIN_STEP_MAX_KEYS` in
-modeling_transformer_seq2seq.py: eq. 1 as plain matmuls while training on up to 32 keys); the
+modeling/cpu_fast_paths.py: eq. 1 as plain matmuls while training on up to 32 keys); the
 ratio ours/ours_sdpa is what that dispatch gives.
 
 `--mixed-precision bf16` runs both sides under CPU bf16 autocast (Accelerate's
@@ -96,16 +96,16 @@ def main(argv=None) -> dict:
     tgt_tokens = sum(s["tgt_tokens"] for s in stats)
     flops = sum(transformer_train_flops(dims, s) for s in stats)
 
-    from attention_seq2seq.modeling import modeling_transformer_seq2seq
+    from attention_seq2seq.modeling import cpu_fast_paths
 
     @contextlib.contextmanager
     def sdpa_at_every_length():
-        saved = modeling_transformer_seq2seq._TRAIN_STEP_MAX_KEYS
-        modeling_transformer_seq2seq._TRAIN_STEP_MAX_KEYS = 0
+        saved = cpu_fast_paths._TRAIN_STEP_MAX_KEYS
+        cpu_fast_paths._TRAIN_STEP_MAX_KEYS = 0
         try:
             yield
         finally:
-            modeling_transformer_seq2seq._TRAIN_STEP_MAX_KEYS = saved
+            cpu_fast_paths._TRAIN_STEP_MAX_KEYS = saved
 
     models = {"ours": build_ours(dims), "marian": build_marian(dims), "ours_sdpa": build_ours(dims)}
     steps = {name: make_train_step(model, mixed_precision=args.mixed_precision, device=device)[0] for name, model in models.items()}

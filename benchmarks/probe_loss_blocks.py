@@ -1,6 +1,6 @@
 """Probe (for information, not in run_all): what the label-smoothed cross-entropy costs inside the
 bf16 CPU training step, computed in cache-sized blocks of rows (the model's default on a CPU,
-`_loss_block_rows` in modeling/modeling_transformer_seq2seq.py), in one block over all rows (the
+`_loss_block_rows` in modeling/cpu_fast_paths.py), in one block over all rows (the
 same function before 2026-12-01), and by the peer `F.cross_entropy(..., label_smoothing=0.1)`.
 
 The step is the trainer's: logits from the model, the summed loss of the side (`token_loss_sum`,
@@ -35,7 +35,7 @@ def loss_fn(side: str):
     """(logits (batch, tgt_len, vocab_size), labels (batch, tgt_len)) → summed loss for a side."""
     import torch.nn.functional as F
 
-    from attention_seq2seq.modeling import modeling_transformer_seq2seq as modeling
+    from attention_seq2seq.modeling import cpu_fast_paths as modeling
     from attention_seq2seq.training.train import token_loss_sum
 
     if side in ("blocks", "one_block"):

@@ -99,6 +99,9 @@ class RNNSeq2SeqConfig(PreTrainedConfig):
         label_smoothing: ε of the label-smoothed cross-entropy.
         init_range: every parameter starts uniform in [-init_range, init_range] (Luong et al. 2015,
             §4.1; Bahdanau et al. use a similar small range).
+        use_cpu_fast_paths: compute the training loss with the fused cross-entropy of
+            ``cpu_fast_paths.py`` (less peak memory, cache-sized blocks on a CPU); False runs the
+            reference ``F.cross_entropy`` with the same numbers up to float rounding.
 
     Raises:
         ValueError: for an unknown value (the message names the valid ones), for a combination
@@ -137,6 +140,7 @@ class RNNSeq2SeqConfig(PreTrainedConfig):
     share_embeddings: bool = False
     label_smoothing: float | int = 0.0
     init_range: float | int = 0.1
+    use_cpu_fast_paths: bool = True
     pad_token_id: int | None = 0
     bos_token_id: int | None = 1
     eos_token_id: int | list[int] | None = 2

@@ -96,6 +96,11 @@ class TransformerSeq2SeqConfig(PreTrainedConfig):
         label_smoothing: ε_ls of the training loss (§5.4; the paper uses 0.1).
         init_std: standard deviation of the token embeddings' normal initialisation; `None` means
             d_model^-0.5, so that embeddings scaled by √d_model start at unit variance.
+        use_cpu_fast_paths: take the measured speed paths of `cpu_fast_paths.py` (eq. 1 as plain
+            matmuls where torch's CPU SDPA kernel is slower, float32 attention under CPU half
+            precision, cheaper CPU dropout masks, the padding-free encoder at inference, a prepacked
+            `lm_head` while decoding, the fused loss). False runs the reference code only: the same
+            logits, loss and gradients up to float rounding, the same `generate` output.
 
     Generation settings (`num_beams`, `max_new_tokens`, `length_penalty`, ...) passed here move to
     the model's `generation_config` with one warning; other unknown keys are stored with one warning.
@@ -139,6 +144,7 @@ class TransformerSeq2SeqConfig(PreTrainedConfig):
     tie_word_embeddings: bool = True
     label_smoothing: float = 0.0
     init_std: float | None = None
+    use_cpu_fast_paths: bool = True
     use_cache: bool = True
     is_encoder_decoder: bool = True
     pad_token_id: int | None = 0

@@ -35,6 +35,7 @@ from transformers.modeling_outputs import ModelOutput, Seq2SeqLMOutput, Seq2SeqM
 
 from ..configuration.configuration_rnn_seq2seq import RNNSeq2SeqConfig
 from .generation_lengths import Seq2SeqGenerationMixin
+from .losses import seq2seq_lm_loss, shift_tokens_right
 from .saving import Seq2SeqSavingMixin
 from .rnn_attention import BahdanauAttention, LuongAttention, luong_attentional_state, maxout
 # Imported for its side effect on save_pretrained, which copies the model file and the flat
@@ -45,14 +46,6 @@ from .pipeline_translation import Seq2SeqTranslationPipeline  # noqa: F401
 _RNN_CLASSES = {"gru": nn.GRU, "lstm": nn.LSTM}
 # Bahdanau et al. (2015), A.2.2: the deep output is a maxout layer with pools of two units.
 BAHDANAU_MAXOUT_POOL = 2
-
-
-def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
-    """decoder_input_ids = [<s>, y_1, ..., y_{n-1}] from labels (batch, tgt_len); -100 becomes pad."""
-    shifted = labels.new_full(labels.shape, pad_token_id)
-    shifted[:, 1:] = labels[:, :-1]
-    shifted[:, 0] = decoder_start_token_id
-    return shifted.masked_fill(shifted == -100, pad_token_id)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -711,24 +704,8 @@ class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, Seq2SeqGener
         logits = self.lm_head(outputs.last_hidden_state)  # (batch, tgt_len, vocab_size)
 
         loss = None
-        if labels is not None:
-            real = labels != -100
-            if num_items_in_batch is None:
-                count = real.sum().clamp(min=1)
-            elif torch.is_tensor(num_items_in_batch):
-                count = num_items_in_batch.to(logits.device).clamp(min=1)
-            else:
-                count = max(int(num_items_in_batch), 1)
-            loss = F.cross_entropy(
-                logits.flatten(0, 1).to(torch.promote_types(logits.dtype, torch.float32)),  # half → float32
-                labels.flatten(),
-                ignore_index=-100,
-                label_smoothing=self.config.label_smoothing,
-                reduction="sum",
-            ) / count
-            if outputs.coverage_penalty is not None and self.config.coverage_loss_weight:
-                penalty = outputs.coverage_penalty.masked_select(real).sum() / count
-                loss = loss + self.config.coverage_loss_weight * penalty
+        if labels is not None:  # the coverage penalty is added here, and only here (See et al. 2017, eq. 13)
+            loss = seq2seq_lm_loss(logits, labels, self.config, num_items_in_batch, outputs.coverage_penalty)
 
         output = RNNSeq2SeqLMOutput(
             loss=loss,

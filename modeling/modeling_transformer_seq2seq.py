@@ -15,9 +15,10 @@ happens):
   `k_proj`, `v_proj`;
 * the decoder's self-attention needs no mask tensor in training (`is_causal` lets SDPA pick its
   fastest kernel);
-* on a CPU, eq. 1 runs as plain matmuls instead of SDPA where torch's flash kernel (tiled for long
-  sequences) is slower: decoding steps (`_DECODE_STEP_MAX_QUERIES`) and training on sentences of
-  up to 32 tokens (`_TRAIN_STEP_MAX_KEYS`);
+* CPU speed work (eq. 1 as plain matmuls where torch's SDPA kernel is slower, float32 attention
+  under half precision, cheaper dropout masks, the padding-free encoder, a prepacked `lm_head`,
+  the fused loss) lives in cpu_fast_paths.py, reached through one seam, `fast_paths(config)`;
+  `use_cpu_fast_paths=False` runs the plain reference code with the same numbers;
 * no `final_logits_bias`: an extra (batch, tgt_len, vocab_size) tensor the paper does not have;
 * beam search keeps one copy of each source's encoder output and cross-attention keys/values
   instead of one per beam (`_expand_inputs_for_generation`), and reorders only the
@@ -26,7 +27,6 @@ happens):
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Callable
 
@@ -45,9 +45,10 @@ from transformers.modeling_outputs import (
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 
 from ..configuration.configuration_transformer_seq2seq import TransformerSeq2SeqConfig
-from .fast_dropout import dropout
-from .fast_inference import PaddingFreeLayout, packed_linear
+# `label_smoothed_cross_entropy` is re-exported for the trainer, which imports it from here.
+from .cpu_fast_paths import PaddingFreeLayout, fast_paths, label_smoothed_cross_entropy  # noqa: F401
 from .generation_lengths import Seq2SeqGenerationMixin
+from .losses import seq2seq_lm_loss, shift_tokens_right
 from .saving import Seq2SeqSavingMixin
 # Imported for its side effect on save_pretrained, which copies the model file and the flat
 # siblings it imports: a re-saved remote-code model then keeps the pipeline that
@@ -55,39 +56,15 @@ from .saving import Seq2SeqSavingMixin
 from .pipeline_translation import Seq2SeqTranslationPipeline  # noqa: F401
 
 # --------------------------------------------------------------------------------------------
-# Token ids and masks
+# Dropout and masks
 # --------------------------------------------------------------------------------------------
 
 
-_HALF_DTYPES = (torch.float16, torch.bfloat16)
-# In a decoding step with a cache (CPU, float32) and up to this many queries per (source, head),
-# eq. 1 runs as plain matmuls instead of SDPA: a step has 1 query per sentence (greedy) or
-# num_beams (beam search: the queries of a source's beams are stacked).
-_DECODE_STEP_MAX_QUERIES = 8
-# Training on a CPU with at most this many keys per row (Multi30k-length sentences), eq. 1 runs
-# as plain matmuls instead of SDPA: torch's CPU flash-attention kernel, tiled for long sequences,
-# made a whole Transformer-small training step 7-12% slower at 12-32 tokens and broke even at
-# 48-64 under bf16 autocast, 2-6% slower in float32 (2 threads of an AMD EPYC; benchmarks/README.md,
-# "What made the training step faster", third pass). The eager path's attention dropout is
-# F.dropout (the recipes train with attention_dropout 0).
-_TRAIN_STEP_MAX_KEYS = 32
-
-
-def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
-    """Teacher-forcing decoder inputs from labels: prepend the start token, drop the last token.
-
-    Args:
-        labels: (batch, tgt_len) target ids, -100 where the loss ignores a position.
-        pad_token_id: id written where `labels` holds -100.
-        decoder_start_token_id: the first decoder input (`<s>`, id 1 in this package).
-
-    Returns:
-        (batch, tgt_len) `decoder_input_ids`.
-    """
-    decoder_input_ids = labels.new_empty(labels.shape)
-    decoder_input_ids[:, 1:] = labels[:, :-1]
-    decoder_input_ids[:, 0] = decoder_start_token_id
-    return decoder_input_ids.masked_fill_(decoder_input_ids == -100, pad_token_id)
+def dropout(hidden_states: torch.Tensor, p: float, training: bool, config) -> torch.Tensor:
+    """`F.dropout(hidden_states, p, training)` (Srivastava et al. 2014); with the CPU fast paths the
+    same distribution, its masks drawn faster on a CPU (`cpu_fast_paths.dropout`)."""
+    fast = fast_paths(config)
+    return fast.dropout(hidden_states, p, training) if fast else F.dropout(hidden_states, p, training)
 
 
 def causal_mask(tgt_len: int, kv_len: int, device: torch.device) -> torch.Tensor:
@@ -168,6 +145,26 @@ def eager_attention_forward(
         query, key, value, attention_mask, is_causal=is_causal, scaling=scaling, dropout=dropout
     )
     return output.transpose(1, 2), weights  # (batch, tgt_len, num_heads, head_dim)
+
+
+def attention_function(module: nn.Module, query: torch.Tensor, key: torch.Tensor, decoding: bool) -> Callable:
+    """The function that computes eq. 1 for `module`, chosen as transformers' attention interface
+    chooses it (as in Marian/BART): `"eager"` → `eager_attention_forward`, `"sdpa"` → torch's
+    `F.scaled_dot_product_attention`, by `config._attn_implementation`.
+
+    With `config.use_cpu_fast_paths` (the default) the fast paths may swap in a function with the
+    same signature and results that runs faster on a CPU (`cpu_fast_paths.CPUFastPaths`).
+
+    Args:
+        module: the attention module (reads `config` and `training`).
+        query: (batch, num_heads, q_len, head_dim); key: (batch, num_heads, kv_len, head_dim).
+        decoding: a decoding step with a cache (one new position per decoder row).
+    """
+    interface = ALL_ATTENTION_FUNCTIONS.get_interface(module.config._attn_implementation, eager_attention_forward)
+    fast = fast_paths(module.config)
+    if fast is None:
+        return interface
+    return fast.attention_kernel(module, interface, eager_attention_forward, query, key, decoding)
 
 
 # --------------------------------------------------------------------------------------------
@@ -302,74 +299,50 @@ class TransformerSeq2SeqAttention(nn.Module):
         Returns:
             (output, weights): output (batch, tgt_len, d_model) (or (tokens, d_model)); weights
             (batch, num_heads, tgt_len, src_len) under attn_implementation="eager", else None.
-
-        On a CPU in half precision (bf16 autocast, or a bf16 model) while training, the attention
-        itself (softmax(QKᵀ/√d_k)V) runs in float32: torch's CPU SDPA backward is ~5x slower in
-        bf16 than in float32; the output is cast back to the projections' dtype.
         """
         batch, tgt_len = (layout.batch, layout.src_len) if layout is not None else hidden_states.shape[:2]
+        # Projections: Q, K, V (batch, num_heads, len, head_dim), the cache read and filled
         query, key, value = self._key_value(hidden_states, key_value_states, cache, layout)
-        sources = key.size(0)
-        group = batch // sources
-        if group * sources != batch:
-            raise ValueError(f"{batch} decoder rows cannot be split evenly over {sources} sources")
-        if group > 1:
-            # `group` consecutive decoder rows share one source (the beams of a beam search, see
-            # `_expand_inputs_for_generation`): stack their queries so that each source's keys
-            # and values are projected, cached and read once, not once per beam.
-            query = query.unflatten(0, (sources, group)).transpose(1, 2).flatten(2, 3)
-            # (sources, num_heads, group·tgt_len, head_dim)
-        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
-            self.config._attn_implementation, eager_attention_forward
+        query, group = self._stack_beams(query, sources=key.size(0))
+        # Eq. 1, through the attention interface
+        attention = attention_function(self, query, key, decoding=cache is not None and tgt_len == 1)
+        output, weights = attention(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            scaling=self.scaling,
+            dropout=self.attention_dropout if self.training else 0.0,
+            is_causal=self.is_causal if is_causal is None else is_causal,
         )
-        causal = self.is_causal if is_causal is None else is_causal
-        decode_step = (
-            cache is not None
-            and tgt_len == 1
-            and query.size(2) <= _DECODE_STEP_MAX_QUERIES
-            and query.dtype == torch.float32
-        )
-        short_train_step = key.size(2) <= _TRAIN_STEP_MAX_KEYS
-        matmul_attention = (
-            self.config._attn_implementation == "sdpa"
-            and query.device.type == "cpu"
-            and (short_train_step if self.training else decode_step)
-        )
-        if matmul_attention:
-            # A decoding step on a CPU: 1 query per sentence (or per beam of a source). torch's CPU
-            # SDPA (a flash-attention kernel tiled for long sequences) took 1.2x the time of eq. 1
-            # as two small batched matmuls on such shapes (benchmarks/README.md); same result up to
-            # float32 rounding (tests/test_fast_inference.py). Training on short sentences: the
-            # same kernel's forward + backward cost a whole step 7-12% (_TRAIN_STEP_MAX_KEYS).
-            attention_interface = eager_attention_forward
-        compute_dtype = query.dtype
-        float32_attention = self.training and query.device.type == "cpu" and compute_dtype in _HALF_DTYPES
-        if float32_attention:
-            # CPU half precision: the projections run as bf16 GEMMs (2.3x the float32 FLOP/s on
-            # AVX512-BF16 cores), but torch's CPU SDPA backward in bf16 is ~5x slower than in
-            # float32 (benchmarks/README.md), so the attention itself trains in float32 (SDPA
-            # above _TRAIN_STEP_MAX_KEYS keys, plain matmuls up to it).
-            query, key, value = query.float(), key.float(), value.float()
-        with torch.autocast("cpu", enabled=False) if float32_attention else contextlib.nullcontext():
-            output, weights = attention_interface(
-                self,
-                query,
-                key,
-                value,
-                attention_mask,
-                scaling=self.scaling,
-                dropout=self.attention_dropout if self.training else 0.0,
-                is_causal=causal,
-            )
-        if matmul_attention:
-            weights = None  # as under SDPA, which does not return them
-        output = output.to(compute_dtype).reshape(batch, tgt_len, self.d_model)  # Concat(head_1, ..., head_h)
+        # Concat(head_1, ..., head_h) W^O
+        output = output.reshape(batch, tgt_len, self.d_model)
         if layout is not None:
             output = layout.unpad(output)  # (tokens, d_model)
         if group > 1 and weights is not None:
             weights = weights.unflatten(2, (group, tgt_len)).transpose(1, 2).flatten(0, 1)
             # (batch, num_heads, tgt_len, src_len)
         return self.out_proj(output), weights
+
+    @staticmethod
+    def _stack_beams(query: torch.Tensor, sources: int) -> tuple[torch.Tensor, int]:
+        """Stack the queries of the `group` consecutive decoder rows that share one source (the
+        beams of a beam search, see `_expand_inputs_for_generation`), so that each source's keys
+        and values are projected, cached and read once, not once per beam.
+
+        (batch, num_heads, tgt_len, head_dim) → ((sources, num_heads, group·tgt_len, head_dim), group).
+
+        Raises:
+            ValueError: batch is not a multiple of `sources`.
+        """
+        batch = query.size(0)
+        group = batch // sources
+        if group * sources != batch:
+            raise ValueError(f"{batch} decoder rows cannot be split evenly over {sources} sources")
+        if group > 1:
+            query = query.unflatten(0, (sources, group)).transpose(1, 2).flatten(2, 3)
+        return query, group
 
 
 # --------------------------------------------------------------------------------------------
@@ -387,6 +360,7 @@ class TransformerSeq2SeqFeedForward(nn.Module):
 
     def __init__(self, config: TransformerSeq2SeqConfig, ffn_dim: int):
         super().__init__()
+        self.config = config
         self.fc1 = nn.Linear(config.d_model, ffn_dim)
         self.fc2 = nn.Linear(ffn_dim, config.d_model)
         self.activation = F.relu if config.activation_function == "relu" else F.gelu
@@ -395,7 +369,7 @@ class TransformerSeq2SeqFeedForward(nn.Module):
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """(batch, len, d_model) → (batch, len, d_model)."""
         hidden_states = self.activation(self.fc1(hidden_states))  # (batch, len, ffn_dim)
-        hidden_states = dropout(hidden_states, self.activation_dropout, self.training)
+        hidden_states = dropout(hidden_states, self.activation_dropout, self.training, self.config)
         return self.fc2(hidden_states)
 
 
@@ -535,6 +509,7 @@ class TransformerSeq2SeqEncoderLayer(GradientCheckpointingLayer):
 
     def __init__(self, config: TransformerSeq2SeqConfig):
         super().__init__()
+        self.config = config
         self.pre_norm = config.norm_order == "pre"
         self.dropout = config.dropout
         self.self_attn = TransformerSeq2SeqAttention(config, config.encoder_attention_heads)
@@ -556,7 +531,7 @@ class TransformerSeq2SeqEncoderLayer(GradientCheckpointingLayer):
         if self.pre_norm:
             hidden_states = self.self_attn_layer_norm(hidden_states)
         hidden_states, attn_weights = self.self_attn(hidden_states, attention_mask=attention_mask, layout=layout)
-        hidden_states = residual + dropout(hidden_states, self.dropout, self.training)
+        hidden_states = residual + dropout(hidden_states, self.dropout, self.training, self.config)
         if not self.pre_norm:
             hidden_states = self.self_attn_layer_norm(hidden_states)
 
@@ -564,7 +539,7 @@ class TransformerSeq2SeqEncoderLayer(GradientCheckpointingLayer):
         residual = hidden_states
         if self.pre_norm:
             hidden_states = self.final_layer_norm(hidden_states)
-        hidden_states = residual + dropout(self.feed_forward(hidden_states), self.dropout, self.training)
+        hidden_states = residual + dropout(self.feed_forward(hidden_states), self.dropout, self.training, self.config)
         if not self.pre_norm:
             hidden_states = self.final_layer_norm(hidden_states)
         return hidden_states, attn_weights
@@ -578,6 +553,7 @@ class TransformerSeq2SeqDecoderLayer(GradientCheckpointingLayer):
 
     def __init__(self, config: TransformerSeq2SeqConfig, layer_idx: int):
         super().__init__()
+        self.config = config
         self.pre_norm = config.norm_order == "pre"
         self.dropout = config.dropout
         heads = config.decoder_attention_heads
@@ -608,7 +584,7 @@ class TransformerSeq2SeqDecoderLayer(GradientCheckpointingLayer):
         hidden_states, self_weights = self.self_attn(
             hidden_states, attention_mask=self_attention_mask, cache=cache, is_causal=is_causal
         )
-        hidden_states = residual + dropout(hidden_states, self.dropout, self.training)
+        hidden_states = residual + dropout(hidden_states, self.dropout, self.training, self.config)
         if not self.pre_norm:
             hidden_states = self.self_attn_layer_norm(hidden_states)
 
@@ -619,7 +595,7 @@ class TransformerSeq2SeqDecoderLayer(GradientCheckpointingLayer):
         hidden_states, cross_weights = self.encoder_attn(
             hidden_states, key_value_states=encoder_hidden_states, attention_mask=encoder_attention_mask, cache=cache
         )
-        hidden_states = residual + dropout(hidden_states, self.dropout, self.training)
+        hidden_states = residual + dropout(hidden_states, self.dropout, self.training, self.config)
         if not self.pre_norm:
             hidden_states = self.encoder_attn_layer_norm(hidden_states)
 
@@ -627,124 +603,10 @@ class TransformerSeq2SeqDecoderLayer(GradientCheckpointingLayer):
         residual = hidden_states
         if self.pre_norm:
             hidden_states = self.final_layer_norm(hidden_states)
-        hidden_states = residual + dropout(self.feed_forward(hidden_states), self.dropout, self.training)
+        hidden_states = residual + dropout(self.feed_forward(hidden_states), self.dropout, self.training, self.config)
         if not self.pre_norm:
             hidden_states = self.final_layer_norm(hidden_states)
         return hidden_states, self_weights, cross_weights
-
-
-# --------------------------------------------------------------------------------------------
-# §5.4 Label-smoothed cross-entropy
-# --------------------------------------------------------------------------------------------
-
-
-# On a CPU the loss walks the (tokens, vocab_size) logits in blocks of rows of about this many
-# float32 bytes, so each block's float32 copy, softmax and gradient stay in the cache instead of
-# streaming several full-vocab float32 temporaries through memory (benchmarks/probe_loss_blocks.py;
-# benchmarks/README.md, fourth pass). Other devices take all rows as one block.
-_LOSS_BLOCK_BYTES = 1 << 22
-
-
-def _loss_block_rows(logits: torch.Tensor) -> int:
-    """Rows per block of the cross-entropy's loops: ~4 MiB of float32 on a CPU, all rows elsewhere."""
-    if logits.device.type != "cpu":
-        return max(1, logits.size(0))
-    return max(1, _LOSS_BLOCK_BYTES // (4 * max(1, logits.size(-1))))
-
-
-class _LabelSmoothedCrossEntropy(torch.autograd.Function):
-    """Label-smoothed cross-entropy whose backward writes softmax − target straight into one
-    (tokens, vocab_size) gradient.
-
-    `F.cross_entropy` keeps the log-softmax output for backward and builds two more full-vocab
-    tensors there (the gradient of the log-probabilities, then of the logits); this keeps only
-    the logits (alive anyway as the model output) and a per-token log-sum-exp, and allocates the
-    single gradient tensor in backward. Same numbers, 2 × (tokens, vocab_size) less peak memory.
-    On a CPU both passes go through the rows in cache-sized blocks (`_loss_block_rows`). Each row's
-    numbers are those of one block bit for bit for row-contiguous logits (the model's) of a
-    vocabulary under 32,768 pieces; otherwise torch may reduce a short block's rows in another
-    order (a difference of 1 ulp).
-    """
-
-    @staticmethod
-    def forward(
-        ctx, logits: torch.Tensor, labels: torch.Tensor, epsilon: float, ignore_index: int, mean: bool
-    ) -> torch.Tensor:
-        keep = labels != ignore_index
-        targets = labels.masked_fill(~keep, 0)[:, None]  # (tokens, 1)
-        stats_dtype = torch.promote_types(logits.dtype, torch.float32)  # half → float32 for the range
-        num_tokens, rows = logits.size(0), _loss_block_rows(logits)
-        log_normalizer = logits.new_empty(num_tokens, dtype=stats_dtype)  # log Σ_v exp(logit_v)
-        mean_logit = logits.new_empty(num_tokens, dtype=stats_dtype) if epsilon > 0.0 else None
-        for start in range(0, num_tokens, rows):
-            block = logits[start : start + rows].to(stats_dtype)
-            log_normalizer[start : start + rows] = torch.logsumexp(block, dim=-1)
-            if mean_logit is not None:
-                mean_logit[start : start + rows] = block.mean(dim=-1)
-        per_token = log_normalizer - logits.gather(-1, targets).squeeze(-1).to(stats_dtype)  # −log p(y)
-        if epsilon > 0.0:
-            # −(1/V) Σ_v log p(v) = log Σ exp − mean(logits)
-            per_token = (1.0 - epsilon) * per_token + epsilon * (log_normalizer - mean_logit)
-        count = keep.sum().clamp(min=1) if mean else torch.ones((), device=logits.device)
-        ctx.save_for_backward(logits, log_normalizer, targets, keep, count)
-        ctx.epsilon, ctx.rows = epsilon, rows
-        return (per_token * keep).sum() / count
-
-    @staticmethod
-    def backward(ctx, grad_output: torch.Tensor):
-        logits, log_normalizer, targets, keep, count = ctx.saved_tensors
-        epsilon, vocab_size, rows, num_tokens = ctx.epsilon, logits.size(-1), ctx.rows, logits.size(0)
-        scale = (keep * (grad_output / count))[:, None]  # (tokens, 1): 0 on ignored tokens
-        target_weight = torch.full_like(log_normalizer[:rows, None], epsilon - 1.0)
-        grad = None if rows >= num_tokens > 0 else torch.empty_like(logits)  # None: one block, returned as is
-        for start in range(0, num_tokens, rows):
-            stop = min(start + rows, num_tokens)
-            # softmax (float32 for half-precision logits: type promotion), then − the smoothed target
-            block = torch.sub(logits[start:stop], log_normalizer[start:stop, None]).exp_()
-            if epsilon > 0.0:
-                block.sub_(epsilon / vocab_size)
-            block.scatter_add_(-1, targets[start:stop], target_weight[: stop - start])
-            block.mul_(scale[start:stop])
-            if grad is None:
-                return block.to(logits.dtype), None, None, None, None
-            grad[start:stop] = block
-        return grad, None, None, None, None
-
-
-def _as_count(num_items_in_batch: int | torch.Tensor, like: torch.Tensor) -> torch.Tensor | int:
-    """`num_items_in_batch` as a divisor for `like` (a scalar loss): a tensor on its device, at
-    least 1 (an update whose labels are all -100 has a zero loss, not NaN)."""
-    if torch.is_tensor(num_items_in_batch):
-        return num_items_in_batch.to(like.device).clamp(min=1)
-    return max(int(num_items_in_batch), 1)
-
-
-def label_smoothed_cross_entropy(
-    logits: torch.Tensor,
-    labels: torch.Tensor,
-    epsilon: float = 0.0,
-    ignore_index: int = -100,
-    reduction: str = "mean",
-) -> torch.Tensor:
-    """Σ over kept tokens of (1 − ε)·(−log p(y)) + ε·(−(1/V) Σ_v log p(v)), divided by their count
-    for `reduction="mean"`: cross-entropy with label smoothing ε_ls (Vaswani et al. 2017, §5.4;
-    Szegedy et al. 2016, §7), the value of `F.cross_entropy(logits, labels,
-    ignore_index=ignore_index, label_smoothing=epsilon, reduction=reduction)`.
-
-    Args:
-        logits: (tokens, vocab_size); half-precision logits are upcast to float32 for the softmax.
-        labels: (tokens,) target ids, `ignore_index` where a position does not count.
-        reduction: `"mean"` or `"sum"` (e.g. to normalise by the tokens of an accumulated batch).
-
-    Returns:
-        A float32 (float64 for float64 logits) scalar; 0 when every label is ignored.
-
-    Raises:
-        ValueError: an unknown `reduction`.
-    """
-    if reduction not in ("mean", "sum"):
-        raise ValueError(f"reduction must be one of 'mean', 'sum'; got {reduction!r}")
-    return _LabelSmoothedCrossEntropy.apply(logits, labels, epsilon, ignore_index, reduction == "mean")
 
 
 # --------------------------------------------------------------------------------------------
@@ -860,9 +722,9 @@ class TransformerSeq2SeqEncoder(nn.Module):
 
         Returns:
             `BaseModelOutput`: last_hidden_state (batch, src_len, d_model), hidden_states
-            (num_layers + 1 tensors), attentions (num_layers tensors). In eval mode, without
-            hidden states or attentions asked for, padded positions skip every layer
-            (`PaddingFreeLayout`) and hold zeros in last_hidden_state; the real tokens' states
+            (num_layers + 1 tensors), attentions (num_layers tensors). In eval mode with the CPU
+            fast paths, without hidden states or attentions asked for, padded positions skip every
+            layer (`PaddingFreeLayout`) and hold zeros in last_hidden_state; the real tokens' states
             are the same either way (up to float rounding).
 
         Raises:
@@ -877,12 +739,14 @@ class TransformerSeq2SeqEncoder(nn.Module):
         check_source_rows(attention_mask)
 
         hidden_states = self.embed_tokens(input_ids) + self.embed_positions(input_ids.size(1))
-        hidden_states = dropout(hidden_states, self.dropout, self.training)
+        hidden_states = dropout(hidden_states, self.dropout, self.training, self.config)
         mask = attention_mask.bool()[:, None, None, :] if attention_mask is not None else None  # (batch, 1, 1, src_len)
+        fast = fast_paths(config)
         layout = None
-        if not self.training and not (output_hidden_states or output_attentions) and PaddingFreeLayout.worth_it(attention_mask):
+        if fast and not self.training and not (output_hidden_states or output_attentions):
             # Inference: every position-wise layer runs on the real tokens only (see PaddingFreeLayout).
-            layout = PaddingFreeLayout(attention_mask)
+            layout = fast.padding_free_layout(attention_mask)
+        if layout is not None:
             hidden_states = layout.unpad(hidden_states)  # (tokens, d_model)
 
         all_hidden_states = () if output_hidden_states else None
@@ -986,7 +850,7 @@ class TransformerSeq2SeqDecoder(nn.Module):
         tgt_len = input_ids.size(1)
 
         hidden_states = self.embed_tokens(input_ids) + self.embed_positions(tgt_len, past_length)
-        hidden_states = dropout(hidden_states, self.dropout, self.training)
+        hidden_states = dropout(hidden_states, self.dropout, self.training, self.config)
         self_mask, is_causal = self._self_attention_mask(attention_mask, tgt_len, past_length, input_ids.device)
         cross_mask = encoder_attention_mask.bool()[:, None, None, :] if encoder_attention_mask is not None else None
 
@@ -1301,23 +1165,18 @@ class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedMod
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
         )
-        # (batch, tgt_len, vocab_size); while decoding with a cache (no autograd, CPU float32)
-        # through a weight packed once per generate() call
+        hidden_states, fast = outputs.last_hidden_state, fast_paths(self.config)
         if self.config.fix_norm:  # logits |h| cos(h, e_w): unit-length output embeddings, renormalised
-            # at every call (decoding steps too; the packed-weight path below is not used)
-            logits = F.linear(outputs.last_hidden_state, unit_rows(self.lm_head.weight))
+            # at every call (decoding steps too; the prepacked fast path is not used)
+            logits = F.linear(hidden_states, unit_rows(self.lm_head.weight))
+        elif fast:  # decoding steps with a cache (no autograd, CPU float32): a weight packed once per generate()
+            logits = fast.output_projection(hidden_states, self.lm_head, scope=outputs.cache)
         else:
-            logits = packed_linear(outputs.last_hidden_state, self.lm_head, scope=outputs.cache)
+            logits = self.lm_head(hidden_states)  # (batch, tgt_len, vocab_size)
 
         loss = None
         if labels is not None:
-            if num_items_in_batch is None:
-                loss = label_smoothed_cross_entropy(logits.flatten(0, 1), labels.flatten(), self.config.label_smoothing)
-            else:
-                total = label_smoothed_cross_entropy(
-                    logits.flatten(0, 1), labels.flatten(), self.config.label_smoothing, reduction="sum"
-                )
-                loss = total / _as_count(num_items_in_batch, total)
+            loss = seq2seq_lm_loss(logits, labels, self.config, num_items_in_batch)
         output = Seq2SeqLMOutput(
             loss=loss,
             logits=logits,

@@ -2,9 +2,9 @@
 
 Every score is a small free function that writes its equation out. ``BahdanauAttention`` and
 ``LuongAttention`` only hold the weights; both share one call signature and one pipeline
-(``RNNAttention.forward``): score → mask (padding, local window) → softmax → [Gaussian] → [hard]
-→ context. Key projections (U_a h_j, W_a h̄_s) are computed once per source by
-``precompute_keys`` and reused at every decoding step.
+(``RNNAttention.forward``): score → mask (padding, local window) → one attention
+function, ``attend`` (softmax → [Gaussian] → [hard] → context). Key projections (U_a h_j,
+W_a h̄_s) are computed once per source by ``precompute_keys`` and reused at every decoding step.
 
 Shapes: query (batch, tgt_len, hidden_size); keys (batch, src_len, key_size);
 values (batch, src_len, encoder_output_size); weights (batch, tgt_len, src_len).
@@ -156,20 +156,53 @@ class StraightThroughArgmax(torch.autograd.Function):
         return grad_output
 
 
+def attend(
+    scores: torch.Tensor,
+    mask: torch.Tensor,
+    values: torch.Tensor,
+    window_weights: torch.Tensor | None = None,
+    hard: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The attention function every RNN attention calls: weights from scores, then the context.
+
+    a_t(s) = softmax over the allowed positions of score_s (Bahdanau et al. 2015, eq. 6; Luong et
+    al. 2015, eq. 7), times local-p's Gaussian (eq. 10), made one-hot for hard attention
+    (straight-through); c_t = Σ_s a_t(s) h̄_s (Bahdanau eq. 5; Luong §3.1).
+
+    Args:
+        scores: (batch, tgt_len, src_len).
+        mask: bool, broadcastable to scores, True where attention is allowed (every row needs one).
+        values: encoder outputs h̄_s, (batch, src_len, encoder_output_size).
+        window_weights: (batch, tgt_len, src_len) multiplied into the weights after the softmax, or None.
+        hard: all weight on the argmax in forward, the soft weights' gradient in backward.
+
+    Returns:
+        context (batch, tgt_len, encoder_output_size), weights (batch, tgt_len, src_len).
+    """
+    weights = masked_softmax(scores, mask)
+    if window_weights is not None:
+        weights = weights * window_weights
+    if hard:
+        weights = StraightThroughArgmax.apply(weights)
+    return weights @ values, weights
+
+
 # ---------------------------------------------------------------------------------------------
 # Attention modules
 # ---------------------------------------------------------------------------------------------
 
 
 class RNNAttention(nn.Module):
-    """Shared pipeline of every attention: score → mask → softmax → [Gaussian] → [hard] → context.
+    """Shared pipeline of every attention: score (the subclass's projections) → ``window`` (the
+    padding mask [and local window]) → one call to ``attend`` (softmax → [Gaussian] → [hard] →
+    context). The output projection (Luong's W_c, eq. 5; Bahdanau's deep output) is the decoder's.
 
     Subclasses define ``precompute_keys(encoder_hidden_states)`` and ``score(query, keys, coverage)``.
     """
 
     def __init__(self, config):
         super().__init__()
-        self.window = config.window
+        self.window_kind = config.window
         self.window_size = config.window_size
         self.hard = config.attention_mode == "hard"
 
@@ -182,7 +215,7 @@ class RNNAttention(nn.Module):
     def aligned_position(
         self, query: torch.Tensor, positions: torch.Tensor, source_lengths: torch.Tensor
     ) -> torch.Tensor:
-        raise NotImplementedError(f"window={self.window!r} is not available for {type(self).__name__}")
+        raise NotImplementedError(f"window={self.window_kind!r} is not available for {type(self).__name__}")
 
     def forward(
         self,
@@ -209,20 +242,29 @@ class RNNAttention(nn.Module):
             allowed positions, except for local-p, whose Gaussian (eq. 10) scales them after the
             softmax, as in the paper.
         """
-        src_len = keys.size(1)
-        scores = self.score(query, keys, coverage)  # (batch, tgt_len, src_len)
+        scores = self.score(query, keys, coverage)  # projections and score: (batch, tgt_len, src_len)
+        mask, window_weights = self.window(query, attention_mask, positions)
+        return attend(scores, mask, values, window_weights, hard=self.hard)
+
+    def window(
+        self, query: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Where each query may attend, and local-p's Gaussian (Luong et al. 2015, §3.2).
+
+        Returns:
+            mask: bool (batch, 1 | tgt_len, src_len), the real source tokens [inside the window
+            [p_t − D, p_t + D]]; window_weights: exp(−(s − p_t)² / 2σ²) (eq. 10), (batch, tgt_len,
+            src_len), for local-p only, else None.
+        """
         mask = attention_mask.unsqueeze(1)  # (batch, 1, src_len)
-        if self.window != "global":
-            source_lengths = attention_mask.sum(-1)
-            centers = self.aligned_position(query, positions, source_lengths)  # (batch, tgt_len)
-            mask = mask & window_mask(centers, self.window_size, src_len)
-        weights = masked_softmax(scores, mask)
-        if self.window == "local-p":
-            weights = weights * gaussian_weights(centers, self.window_size / 2, src_len)
-        if self.hard:
-            weights = StraightThroughArgmax.apply(weights)
-        context = weights @ values  # (batch, tgt_len, encoder_output_size)
-        return context, weights
+        if self.window_kind == "global":
+            return mask, None
+        src_len = attention_mask.size(-1)
+        centers = self.aligned_position(query, positions, attention_mask.sum(-1))  # (batch, tgt_len)
+        mask = mask & window_mask(centers, self.window_size, src_len)
+        if self.window_kind != "local-p":
+            return mask, None
+        return mask, gaussian_weights(centers, self.window_size / 2, src_len)
 
 
 class BahdanauAttention(RNNAttention):
@@ -270,7 +312,7 @@ class LuongAttention(RNNAttention):
             self.coverage_proj = nn.Linear(1, hidden, bias=False) if config.coverage else None  # w_c
         elif self.score_name == "cosine":
             self.key_strength = nn.Linear(hidden, 1)  # β_t = softplus(w_βᵀ h_t + b_β)
-        if self.window == "local-p":
+        if self.window_kind == "local-p":
             self.w_p = nn.Linear(hidden, hidden, bias=False)  # W_p
             self.v_p = nn.Linear(hidden, 1, bias=False)  # v_p
 
@@ -294,7 +336,7 @@ class LuongAttention(RNNAttention):
         return additive_score(self.q_proj(query), keys, self.v, coverage_proj)
 
     def aligned_position(self, query, positions, source_lengths):
-        if self.window == "local-m":
+        if self.window_kind == "local-m":
             return local_m_position(positions, source_lengths).to(query.dtype)
         return local_p_position(query, self.w_p, self.v_p, source_lengths)
 

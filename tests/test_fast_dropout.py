@@ -1,4 +1,4 @@
-"""Behaviour of the CPU dropout (modeling/fast_dropout.py): the distribution of the mask, its
+"""Behaviour of the CPU dropout (modeling/cpu_fast_paths.py): the distribution of the mask, its
 scaling, gradients, reproducibility and the cases it hands to `F.dropout`."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attention_seq2seq.modeling.fast_dropout import dropout, dropout_keep_mask
+from attention_seq2seq.modeling.cpu_fast_paths import dropout, dropout_keep_mask
 
 
 @pytest.mark.parametrize("p", [0.1, 0.3, 0.5])

@@ -1,4 +1,4 @@
-"""Inference fast paths (modeling/fast_inference.py and their use in the Transformer): each one
+"""Inference fast paths (modeling/cpu_fast_paths.py and their use in the Transformer): each one
 must give the plain computation's numbers and follow every change of the weights it caches."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attention_seq2seq.modeling import fast_inference, modeling_transformer_seq2seq
-from attention_seq2seq.modeling.fast_inference import PaddingFreeLayout, packed_linear
+from attention_seq2seq.modeling import cpu_fast_paths, modeling_transformer_seq2seq
+from attention_seq2seq.modeling.cpu_fast_paths import PaddingFreeLayout, packed_linear
 from test_transformer_seq2seq import padded_batch, tiny_model
 
 
@@ -29,7 +29,7 @@ def test_packed_linear_equals_f_linear_within_a_run_and_repacks_for_the_next(bia
     with torch.no_grad():
         torch.testing.assert_close(packed_linear(x, layer, run), F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
         if torch.backends.mkldnn.is_available():
-            assert fast_inference._PACKED[layer].packed is not None  # the packed copy is kept for the run
+            assert cpu_fast_paths._PACKED[layer].packed is not None  # the packed copy is kept for the run
         for rows in (1, 7, 200):  # other row counts than the first call's
             y = torch.randn(rows, 16)
             torch.testing.assert_close(packed_linear(y, layer, run), F.linear(y, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
@@ -89,7 +89,7 @@ def test_models_built_under_inference_mode_copy_and_pickle_after_generating():
     with torch.no_grad():
         model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=4)
     if torch.backends.mkldnn.is_available():
-        assert fast_inference._PACKED[model.lm_head].packed is not None  # generate() took the packed path
+        assert cpu_fast_paths._PACKED[model.lm_head].packed is not None  # generate() took the packed path
     twin = copy.deepcopy(model)  # the packed (storage-less) copy lives outside the module
     pickle.loads(pickle.dumps(model))
     for a, b in zip(model.state_dict().values(), twin.state_dict().values()):
@@ -149,7 +149,7 @@ def test_decoding_steps_without_sdpa_give_the_sdpa_results(monkeypatch, num_beam
     calls = spy_on_matmul_attention(monkeypatch)
     fast = model.generate(**kwargs)
     assert calls and max(calls) <= num_beams  # decoding steps bypassed SDPA; the encoder did not
-    monkeypatch.setattr(modeling_transformer_seq2seq, "_DECODE_STEP_MAX_QUERIES", 0)  # SDPA at every step
+    monkeypatch.setattr(cpu_fast_paths, "_DECODE_STEP_MAX_QUERIES", 0)  # SDPA at every step
     calls.clear()
     reference = model.generate(**kwargs)
     assert not calls
@@ -177,7 +177,7 @@ def test_short_training_steps_without_sdpa_give_the_sdpa_loss_and_gradients(monk
     fast_loss, fast_grads = loss_and_grads()
     layers = model.config.encoder_layers + 2 * model.config.decoder_layers
     assert len(calls) == layers  # every attention of the step bypassed SDPA
-    monkeypatch.setattr(modeling_transformer_seq2seq, "_TRAIN_STEP_MAX_KEYS", 0)  # SDPA everywhere
+    monkeypatch.setattr(cpu_fast_paths, "_TRAIN_STEP_MAX_KEYS", 0)  # SDPA everywhere
     calls.clear()
     sdpa_loss, sdpa_grads = loss_and_grads()
     assert not calls
@@ -187,7 +187,7 @@ def test_short_training_steps_without_sdpa_give_the_sdpa_loss_and_gradients(monk
     for name in fast_grads:
         torch.testing.assert_close(fast_grads[name], sdpa_grads[name], **tol, msg=name)
     # longer sentences keep SDPA
-    monkeypatch.setattr(modeling_transformer_seq2seq, "_TRAIN_STEP_MAX_KEYS", input_ids.size(1) - 1)
+    monkeypatch.setattr(cpu_fast_paths, "_TRAIN_STEP_MAX_KEYS", input_ids.size(1) - 1)
     calls.clear()
     loss_and_grads()
     assert len(calls) == model.config.decoder_layers  # only the decoder self-attention (6 keys) bypassed it

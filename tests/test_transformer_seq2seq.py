@@ -17,7 +17,7 @@ from attention_seq2seq import (
     TransformerSeq2SeqForConditionalGeneration,
     TransformerSeq2SeqModel,
 )
-from attention_seq2seq.modeling import modeling_transformer_seq2seq
+from attention_seq2seq.modeling import cpu_fast_paths, modeling_transformer_seq2seq
 from attention_seq2seq.modeling.modeling_transformer_seq2seq import (
     TransformerSeq2SeqAttention,
     label_smoothed_cross_entropy,
@@ -600,7 +600,7 @@ def test_cpu_mixed_precision_trains_attention_in_float32_and_matches_float32_tra
 
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
     if kernel == "sdpa":
-        monkeypatch.setattr(modeling_transformer_seq2seq, "_TRAIN_STEP_MAX_KEYS", 0)
+        monkeypatch.setattr(cpu_fast_paths, "_TRAIN_STEP_MAX_KEYS", 0)
     else:
         plain = modeling_transformer_seq2seq.eager_attention_forward
 
@@ -839,8 +839,8 @@ def test_beam_search_keeps_one_encoder_copy_per_source_and_matches_the_repeated_
 @pytest.mark.parametrize("epsilon", [0.0, 0.1])
 def test_label_smoothed_cross_entropy_matches_torch_in_value_and_gradient(epsilon, block_rows, monkeypatch):
     if block_rows is not None:  # the CPU's cache-sized blocks, shrunk to 2 rows of 13 float32s
-        monkeypatch.setattr(modeling_transformer_seq2seq, "_LOSS_BLOCK_BYTES", block_rows * 13 * 4)
-        assert modeling_transformer_seq2seq._loss_block_rows(torch.empty(9, 13)) == block_rows
+        monkeypatch.setattr(cpu_fast_paths, "_LOSS_BLOCK_BYTES", block_rows * 13 * 4)
+        assert cpu_fast_paths._loss_block_rows(torch.empty(9, 13)) == block_rows
     logits = torch.randn(9, 13, dtype=torch.float64, requires_grad=True)
     labels = torch.randint(0, 13, (9,))
     labels[[2, 5]] = -100
@@ -869,11 +869,11 @@ def test_label_smoothed_cross_entropy_blocks_give_the_one_block_numbers_for_bf16
     labels[[0, 9, 36]] = -100
     results = []
     for block_bytes in (1 << 40, 8 * 50 * 4):
-        monkeypatch.setattr(modeling_transformer_seq2seq, "_LOSS_BLOCK_BYTES", block_bytes)
+        monkeypatch.setattr(cpu_fast_paths, "_LOSS_BLOCK_BYTES", block_bytes)
         loss = label_smoothed_cross_entropy(logits, labels, 0.1)
         (grad,) = torch.autograd.grad(loss, logits)
         results.append((loss, grad))
-    assert modeling_transformer_seq2seq._loss_block_rows(logits) == 8
+    assert cpu_fast_paths._loss_block_rows(logits) == 8
     (loss_one, grad_one), (loss_blocks, grad_blocks) = results
     assert grad_blocks.dtype == torch.bfloat16 and loss_blocks.dtype == torch.float32
     assert torch.equal(loss_one, loss_blocks) and torch.equal(grad_one, grad_blocks)

@@ -1,23 +1,36 @@
 """Publishing to the Hugging Face Hub: export a trained model as a self-contained remote-code
 folder with its model card (``export_model``), as a native transformers class
-(``export_native``) or as a CTranslate2 model (``export_ct2``), and upload it (``push_to_hub``)."""
+(``export_native``) or as a CTranslate2 model (``export_ct2``), and upload it (``push_to_hub``).
 
-from .export import ExportError, export_model
-from .export_ct2 import CT2ExportRefused, export_ct2
-from .export_native import NativeExportRefused, export_native
-from .model_card import ModelCardError, render_model_card
-from .push import PushError, PushResult, push_to_hub
+The names load on first use (PEP 562): ``attention-seq2seq --help`` reaches ``hub.push`` through
+this package without importing torch, which the native and CTranslate2 exports need."""
 
-__all__ = [
-    "CT2ExportRefused",
-    "ExportError",
-    "NativeExportRefused",
-    "export_ct2",
-    "export_native",
-    "ModelCardError",
-    "PushError",
-    "PushResult",
-    "export_model",
-    "push_to_hub",
-    "render_model_card",
-]
+import importlib
+
+_EXPORTS = {
+    "CT2ExportRefused": ".export_ct2",
+    "ExportError": ".export",
+    "NativeExportRefused": ".export_native",
+    "export_ct2": ".export_ct2",
+    "export_native": ".export_native",
+    "ModelCardError": ".model_card",
+    "PushError": ".push",
+    "PushResult": ".push",
+    "export_model": ".export",
+    "push_to_hub": ".push",
+    "render_model_card": ".model_card",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

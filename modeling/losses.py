@@ -68,6 +68,7 @@ def seq2seq_lm_loss(
     config,
     num_items_in_batch: int | torch.Tensor | None = None,
     coverage_penalty: torch.Tensor | None = None,
+    label_smoothing: float | None = None,
 ) -> torch.Tensor:
     """The training loss of both model families:
 
@@ -86,13 +87,16 @@ def seq2seq_lm_loss(
             it (its loss-kwargs contract); accumulated micro-batches then add up to the full
             batch's mean. None: this batch's own count.
         coverage_penalty: (batch, tgt_len) Σ_i min(a_i^t, c_i^t), or None.
+        label_smoothing: ε instead of `config.label_smoothing` (the trainer passes its run's ε; its
+            validation loss passes 0).
 
     Returns:
         A float32 scalar (float64 for float64 logits).
     """
     fast = fast_paths(config)
     loss_sum = fast.token_loss_sum if fast else token_loss_sum
-    total = loss_sum(logits.flatten(0, 1), labels.flatten(), config.label_smoothing)
+    epsilon = config.label_smoothing if label_smoothing is None else label_smoothing
+    total = loss_sum(logits.flatten(0, 1), labels.flatten(), epsilon)
     weight = getattr(config, "coverage_loss_weight", 0.0)
     if coverage_penalty is not None and weight:
         total = total + weight * coverage_penalty.masked_select(labels != -100).sum()

@@ -635,8 +635,8 @@ def test_non_finite_loss_stops_naming_the_update_and_keeps_the_last_good_checkpo
     real_loss = objectives.token_loss_sum
     training_calls = []
 
-    def loss_that_explodes(logits, labels, label_smoothing):
-        loss = real_loss(logits, labels, label_smoothing)
+    def loss_that_explodes(logits, labels, label_smoothing, *args, **kwargs):
+        loss = real_loss(logits, labels, label_smoothing, *args, **kwargs)
         if torch.is_grad_enabled():  # training, not validation
             training_calls.append(1)
             if len(training_calls) == 3:

@@ -1,7 +1,8 @@
 """The training objectives: what one optimizer update minimises.
 
-- :func:`token_loss_sum`: label-smoothed cross-entropy summed over the target tokens
-  (Szegedy et al. 2016); the update divides it by the global token count (fairseq's recipe).
+- :func:`token_loss_sum`: the models' own loss (label-smoothed cross-entropy, Szegedy et al. 2016,
+  plus an RNN's coverage penalty; `modeling/losses.py`) summed over the target tokens; the update
+  divides it by the global token count (fairseq's recipe).
 - :func:`source_word_dropout`: word dropout on the source (Sennrich & Zhang 2019).
 - :func:`symmetric_kl_sum`: the R-Drop regulariser (Liang et al. 2021, eq. 2-3).
 - :func:`optimizer_update`: one update over a rank's micro-batches, normalised by the target
@@ -11,28 +12,36 @@
 from __future__ import annotations
 
 import contextlib
+from types import SimpleNamespace
 
 import torch
 
-from ..modeling.modeling_transformer_seq2seq import label_smoothed_cross_entropy
+from ..modeling.losses import seq2seq_lm_loss
 
 
-def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float) -> torch.Tensor:
-    """Label-smoothed cross-entropy *summed* over the target tokens (labels != -100).
+def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float, model_config=None,
+                   coverage_penalty: torch.Tensor | None = None) -> torch.Tensor:
+    """The models' own loss (`modeling/losses.py`, `seq2seq_lm_loss`) *summed* over the target
+    tokens (labels != -100), with the run's label smoothing: n = 1 instead of the token count.
 
     Args:
         logits: (batch, tgt_len, vocab_size).
         labels: (batch, tgt_len), -100 on padding.
         label_smoothing: epsilon; the smoothing mass is spread over the whole vocabulary.
+        model_config: the model's config: its coverage weight and `use_cpu_fast_paths` (on a CPU
+            the fused one-pass loss, `cpu_fast_paths.label_smoothed_cross_entropy`). None: no
+            coverage, fast paths on.
+        coverage_penalty: (batch, tgt_len), an RNN with coverage's Σ_i min(a_i^t, c_i^t), or None.
 
     Returns:
         A scalar tensor (float32). Divide by the token count of the *whole* update yourself.
     """
-    # The model file's one-pass loss: the value of F.cross_entropy(..., label_smoothing=...), but its
-    # backward keeps no extra (tokens, vocab_size) tensors (measured 303 -> 251 ms on 3,700 x 8,000
-    # logits, benchmarks/README.md), and on a CPU it works through cache-sized blocks of rows
-    # (benchmarks/probe_loss_blocks.py). It works on any family's logits.
-    return label_smoothed_cross_entropy(logits.flatten(0, 1), labels.flatten(), label_smoothing, reduction="sum")
+    return seq2seq_lm_loss(logits, labels, model_config if model_config is not None else _PLAIN_LOSS_CONFIG,
+                           num_items_in_batch=1, coverage_penalty=coverage_penalty, label_smoothing=label_smoothing)
+
+
+# What `token_loss_sum` reads of a model config when it has none: no coverage, fast paths on.
+_PLAIN_LOSS_CONFIG = SimpleNamespace(label_smoothing=0.0, coverage_loss_weight=0.0, use_cpu_fast_paths=True)
 
 
 def source_word_dropout(input_ids: torch.Tensor, attention_mask: torch.Tensor, p: float, unk_token_id: int,
@@ -107,6 +116,7 @@ def optimizer_update(accelerator, model, optimizer, scheduler, micro: list[dict]
     if world > 1:
         num_tokens = accelerator.reduce(num_tokens, reduction="sum")
     update_loss = torch.zeros((), device=accelerator.device)
+    model_config = accelerator.unwrap_model(model).config
     for i, mb in enumerate(micro):
         sync = i == len(micro) - 1  # DDP all-reduces the gradients on the last micro-batch only
         with contextlib.nullcontext() if sync else accelerator.no_sync(model):
@@ -114,13 +124,9 @@ def optimizer_update(accelerator, model, optimizer, scheduler, micro: list[dict]
                 mb = {k: torch.cat([v, v]) for k, v in mb.items()}
             out = model(input_ids=mb["input_ids"], attention_mask=mb["attention_mask"],
                         decoder_input_ids=mb["decoder_input_ids"], use_cache=False)
-            loss_sum = token_loss_sum(out.logits, mb["labels"], label_smoothing)
-            coverage_penalty = getattr(out, "coverage_penalty", None)
-            if coverage_penalty is not None:
-                # RNN coverage (See et al. 2017, eq. 12): the summed penalty of the real target
-                # tokens, weighted like the model's own loss does it.
-                weight = accelerator.unwrap_model(model).config.coverage_loss_weight
-                loss_sum = loss_sum + weight * coverage_penalty[mb["labels"] != -100].sum()
+            # The models' own loss (with an RNN's coverage penalty, See et al. 2017, eq. 12), summed.
+            loss_sum = token_loss_sum(out.logits, mb["labels"], label_smoothing, model_config,
+                                      getattr(out, "coverage_penalty", None))
             objective = loss_sum
             if copies == 2:
                 first, second = out.logits.chunk(2)

@@ -175,7 +175,7 @@ def measure_step_times(model: torch.nn.Module, batches: list[dict[str, torch.Ten
     Returns:
         ``(float32_step_s, bf16_step_s)``; ``bf16_step_s`` is None when ``bf16`` is False.
     """
-    from ..modeling.modeling_transformer_seq2seq import label_smoothed_cross_entropy
+    from .objectives import token_loss_sum
 
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
@@ -185,7 +185,7 @@ def measure_step_times(model: torch.nn.Module, batches: list[dict[str, torch.Ten
         autocast = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
         with autocast:
             logits = model(**{k: v for k, v in batch.items() if k != "labels"}, use_cache=False).logits
-        loss = label_smoothed_cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), 0.1, reduction="sum")
+        loss = token_loss_sum(logits, batch["labels"], 0.1, model.config)  # the trainer's loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

@@ -212,6 +212,31 @@ def _add_generation_arguments(parser: argparse.ArgumentParser, *, sampling: bool
                        help="truncate longer inputs to this many tokens")
 
 
+def _add_file_translation_arguments(parser: argparse.ArgumentParser) -> None:
+    """translate's options for large files, n-best lists and alignments (docs/translate.md)."""
+    group = parser.add_argument_group("files, n-best lists and alignments (docs/translate.md)")
+    group.add_argument("--batch-tokens", metavar="N", type=_positive_int,
+                       help="at most N padded source tokens per batch (besides --batch-size)")
+    group.add_argument("--chunk-lines", metavar="N", type=_positive_int, default=10_000,
+                       help="lines read, sorted and written at a time (default: 10000); memory holds one chunk")
+    group.add_argument("--resume", action="store_true",
+                       help="continue an interrupted run: keep the complete records already in --output")
+    group.add_argument("--no-truncate", action="store_true",
+                       help="refuse a line longer than the model's limit (default: truncate it, with one warning)")
+    group.add_argument("--n-best", metavar="K", type=_positive_int, default=1,
+                       help="K hypotheses per source (beam search with at least K beams)")
+    group.add_argument("--scores", action="store_true",
+                       help="add each hypothesis's total log-probability and length-normalised score")
+    group.add_argument("--format", choices=["text", "tsv", "jsonl"],
+                       help="output format (default: text; tsv with --n-best > 1 or --scores)")
+    group.add_argument("--alignments", metavar="FILE",
+                       help="write Pharaoh word alignments (i-j) from attention to FILE, one line per output line")
+    group.add_argument("--align-layer", metavar="L", type=int, default=-1,
+                       help="Transformer: decoder layer whose cross-attention aligns (0-based; default -1, the last)")
+    group.add_argument("--align-heads", metavar="H[,H...]",
+                       help="Transformer: heads to average, 0-based, comma-separated (default: all)")
+
+
 def _generation_kwargs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
     """Check the decoding options against each other and build ``generate`` kwargs."""
     from .inference import generation_kwargs
@@ -279,36 +304,9 @@ def cmd_translate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     if args.text and args.input:
         parser.error("give the text as arguments or with --input, not both")
     generate_kwargs = _generation_kwargs(parser, args)
-    if args.text:
-        sentences, from_file = list(args.text), False
-    elif args.input:
-        sentences, from_file = _read_text_file(args.input, "--input"), True
-    else:
-        if sys.stdin.isatty():
-            print(f"{parser.prog}: reading sentences from the terminal; end with Ctrl-D", file=sys.stderr)
-        from .inference import read_lines
+    from .translate_files import run_translate_command  # streaming, n-best, alignments, resume, ranks
 
-        sentences, from_file = read_lines(sys.stdin), False
-
-    loaded = _load(args)
-    from .inference import translate
-
-    translations = translate(
-        loaded,
-        sentences,
-        batch_size=args.batch_size,
-        max_source_length=args.max_source_length,
-        progress=from_file and not args.no_progress,
-        **generate_kwargs,
-    )
-    text = "".join(line + "\n" for line in translations)
-    if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(text, encoding="utf-8")
-    else:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    return 0
+    return run_translate_command(parser, args, generate_kwargs, _load)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -660,6 +658,7 @@ def build_parser(finetune_options: bool = True) -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="FILE", help="write translations here (default: stdout)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr for --input")
     _add_generation_arguments(p)
+    _add_file_translation_arguments(p)
 
     p = add("evaluate", "BLEU and chrF (sacreBLEU) of a model on a test set", _EVALUATE_EPILOG, cmd_evaluate)
     _add_model_argument(p)

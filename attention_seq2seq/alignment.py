@@ -117,7 +117,7 @@ def piece_words(text: str, offsets: Sequence[tuple[int, int]]) -> list[int | Non
     offsets; None for pieces with no characters (special tokens such as ``</s>``).
 
     A piece goes to the word it overlaps most (a SentencePiece ``▁`` piece may include the space
-    before its word in its offsets).
+    before its word in its offsets); a piece of whitespace only (a bare ``▁``) to the next word.
     """
     spans = [m.span() for m in _WORD.finditer(text)]
     result: list[int | None] = []
@@ -135,6 +135,9 @@ def piece_words(text: str, offsets: Sequence[tuple[int, int]]) -> list[int | Non
             overlap = min(end, we) - max(start, ws)
             if overlap > best_overlap:
                 best, best_overlap = k, overlap
+        if best is None:
+            # Only whitespace (a bare "▁" piece): it belongs to the word that follows.
+            best = next((k for k in range(w, len(spans)) if spans[k][0] >= start), None)
         if best is not None:
             w = best
         result.append(best)

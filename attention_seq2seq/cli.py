@@ -34,6 +34,7 @@ commands:
   translate             translate text from arguments, a file or stdin
   evaluate              BLEU and chrF (sacreBLEU) of a model on a test set
   plot-attention        attention heat-map of one sentence
+  alignment-error-rate  AER of Pharaoh word alignments against a gold file
   average-checkpoints   average the weights of k checkpoints into one model
   export                turn a training folder into a Hub-ready folder (remote code + card)
   push                  upload an export folder to the Hugging Face Hub
@@ -80,6 +81,17 @@ examples:
       --output dog.png
   attention-seq2seq plot-attention -m runs/transformer --source "Ein Hund läuft im Schnee." \\
       --reference "A dog runs in the snow." --output dog_forced.png
+"""
+
+_AER_EPILOG = """\
+Both files hold one sentence pair per line in Pharaoh format: 0-based source-target word links
+i-j; the gold file marks possible links i?j (sure ones i-j). AER = 1 - (|A&S| + |A&P|) / (|A| + |S|)
+(Och & Ney 2003), summed over the corpus. See docs/translate.md.
+
+examples:
+  attention-seq2seq translate -m runs/rnn -i test.de -o hyp.en --alignments hyp.align
+  attention-seq2seq alignment-error-rate hyp.align --gold gold.align
+  attention-seq2seq alignment-error-rate hyp.align --gold gold.align --json
 """
 
 _AVERAGE_EPILOG = """\
@@ -472,6 +484,29 @@ def sentence_attention(loaded, source: str, reference: str | None, generate_kwar
 
 
 # ---------------------------------------------------------------------------------------------
+# alignment-error-rate
+
+
+def cmd_alignment_error_rate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from .alignment import alignment_error_rate
+
+    texts = {}
+    for option, path in (("HYPOTHESIS", args.hypothesis), ("--gold", args.gold)):
+        if not Path(path).is_file():
+            raise UserError(f"{option}: file not found: {path}")
+        texts[option] = Path(path).read_text(encoding="utf-8").splitlines()
+    counts = alignment_error_rate(texts["HYPOTHESIS"], texts["--gold"], hyp_name=args.hypothesis, gold_name=args.gold)
+    result = {"aer": counts.aer, "precision": counts.precision, "recall": counts.recall,
+              "links": counts.a, "sure_links": counts.s, "sentences": len(texts["--gold"])}
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"AER {counts.aer:.4f}  precision {counts.precision:.4f}  recall {counts.recall:.4f}  "
+              f"({counts.a} links, {counts.s} sure gold links, {result['sentences']} sentences)")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
 # average-checkpoints
 
 
@@ -691,6 +726,12 @@ def build_parser(finetune_options: bool = True) -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", type=Path, required=True, help="PNG file to write")
     p.add_argument("--no-per-head", action="store_true", help="Transformer: only the head average of each layer")
     _add_generation_arguments(p, sampling=False)
+
+    p = add("alignment-error-rate", "AER of Pharaoh word alignments against a gold file", _AER_EPILOG,
+            cmd_alignment_error_rate)
+    p.add_argument("hypothesis", metavar="HYPOTHESIS", help="Pharaoh file to score (e.g. from translate --alignments)")
+    p.add_argument("--gold", required=True, help="gold Pharaoh file: i-j sure links, i?j possible links")
+    p.add_argument("--json", action="store_true", help="print the scores as JSON")
 
     p = add("average-checkpoints", "average the weights of k checkpoints into one model", _AVERAGE_EPILOG,
             cmd_average_checkpoints)

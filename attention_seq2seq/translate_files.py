@@ -592,6 +592,9 @@ def run_translate_command(parser, args, generate_kwargs: dict, load) -> int:
     elif world > 1 and args.device is None:
         args.device = "cpu"
     loaded = load(args)
+    if world > 1 and rank == 0:
+        print(f"{parser.prog}: translating with {world} processes (chunk c on rank c mod {world}; rank 0 writes)",
+              file=sys.stderr)
     from_file = bool(args.input)
     if args.text:
         lines: Iterable[str] = list(args.text)

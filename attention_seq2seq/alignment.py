@@ -220,6 +220,12 @@ def attention_alignments(
     """
     if not sources:
         return []
+    forced = _forced_attention(model, tokenizer, sources, targets, max_source_length)
+    return _links_of_layer(forced, sources, targets, layer, heads)
+
+
+def _forced_attention(model, tokenizer, sources, targets, max_source_length=None):
+    """(cross_attentions, source encoding, target encoding) of one teacher-forced forward pass."""
     device = next(model.parameters()).device
     src = tokenizer(list(sources), padding=True, truncation=max_source_length is not None,
                     max_length=max_source_length, return_offsets_mapping=True, return_tensors="pt")
@@ -235,7 +241,12 @@ def attention_alignments(
     finally:
         if switch:
             model.set_attn_implementation(previous)
-    weights = select_attention(outputs.cross_attentions, layer, heads).cpu()  # (batch, tgt_len, src_len)
+    return outputs.cross_attentions, src, tgt
+
+
+def _links_of_layer(forced, sources, targets, layer, heads) -> list[set[Link]]:
+    cross_attentions, src, tgt = forced
+    weights = select_attention(cross_attentions, layer, heads).cpu()  # (batch, tgt_len, src_len)
     result = []
     for b in range(len(sources)):
         src_len = int(src["attention_mask"][b].sum())
@@ -245,3 +256,30 @@ def attention_alignments(
         # Padding sits at the end on both sides (right padding), so the first positions are real.
         result.append(word_links(weights[b, :tgt_len, :src_len], src_words, tgt_words))
     return result
+
+def model_alignments_by_layer(
+    model,
+    tokenizer,
+    sources: Sequence[str],
+    targets: Sequence[str],
+    *,
+    layer: int | None = None,
+    heads: Sequence[int] | None = None,
+    batch_size: int = 16,
+) -> list[tuple[int, list[str]]]:
+    """Pharaoh lines of every (source, target) pair for each decoder layer (or only ``layer``),
+    by teacher forcing the targets: ``[(layer, lines), ...]``. An empty source or target gets an
+    empty line."""
+    num_layers = 1 if model.config.model_type == "rnn_seq2seq" else model.config.decoder_layers
+    layers = list(range(num_layers)) if layer is None else [layer]
+    lines = {k: [""] * len(sources) for k in layers}
+    keep = [k for k in range(len(sources)) if sources[k].strip() and targets[k].strip()]
+    for start in range(0, len(keep), batch_size):
+        batch = keep[start : start + batch_size]
+        batch_sources, batch_targets = [sources[i] for i in batch], [targets[i] for i in batch]
+        with torch.inference_mode():
+            forced = _forced_attention(model, tokenizer, batch_sources, batch_targets)
+        for k in layers:
+            for i, links in zip(batch, _links_of_layer(forced, batch_sources, batch_targets, k, heads)):
+                lines[k][i] = format_pharaoh(links)
+    return [(k, lines[k]) for k in layers]

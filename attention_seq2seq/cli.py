@@ -92,6 +92,9 @@ examples:
   attention-seq2seq translate -m runs/rnn -i test.de -o hyp.en --alignments hyp.align
   attention-seq2seq alignment-error-rate hyp.align --gold gold.align
   attention-seq2seq alignment-error-rate hyp.align --gold gold.align --json
+  attention-seq2seq alignment-error-rate -m runs/transformer --gold data/alignments/multi30k-test2016-de-en/gold.align \\
+      --src data/alignments/multi30k-test2016-de-en/test2016.first30.de \\
+      --ref data/alignments/multi30k-test2016-de-en/test2016.first30.en
 """
 
 _AVERAGE_EPILOG = """\
@@ -490,19 +493,45 @@ def sentence_attention(loaded, source: str, reference: str | None, generate_kwar
 def cmd_alignment_error_rate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from .alignment import alignment_error_rate
 
+    if bool(args.hypothesis) == bool(args.model):
+        parser.error("give a HYPOTHESIS alignment file, or -m MODEL with --src and --ref (not both)")
+    if args.model and not (args.src and args.ref):
+        parser.error("-m MODEL aligns --src with --ref by teacher forcing; give both files")
     texts = {}
-    for option, path in (("HYPOTHESIS", args.hypothesis), ("--gold", args.gold)):
+    files = [("--gold", args.gold)] + ([("HYPOTHESIS", args.hypothesis)] if args.hypothesis else
+                                       [("--src", args.src), ("--ref", args.ref)])
+    for option, path in files:
         if not Path(path).is_file():
             raise UserError(f"{option}: file not found: {path}")
         texts[option] = Path(path).read_text(encoding="utf-8").splitlines()
-    counts = alignment_error_rate(texts["HYPOTHESIS"], texts["--gold"], hyp_name=args.hypothesis, gold_name=args.gold)
-    result = {"aer": counts.aer, "precision": counts.precision, "recall": counts.recall,
-              "links": counts.a, "sure_links": counts.s, "sentences": len(texts["--gold"])}
-    if args.json:
-        print(json.dumps(result, indent=2))
+    if args.hypothesis:
+        rows = [("file", alignment_error_rate(texts["HYPOTHESIS"], texts["--gold"], hyp_name=args.hypothesis,
+                                              gold_name=args.gold))]
     else:
-        print(f"AER {counts.aer:.4f}  precision {counts.precision:.4f}  recall {counts.recall:.4f}  "
-              f"({counts.a} links, {counts.s} sure gold links, {result['sentences']} sentences)")
+        from .alignment import model_alignments_by_layer
+
+        if len(texts["--src"]) != len(texts["--ref"]):
+            raise UserError(f"--src has {len(texts['--src'])} lines but --ref has {len(texts['--ref'])}")
+        loaded = _load(args)
+        heads = None
+        if args.align_heads:
+            from .translate_files import _parse_heads
+
+            heads = _parse_heads(args.align_heads)
+        rows = []
+        for layer, lines in model_alignments_by_layer(loaded.model, loaded.tokenizer, texts["--src"], texts["--ref"],
+                                                      layer=args.align_layer, heads=heads):
+            rows.append((f"layer {layer}", alignment_error_rate(lines, texts["--gold"], hyp_name=f"layer {layer}",
+                                                                gold_name=args.gold)))
+    result = {name: {"aer": c.aer, "precision": c.precision, "recall": c.recall, "links": c.a, "sure_links": c.s}
+              for name, c in rows}
+    if args.json:
+        print(json.dumps(result if args.model else result["file"], indent=2))
+    else:
+        for name, counts in rows:
+            print(f"{name + ': ' if args.model else ''}AER {counts.aer:.4f}  precision {counts.precision:.4f}  "
+                  f"recall {counts.recall:.4f}  ({counts.a} links, {counts.s} sure gold links, "
+                  f"{len(texts['--gold'])} sentences)")
     return 0
 
 
@@ -729,9 +758,20 @@ def build_parser(finetune_options: bool = True) -> argparse.ArgumentParser:
 
     p = add("alignment-error-rate", "AER of Pharaoh word alignments against a gold file", _AER_EPILOG,
             cmd_alignment_error_rate)
-    p.add_argument("hypothesis", metavar="HYPOTHESIS", help="Pharaoh file to score (e.g. from translate --alignments)")
+    p.add_argument("hypothesis", metavar="HYPOTHESIS", nargs="?",
+                   help="Pharaoh file to score (e.g. from translate --alignments)")
     p.add_argument("--gold", required=True, help="gold Pharaoh file: i-j sure links, i?j possible links")
     p.add_argument("--json", action="store_true", help="print the scores as JSON")
+    model = p.add_argument_group("or align a model's attention: teacher-force --ref and score each layer")
+    model.add_argument("-m", "--model", metavar="MODEL", help="training output folder, export folder, model folder or Hub id")
+    model.add_argument("--src", help="source sentences, line-aligned with --gold")
+    model.add_argument("--ref", help="target sentences the gold links refer to")
+    model.add_argument("--align-layer", metavar="L", type=int,
+                       help="only this decoder layer (0-based, -1 the last; default: every layer)")
+    model.add_argument("--align-heads", metavar="H[,H...]", help="heads to average (default: all)")
+    model.add_argument("--device", help="cpu, cuda, cuda:1, mps")
+    model.add_argument("--trust-remote-code", action="store_true", help="run the code shipped in an export")
+    model.add_argument("--revision", help="Hub revision for a Hub id")
 
     p = add("average-checkpoints", "average the weights of k checkpoints into one model", _AVERAGE_EPILOG,
             cmd_average_checkpoints)

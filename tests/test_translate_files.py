@@ -412,3 +412,41 @@ def test_two_cpu_ranks_write_the_file_one_process_writes(runs_root, tmp_path):
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert "translating with 2 processes" in completed.stderr
     assert two.read_bytes() == one.read_bytes()
+
+
+GOLD_SAMPLE = REPO_ROOT / "data" / "alignments" / "multi30k-test2016-de-en"
+
+
+def test_the_hand_aligned_sample_is_well_formed():
+    de = (GOLD_SAMPLE / "test2016.first30.de").read_text(encoding="utf-8").splitlines()
+    en = (GOLD_SAMPLE / "test2016.first30.en").read_text(encoding="utf-8").splitlines()
+    gold = (GOLD_SAMPLE / "gold.align").read_text(encoding="utf-8").splitlines()
+    assert len(de) == len(en) == len(gold) == 30
+    for number, (source, target, line) in enumerate(zip(de, en, gold), start=1):
+        sure, possible = parse_pharaoh(line, where=f"gold.align line {number}")
+        assert sure and sure <= possible
+        assert all(i < len(source.split()) and j < len(target.split()) for i, j in possible), number
+
+
+def test_alignment_error_rate_of_a_model_scores_each_layer_by_teacher_forcing(runs_root, capsys):
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from attention_seq2seq.alignment import format_pharaoh
+
+    run = build_tiny_run("transformer_seq2seq", runs_root)
+    src, ref = GOLD_SAMPLE / "test2016.first30.de", GOLD_SAMPLE / "test2016.first30.en"
+    gold = GOLD_SAMPLE / "gold.align"
+    assert main(["alignment-error-rate", "-m", str(run), "--src", str(src), "--ref", str(ref), "--gold", str(gold),
+                 "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert list(result) == ["layer 0"]  # the tiny Transformer has one decoder layer
+    # The same number from the library calls, one sentence at a time.
+    tokenizer = AutoTokenizer.from_pretrained(run / "model")
+    model = AutoModelForSeq2SeqLM.from_pretrained(run / "model").eval()
+    sources, targets = src.read_text().splitlines(), ref.read_text().splitlines()
+    lines = [format_pharaoh(attention_alignments(model, tokenizer, [s], [t], layer=0)[0]) for s, t in zip(sources, targets)]
+    expected = alignment_error_rate(lines, gold.read_text().splitlines())
+    assert result["layer 0"]["aer"] == pytest.approx(expected.aer, abs=1e-9)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["alignment-error-rate", "--gold", str(gold)])
+    assert exit_info.value.code == 2 and "HYPOTHESIS" in capsys.readouterr().err

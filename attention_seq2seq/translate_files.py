@@ -236,7 +236,8 @@ class ChunkTranslator:
                 if stats.first_truncated is None:
                     stats.first_truncated = line
                 # Keep the sentence end: the last piece of a tokenized sentence is </s>.
-                ids[k] = row[: self.limit - 1] + row[-1:] if self.eos_ids and row[-1] in self.eos_ids else row[: self.limit]
+                keeps_eos = self.eos_ids and row[-1] in self.eos_ids
+                ids[k] = row[: self.limit - 1] + row[-1:] if keeps_eos else row[: self.limit]
         return ids
 
     @torch.inference_mode()
@@ -321,7 +322,9 @@ class ChunkTranslator:
 # Writing
 
 
-def format_records(start_index: int, hypotheses: Sequence[list[Hypothesis]], options: FileTranslationOptions) -> tuple[str, str | None]:
+def format_records(
+    start_index: int, hypotheses: Sequence[list[Hypothesis]], options: FileTranslationOptions
+) -> tuple[str, str | None]:
     """(output text, alignment text or None) of consecutive sources from ``start_index``."""
     out: list[str] = []
     align: list[str] = []

@@ -24,7 +24,8 @@ from attention_seq2seq.cli import build_parser, main
 from attention_seq2seq.training.metrics import corpus_scores
 
 SENTENCES = ["Ein Hund läuft durch den Schnee.", "Zwei Männer spielen Fußball.", "Eine Frau."]
-COMMANDS = ["train", "finetune", "translate", "evaluate", "plot-attention", "alignment-error-rate", "average-checkpoints", "export", "push"]
+COMMANDS = ["train", "finetune", "translate", "evaluate", "plot-attention", "alignment-error-rate",
+            "average-checkpoints", "export", "push"]
 
 
 @pytest.fixture(scope="session")

@@ -358,8 +358,8 @@ def test_attention_aligns_a_reversal_task(family, tmp_path, capsys):
     out, align = tmp_path / "out.txt", tmp_path / "out.align"
     assert main(["translate", "-m", str(tmp_path / "model"), "-i", str(source), "-o", str(out), "--alignments",
                  str(align), "--greedy", "--max-new-tokens", "12", "--no-progress"]) == 0
-    gold_file = _write(tmp_path / "gold.align", [" ".join(f"{i}-{len(s.split()) - 1 - i}" for i in range(len(s.split())))
-                                                 for s, _ in test])
+    reversal = [" ".join(f"{i}-{len(s.split()) - 1 - i}" for i in range(len(s.split()))) for s, _ in test]
+    gold_file = _write(tmp_path / "gold.align", reversal)
     assert main(["alignment-error-rate", str(align), "--gold", str(gold_file), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     correct = sum(o == t for o, (_, t) in zip(out.read_text().splitlines(), test))
@@ -444,7 +444,8 @@ def test_alignment_error_rate_of_a_model_scores_each_layer_by_teacher_forcing(ru
     tokenizer = AutoTokenizer.from_pretrained(run / "model")
     model = AutoModelForSeq2SeqLM.from_pretrained(run / "model").eval()
     sources, targets = src.read_text().splitlines(), ref.read_text().splitlines()
-    lines = [format_pharaoh(attention_alignments(model, tokenizer, [s], [t], layer=0)[0]) for s, t in zip(sources, targets)]
+    lines = [format_pharaoh(attention_alignments(model, tokenizer, [s], [t], layer=0)[0])
+             for s, t in zip(sources, targets)]
     expected = alignment_error_rate(lines, gold.read_text().splitlines())
     assert result["layer 0"]["aer"] == pytest.approx(expected.aer, abs=1e-9)
     with pytest.raises(SystemExit) as exit_info:

@@ -111,7 +111,7 @@ def main(argv=None) -> dict:
               f"{res['ratio_over_marian_median']:.3f}  ({', '.join(f'{x:.3f}' for x in res['ratios'])})")
     payload = {"host": host, "threads": threads, "sentences": len(sources), "rounds": args.rounds,
                "new_tokens": new_tokens, "results": results}
-    write_result("probe_cpu_paths_custom", payload, False)  # rename to keep a reference run
+    write_result("probe_cpu_paths_custom", payload, False)
     return payload
 
 

@@ -35,6 +35,7 @@ commands:
   evaluate              BLEU and chrF (sacreBLEU) of a model on a test set
   plot-attention        attention heat-map of one sentence
   demo                  attention explorer in the browser (Gradio; pip install '.[demo]')
+  alignment-error-rate  AER of Pharaoh word alignments against a gold file
   average-checkpoints   average the weights of k checkpoints into one model
   export                turn a training folder into a Hub-ready folder (remote code + card)
   push                  upload an export folder to the Hugging Face Hub
@@ -97,6 +98,20 @@ analytics, no share link. docs/attention-explorer.md has the details.
 examples:
   attention-seq2seq demo -m runs/multi30k
   attention-seq2seq demo -m export/multi30k --trust-remote-code --port 8080
+"""
+
+_AER_EPILOG = """\
+Both files hold one sentence pair per line in Pharaoh format: 0-based source-target word links
+i-j; the gold file marks possible links i?j (sure ones i-j). AER = 1 - (|A&S| + |A&P|) / (|A| + |S|)
+(Och & Ney 2003), summed over the corpus. See docs/translate.md.
+
+examples:
+  attention-seq2seq translate -m runs/rnn -i test.de -o hyp.en --alignments hyp.align
+  attention-seq2seq alignment-error-rate hyp.align --gold gold.align
+  attention-seq2seq alignment-error-rate hyp.align --gold gold.align --json
+  attention-seq2seq alignment-error-rate -m runs/transformer --gold data/alignments/multi30k-test2016-de-en/gold.align \\
+      --src data/alignments/multi30k-test2016-de-en/test2016.first30.de \\
+      --ref data/alignments/multi30k-test2016-de-en/test2016.first30.en
 """
 
 _AVERAGE_EPILOG = """\
@@ -238,6 +253,29 @@ def _add_generation_arguments(parser: argparse.ArgumentParser, *, sampling: bool
                        help="truncate longer inputs to this many tokens")
 
 
+def _add_file_translation_arguments(parser: argparse.ArgumentParser) -> None:
+    """translate's options for large files, n-best lists and alignments (docs/translate.md)."""
+    group = parser.add_argument_group("files, n-best lists and alignments (docs/translate.md)")
+    group.add_argument("--chunk-lines", metavar="N", type=_positive_int, default=10_000,
+                       help="lines read, sorted and written at a time (default: 10000); memory holds one chunk")
+    group.add_argument("--resume", action="store_true",
+                       help="continue an interrupted run: keep the complete records already in --output")
+    group.add_argument("--no-truncate", action="store_true",
+                       help="refuse a line longer than the model's limit (default: truncate it, with one warning)")
+    group.add_argument("--n-best", metavar="K", type=_positive_int, default=1,
+                       help="K hypotheses per source (beam search with at least K beams)")
+    group.add_argument("--scores", action="store_true",
+                       help="add each hypothesis's total log-probability and length-normalised score")
+    group.add_argument("--format", choices=["text", "tsv", "jsonl"],
+                       help="output format (default: text; tsv with --n-best > 1 or --scores)")
+    group.add_argument("--alignments", metavar="FILE",
+                       help="write Pharaoh word alignments (i-j) from attention to FILE, one line per output line")
+    group.add_argument("--align-layer", metavar="L", type=int, default=-1,
+                       help="Transformer: decoder layer whose cross-attention aligns (0-based; default -1, the last)")
+    group.add_argument("--align-heads", metavar="H[,H...]",
+                       help="Transformer: heads to average, 0-based, comma-separated (default: all)")
+
+
 def _generation_kwargs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
     """Check the decoding options against each other and build ``generate`` kwargs."""
     from .inference import generation_kwargs
@@ -305,55 +343,9 @@ def cmd_translate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     if args.text and args.input:
         parser.error("give the text as arguments or with --input, not both")
     generate_kwargs = _generation_kwargs(parser, args)
-    if args.text:
-        sentences, from_file = list(args.text), False
-    elif args.input:
-        sentences, from_file = _read_text_file(args.input, "--input"), True
-    else:
-        if sys.stdin.isatty():
-            print(f"{parser.prog}: reading sentences from the terminal; end with Ctrl-D", file=sys.stderr)
-        from .inference import read_lines
+    from .translate_files import run_translate_command  # streaming, n-best, alignments, resume, ranks
 
-        sentences, from_file = read_lines(sys.stdin), False
-
-    if args.n_best is not None:
-        beams = generate_kwargs.get("num_beams")
-        if generate_kwargs.get("do_sample") or args.greedy:
-            parser.error("--n-best lists the hypotheses of a beam search; drop --greedy / --do-sample")
-        if beams is not None and beams < args.n_best:
-            parser.error(f"--n-best {args.n_best} needs --num-beams of at least {args.n_best}; got {beams}")
-        generate_kwargs["num_return_sequences"] = args.n_best
-    loaded = _load(args)
-    if args.n_best is not None and "num_beams" not in generate_kwargs:
-        generate_kwargs["num_beams"] = max(args.n_best, loaded.model.generation_config.num_beams or 1)
-    from .inference import translate_n_best
-
-    n_best = translate_n_best(
-        loaded,
-        sentences,
-        batch_size=args.batch_size,
-        max_batch_tokens=args.batch_tokens,
-        max_source_length=args.max_source_length,
-        progress=from_file and not args.no_progress,
-        scores=args.n_best is not None,
-        **generate_kwargs,
-    )
-    if args.n_best is None:
-        text = "".join(hypotheses[0][0] + "\n" for hypotheses in n_best)
-    else:  # Moses's n-best format: sentence index ||| translation ||| score
-        text = "".join(
-            f"{i} ||| {hypothesis} ||| {score:.4f}\n"
-            for i, hypotheses in enumerate(n_best)
-            for hypothesis, score in hypotheses
-            if score is not None
-        )
-    if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(text, encoding="utf-8")
-    else:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    return 0
+    return run_translate_command(parser, args, generate_kwargs, _load)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -545,6 +537,55 @@ def cmd_demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except OSError as err:  # the port is taken, or the host is not an address of this machine
         raise UserError(f"--port {args.port} / --host {args.host}: cannot serve there ({err}); choose another "
                         "port, e.g. --port 7861") from None
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# alignment-error-rate
+
+
+def cmd_alignment_error_rate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from .alignment import alignment_error_rate
+
+    if bool(args.hypothesis) == bool(args.model):
+        parser.error("give a HYPOTHESIS alignment file, or -m MODEL with --src and --ref (not both)")
+    if args.model and not (args.src and args.ref):
+        parser.error("-m MODEL aligns --src with --ref by teacher forcing; give both files")
+    texts = {}
+    files = [("--gold", args.gold)] + ([("HYPOTHESIS", args.hypothesis)] if args.hypothesis else
+                                       [("--src", args.src), ("--ref", args.ref)])
+    for option, path in files:
+        if not Path(path).is_file():
+            raise UserError(f"{option}: file not found: {path}")
+        texts[option] = Path(path).read_text(encoding="utf-8").splitlines()
+    if args.hypothesis:
+        rows = [("file", alignment_error_rate(texts["HYPOTHESIS"], texts["--gold"], hyp_name=args.hypothesis,
+                                              gold_name=args.gold))]
+    else:
+        from .alignment import model_alignments_by_layer
+
+        if len(texts["--src"]) != len(texts["--ref"]):
+            raise UserError(f"--src has {len(texts['--src'])} lines but --ref has {len(texts['--ref'])}")
+        loaded = _load(args)
+        heads = None
+        if args.align_heads:
+            from .translate_files import _parse_heads
+
+            heads = _parse_heads(args.align_heads)
+        rows = []
+        for layer, lines in model_alignments_by_layer(loaded.model, loaded.tokenizer, texts["--src"], texts["--ref"],
+                                                      layer=args.align_layer, heads=heads):
+            rows.append((f"layer {layer}", alignment_error_rate(lines, texts["--gold"], hyp_name=f"layer {layer}",
+                                                                gold_name=args.gold)))
+    result = {name: {"aer": c.aer, "precision": c.precision, "recall": c.recall, "links": c.a, "sure_links": c.s}
+              for name, c in rows}
+    if args.json:
+        print(json.dumps(result if args.model else result["file"], indent=2))
+    else:
+        for name, counts in rows:
+            print(f"{name + ': ' if args.model else ''}AER {counts.aer:.4f}  precision {counts.precision:.4f}  "
+                  f"recall {counts.recall:.4f}  ({counts.a} links, {counts.s} sure gold links, "
+                  f"{len(texts['--gold'])} sentences)")
     return 0
 
 
@@ -756,9 +797,8 @@ def build_parser(finetune_options: bool = True) -> argparse.ArgumentParser:
     p.add_argument("-i", "--input", metavar="FILE", help="file with one sentence per line")
     p.add_argument("-o", "--output", metavar="FILE", help="write translations here (default: stdout)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr for --input")
-    p.add_argument("--n-best", metavar="N", type=_positive_int,
-                   help="print the N best beam hypotheses per sentence as 'index ||| translation ||| score'")
     _add_generation_arguments(p)
+    _add_file_translation_arguments(p)
 
     p = add("evaluate", "BLEU and chrF (sacreBLEU) of a model on a test set", _EVALUATE_EPILOG, cmd_evaluate)
     _add_model_argument(p)
@@ -799,6 +839,22 @@ def build_parser(finetune_options: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1",
                    help="address to serve on (default: 127.0.0.1, this machine only; 0.0.0.0 for all)")
     p.add_argument("--example", help="sentence to put in the source box")
+    p = add("alignment-error-rate", "AER of Pharaoh word alignments against a gold file", _AER_EPILOG,
+            cmd_alignment_error_rate)
+    p.add_argument("hypothesis", metavar="HYPOTHESIS", nargs="?",
+                   help="Pharaoh file to score (e.g. from translate --alignments)")
+    p.add_argument("--gold", required=True, help="gold Pharaoh file: i-j sure links, i?j possible links")
+    p.add_argument("--json", action="store_true", help="print the scores as JSON")
+    model = p.add_argument_group("or align a model's attention: teacher-force --ref and score each layer")
+    model.add_argument("-m", "--model", metavar="MODEL", help="training output folder, export folder, model folder or Hub id")
+    model.add_argument("--src", help="source sentences, line-aligned with --gold")
+    model.add_argument("--ref", help="target sentences the gold links refer to")
+    model.add_argument("--align-layer", metavar="L", type=int,
+                       help="only this decoder layer (0-based, -1 the last; default: every layer)")
+    model.add_argument("--align-heads", metavar="H[,H...]", help="heads to average (default: all)")
+    model.add_argument("--device", help="cpu, cuda, cuda:1, mps")
+    model.add_argument("--trust-remote-code", action="store_true", help="run the code shipped in an export")
+    model.add_argument("--revision", help="Hub revision for a Hub id")
 
     p = add("average-checkpoints", "average the weights of k checkpoints into one model", _AVERAGE_EPILOG,
             cmd_average_checkpoints)

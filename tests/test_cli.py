@@ -24,7 +24,8 @@ from attention_seq2seq.cli import build_parser, main
 from attention_seq2seq.metrics import corpus_scores
 
 SENTENCES = ["Ein Hund läuft durch den Schnee.", "Zwei Männer spielen Fußball.", "Eine Frau."]
-COMMANDS = ["train", "finetune", "translate", "evaluate", "plot-attention", "demo", "average-checkpoints", "export", "push"]
+COMMANDS = ["train", "finetune", "translate", "evaluate", "plot-attention", "demo", "alignment-error-rate",
+            "average-checkpoints", "export", "push"]
 
 
 @pytest.fixture(scope="session")
@@ -325,7 +326,7 @@ def test_translate_arguments_stdin_and_file_agree_with_unbatched_generate(run, t
     captured = capsys.readouterr()
     assert captured.out == ""
     assert target.read_text(encoding="utf-8").splitlines() == [expected[0], "", *expected[1:]]
-    assert "3/3" in captured.err  # the progress bar, on stderr
+    assert "4/4" in captured.err  # the progress bar (input lines, the empty one too), on stderr
 
 
 def test_translate_from_an_export_folder_with_installed_or_shipped_code(runs_root, tmp_path, capsys, monkeypatch):

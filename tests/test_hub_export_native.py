@@ -323,13 +323,15 @@ def test_ct2_n_best_matches_our_beam_hypotheses(ct2_run, capsys):
     root, exports = ct2_run
     outputs = {}
     for model in (root, exports["float32"]):
-        assert cli_main(["translate", "-m", str(model), "--n-best", "3", "--num-beams", "4", *SOURCES[:2]]) == 0
-        outputs[model] = [line.split(" ||| ") for line in capsys.readouterr().out.splitlines()]
+        assert cli_main(["translate", "-m", str(model), "--n-best", "3", "--scores", "--num-beams", "4",
+                         *SOURCES[:2]]) == 0  # fmt: skip
+        # TSV: source index, rank, hypothesis, total log-probability, the beam's normalised score
+        outputs[model] = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
     ours, theirs = outputs[root], outputs[exports["float32"]]
     assert [row[0] for row in ours] == ["0", "0", "0", "1", "1", "1"]
-    assert [row[:2] for row in theirs] == [row[:2] for row in ours]
+    assert [row[:3] for row in theirs] == [row[:3] for row in ours]
     for a, b in zip(ours, theirs):  # both: log p(y | x) / |y|^length_penalty
-        assert float(a[2]) == pytest.approx(float(b[2]), abs=2e-3)
+        assert float(a[4]) == pytest.approx(float(b[4]), abs=2e-3)
 
 
 def test_ct2_folder_is_evaluated(ct2_run, tmp_path, capsys):

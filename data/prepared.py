@@ -51,7 +51,8 @@ logger = logging.getLogger(__name__)
 FORMAT_VERSION = 1  # bump when the layout or the preparation changes what is stored
 TOKEN_DTYPE = np.int32
 SIDES = ("source", "target")
-ENCODE_CHUNK = 20_000  # texts per fast-tokenizer call: large enough to keep its threads busy
+ENCODE_CHUNK = 20_000  # pairs per tokenizing step (and per task of a worker process)
+PARALLEL_PAIRS = 200_000  # from this many training pairs on, worker processes tokenize (they take seconds to start)
 
 
 # --------------------------------------------------------------------------------------------
@@ -170,6 +171,112 @@ def encode_texts(tokenizer, texts: list[str]) -> list[list[int]]:
     return [encoding.ids for encoding in backend.encode_batch(texts, add_special_tokens=True)]
 
 
+class WordCacheEncoder:
+    """Tokenizes cleaned text word by word through a cache of each word's pieces, into flat arrays.
+
+    The tokenizers trained here (data/tokenization.py) have no normalizer and a ``Metaspace``
+    pre-tokenizer (``prepend_scheme="always"``, ``split=True``): a text is cut at its spaces and
+    each word is segmented on its own, so a text's ids are its words' ids one after another
+    between the post-processor's prefix and suffix (``</s>``). Words repeat (Zipf), so after the
+    first chunks almost every word is a dictionary look-up; the ids are the backend's own, new
+    words going through one ``encode_batch`` call. Texts must be cleaned as ``load_corpus``
+    cleans them (single spaces, no leading or trailing space).
+
+    ``usable`` is False for any other pipeline (a normalizer, another pre-tokenizer, BPE dropout);
+    :meth:`encode` then falls back to ``encode_batch``. The first texts encoded are also checked
+    against ``encode_batch``; a difference switches the fallback on for good.
+
+    Args:
+        tokenizer: a ``PreTrainedTokenizerFast`` or a ``tokenizers.Tokenizer``.
+        max_words: the cache is emptied when it holds more words than this (bounded memory).
+    """
+
+    def __init__(self, tokenizer, max_words: int = 2_000_000, verify: int = 2000):
+        self.backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
+        self.cache: dict[str, list[int]] = {}
+        self.max_words, self.to_verify = max_words, verify
+        self.usable = self._pipeline_fits()
+        if self.usable:
+            plain = self.backend.encode("x", add_special_tokens=False).ids
+            full = self.backend.encode("x", add_special_tokens=True).ids
+            at = next((i for i in range(len(full) - len(plain) + 1) if full[i : i + len(plain)] == plain), None)
+            if at is None:
+                self.usable = False
+            else:
+                self.prefix, self.suffix = full[:at], full[at + len(plain) :]
+
+    def _pipeline_fits(self) -> bool:
+        try:
+            state = json.loads(self.backend.to_str())
+        except Exception:  # noqa: BLE001  (a backend that cannot serialize: use encode_batch)
+            return False
+        pre = state.get("pre_tokenizer") or {}
+        model = state.get("model") or {}
+        return (
+            state.get("normalizer") is None
+            and pre.get("type") == "Metaspace"
+            and pre.get("split", True) is True
+            and pre.get("prepend_scheme", "always") == "always"
+            and pre.get("replacement", "▁") == "▁"
+            and model.get("type") in ("Unigram", "BPE", "WordPiece", "WordLevel")
+            and not model.get("dropout")
+        )
+
+    def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """``(flat ids int32, lengths int64 (len(texts),))`` of the texts, special tokens included."""
+        if not texts:
+            return np.zeros(0, TOKEN_DTYPE), np.zeros(0, np.int64)
+        if not self.usable:
+            return _flatten(encode_texts(self.backend, texts))
+        flat, lengths = self._encode_words(texts)
+        if self.to_verify > 0:
+            k = min(self.to_verify, len(texts))
+            ref_flat, ref_lengths = _flatten(encode_texts(self.backend, texts[:k]))
+            if not (np.array_equal(ref_lengths, lengths[:k]) and np.array_equal(ref_flat, flat[: int(ref_lengths.sum())])):
+                logger.warning("word-cache tokenization differs from the tokenizer's on this text: using encode_batch")
+                self.usable = False
+                return _flatten(encode_texts(self.backend, texts))
+            self.to_verify -= k
+        return flat, lengths
+
+    def _encode_words(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        words = " ".join(texts).split(" ")
+        words_per_text = np.fromiter((t.count(" ") + 1 for t in texts), dtype=np.int64, count=len(texts))
+        if len(self.cache) > self.max_words:
+            self.cache.clear()
+        cache = self.cache
+        new = [w for w in set(words) if w not in cache]
+        if new:
+            for word, encoding in zip(new, self.backend.encode_batch(new, add_special_tokens=False)):
+                cache[word] = encoding.ids
+        pieces = list(map(cache.__getitem__, words))
+        piece_counts = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
+        body = np.fromiter(itertools.chain.from_iterable(pieces), dtype=TOKEN_DTYPE, count=int(piece_counts.sum()))
+        word_starts = np.zeros(len(texts), dtype=np.int64)
+        np.cumsum(words_per_text[:-1], out=word_starts[1:])
+        body_lengths = np.add.reduceat(piece_counts, word_starts) if len(pieces) else np.zeros(len(texts), np.int64)
+        p, q = len(self.prefix), len(self.suffix)
+        lengths = body_lengths + p + q
+        out = np.empty(int(lengths.sum()), dtype=TOKEN_DTYPE)
+        out_starts = np.zeros(len(texts), dtype=np.int64)
+        np.cumsum(lengths[:-1], out=out_starts[1:])
+        body_starts = np.zeros(len(texts), dtype=np.int64)
+        np.cumsum(body_lengths[:-1], out=body_starts[1:])
+        # token j of the body goes to out_start + p + (j - body_start) of its text
+        shift = np.repeat(out_starts + p - body_starts, body_lengths)
+        out[np.arange(len(body)) + shift] = body
+        for k, token in enumerate(self.prefix):
+            out[out_starts + k] = token
+        for k, token in enumerate(self.suffix):
+            out[out_starts + p + body_lengths + k] = token
+        return out, lengths
+
+
+def _flatten(rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    return np.fromiter(itertools.chain.from_iterable(rows), dtype=TOKEN_DTYPE, count=int(lengths.sum())), lengths
+
+
 @dataclass
 class EncodeStats:
     """What :func:`encode_training_pairs` did: pairs read, kept and dropped as over a length limit."""
@@ -180,42 +287,89 @@ class EncodeStats:
     seconds: float = 0.0
 
 
+_WORKER: dict = {}
+
+
+def _worker_init(tokenizer_file: str) -> None:
+    from tokenizers import Tokenizer
+
+    _WORKER["encoder"] = WordCacheEncoder(Tokenizer.from_file(tokenizer_file))
+
+
+def _worker_encode(batch: Mapping[str, list[str]]) -> tuple:
+    encoder = _WORKER["encoder"]
+    return encoder.encode(batch["source"]) + encoder.encode(batch["target"])
+
+
+def _encoded_chunks(batches: Iterable[Mapping[str, list[str]]], tokenizer, num_proc: int, tokenizer_file: str | None):
+    """``(source flat, source lengths, target flat, target lengths)`` per chunk, in order; with
+    ``num_proc > 1`` (and the tokenizer's file) computed by that many worker processes, at most
+    ``2 * num_proc`` chunks in flight (bounded memory)."""
+    if num_proc <= 1 or tokenizer_file is None:
+        encoder = WordCacheEncoder(tokenizer)
+        for batch in batches:
+            yield encoder.encode(batch["source"]) + encoder.encode(batch["target"])
+        return
+    import collections
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # spawn: the parent may run the tokenizers' thread pool, which a fork would copy half-alive
+    with ProcessPoolExecutor(num_proc, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init,
+                             initargs=(tokenizer_file,)) as pool:
+        pending: collections.deque = collections.deque()
+        for batch in batches:
+            pending.append(pool.submit(_worker_encode, {"source": batch["source"], "target": batch["target"]}))
+            if len(pending) >= 2 * num_proc:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
 def encode_training_pairs(
     batches: Iterable[Mapping[str, list[str]]],
     tokenizer,
     folder: str | os.PathLike,
     max_source_length: int,
     max_target_length: int,
+    *,
+    num_proc: int = 1,
+    tokenizer_file: str | os.PathLike | None = None,
 ) -> EncodeStats:
     """Tokenize chunks of ``{"source": [...], "target": [...]}`` into a prepared folder, dropping
     pairs with a side over its limit (``</s>`` counted), as ``tokenize_dataset(..., overlong="filter")``
-    does for the training split; the kept pairs keep their order.
+    does for the training split; the kept pairs keep their order. Also writes ``kept.npy``, the
+    indices of the kept pairs among those read.
+
+    Args:
+        num_proc: worker processes (each with its own :class:`WordCacheEncoder`); 1: this process.
+        tokenizer_file: the tokenizer's ``tokenizer.json``, which the workers load (needed for ``num_proc > 1``).
 
     Raises:
         ValueError: a limit below 2 (a piece and ``</s>``).
     """
     if min(max_source_length, max_target_length) < 2:
         raise ValueError(f"max lengths must be at least 2 (a piece and </s>); got {max_source_length}, {max_target_length}")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
     stats = EncodeStats()
     start = time.perf_counter()
-
+    writers = {side: _SideWriter(folder, side) for side in SIDES}
     kept_indices = []
-
-    def rows():
-        for batch in batches:
-            source, target = encode_texts(tokenizer, batch["source"]), encode_texts(tokenizer, batch["target"])
-            keep = np.array([len(s) <= max_source_length and len(t) <= max_target_length for s, t in zip(source, target)],
-                            dtype=bool)
-            kept_indices.append(stats.read + np.flatnonzero(keep))
-            stats.read += len(source)
+    for src_flat, src_len, tgt_flat, tgt_len in _encoded_chunks(batches, tokenizer, num_proc,
+                                                                str(tokenizer_file) if tokenizer_file else None):
+        keep = (src_len <= max_source_length) & (tgt_len <= max_target_length)
+        kept_indices.append(stats.read + np.flatnonzero(keep))
+        stats.read += len(src_len)
+        for side, flat, lengths in (("source", src_flat, src_len), ("target", tgt_flat, tgt_len)):
             if not keep.all():
-                source = [s for s, k in zip(source, keep) if k]
-                target = [t for t, k in zip(target, keep) if k]
-            yield source, target
-
-    stats.kept = write_pairs(folder, rows())
+                flat, lengths = flat[np.repeat(keep, lengths)], lengths[keep]
+            writers[side].add(flat, lengths)
+    for writer in writers.values():
+        writer.close()
     # which pairs of the cleaned training split were kept (subword resampling reads their texts)
-    np.save(Path(folder) / "kept.npy", np.concatenate(kept_indices) if kept_indices else np.zeros(0, np.int64))
+    np.save(folder / "kept.npy", np.concatenate(kept_indices) if kept_indices else np.zeros(0, np.int64))
+    stats.kept = int(sum(len(k) for k in kept_indices))
     stats.filtered = stats.read - stats.kept
     stats.seconds = time.perf_counter() - start
     return stats
@@ -335,6 +489,7 @@ def prepare_corpus(
     max_source_length: int = 256,
     max_target_length: int = 256,
     root: str | os.PathLike | None = None,
+    num_proc: int | None = None,
 ) -> PreparedCorpus:
     """Load, tokenize and store a corpus once; later calls with the same inputs read it back.
 
@@ -352,6 +507,8 @@ def prepare_corpus(
             validation and test sides are truncated.
         root: the cache folder (default :func:`cache_root`); a run with ``--no_cache`` passes a
             folder of its own.
+        num_proc: tokenizing processes; None: one per core (at most 8) from
+            :data:`PARALLEL_PAIRS` training pairs on, else this process alone.
 
     Raises:
         CorpusError: from ``load_corpus`` (bad spec, malformed row, ...).
@@ -416,8 +573,9 @@ def prepare_corpus(
 
         data, info = raw()
         tokenizer = PreTrainedTokenizerFast.from_pretrained(tokenizer_dir)
-        stats = encode_training_pairs(iter_text_batches(data["train"]), tokenizer, tmp / "train",
-                                      max_source_length, max_target_length)
+        workers = num_proc if num_proc is not None else (min(8, os.cpu_count() or 1) if len(data["train"]) >= PARALLEL_PAIRS else 1)
+        stats = encode_training_pairs(iter_text_batches(data["train"]), tokenizer, tmp / "train", max_source_length,
+                                      max_target_length, num_proc=workers, tokenizer_file=tokenizer_dir / "tokenizer.json")
         logger.info("tokenized %d training pairs in %.1f s (%.0f pairs/s); %d kept, %d over %d/%d tokens dropped",
                     stats.read, stats.seconds, stats.read / max(stats.seconds, 1e-9), stats.kept, stats.filtered,
                     max_source_length, max_target_length)

@@ -228,3 +228,49 @@ def test_streamed_text_files_of_different_lengths_name_both_counts(tmp_path, mon
     (tmp_path / "train.en").write_text("a\nb\nc\n")
     with pytest.raises(CorpusError, match=r"train.es has 5 lines, .*train.en has 3 lines"):
         load_corpus(f"text:{tmp_path}:es-en")
+
+
+@pytest.mark.parametrize("model_type", ["unigram", "bpe"])
+def test_word_cache_encoder_gives_the_tokenizers_ids(model_type, corpus_dir):
+    from attention_seq2seq.data.prepared import WordCacheEncoder, encode_texts
+
+    train = load_corpus(spec(corpus_dir))["train"]
+    tokenizer = train_tokenizer(train, 400, model_type=model_type)
+    texts = train["source"][:] + train["target"][:]
+    encoder = WordCacheEncoder(tokenizer, verify=0)
+    assert encoder.usable
+    expected = encode_texts(tokenizer, texts)
+    assert expected == tokenizer(texts)["input_ids"]
+    for chunk in (texts[:700], texts[700:]):  # the second chunk reads most words from the cache
+        flat, lengths = encoder.encode(chunk)
+        rows = np.split(flat, np.cumsum(lengths)[:-1])
+        assert [r.tolist() for r in rows] == expected[: len(chunk)]
+        expected = expected[len(chunk) :]
+
+
+def test_word_cache_encoder_falls_back_for_other_pipelines(corpus_dir):
+    from tokenizers import normalizers
+
+    from attention_seq2seq.data.prepared import WordCacheEncoder
+
+    tokenizer = train_tokenizer(load_corpus(spec(corpus_dir))["train"], 400)
+    tokenizer.backend_tokenizer.normalizer = normalizers.Lowercase()
+    encoder = WordCacheEncoder(tokenizer)
+    assert not encoder.usable
+    flat, lengths = encoder.encode(["Hola Mundo", "Y la tierra"])
+    assert np.split(flat, np.cumsum(lengths)[:-1])[1].tolist() == tokenizer("Y la tierra")["input_ids"]
+
+
+def test_worker_processes_give_the_same_prepared_pairs(corpus_dir, tokenizer_dir, tmp_path):
+    from attention_seq2seq.data.prepared import encode_training_pairs, iter_text_batches
+
+    train = load_corpus(spec(corpus_dir))["train"]
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(tokenizer_dir)
+    one = encode_training_pairs(iter_text_batches(train, 300), tokenizer, tmp_path / "one", MAX_LEN, MAX_LEN)
+    two = encode_training_pairs(iter_text_batches(train, 300), tokenizer, tmp_path / "two", MAX_LEN, MAX_LEN, num_proc=2,
+                                tokenizer_file=tokenizer_dir / "tokenizer.json")
+    assert (one.read, one.kept) == (two.read, two.kept) == (1500, one.kept) and one.filtered > 0
+    for name in ("source_tokens.bin", "target_tokens.bin", "source_offsets.npy", "target_offsets.npy", "kept.npy"):
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes(), name

@@ -26,7 +26,7 @@ class TrainConfig:
     tokenizer_type: str = "unigram"  # "unigram" (SentencePiece-style) or "bpe"; one joint vocabulary
     tokenizer_path: str | None = None  # a saved tokenizer folder to use instead of training one
     vocab_size: int = 8000  # subword vocabulary size, special tokens and byte pieces included
-    tokenizer_train_pairs: int | None = 1_000_000  # train the tokenizer on at most this many training pairs (a seeded sample; null: all)
+    tokenizer_train_pairs: int | None = 200_000  # train the tokenizer on at most this many training pairs, a seeded sample (SentencePiece's input_sentence_size; null: all)
     no_cache: bool = False  # prepare the corpus in output_dir/corpus_cache instead of the shared cache (docs/large-corpora.md)
     max_source_length: int = 128  # tokens incl. </s>; longer training pairs are dropped, evaluation sources truncated
     max_target_length: int = 128  # tokens incl. </s>; also the generation limit (max_new_tokens)

@@ -274,3 +274,39 @@ def test_worker_processes_give_the_same_prepared_pairs(corpus_dir, tokenizer_dir
     assert (one.read, one.kept) == (two.read, two.kept) == (1500, one.kept) and one.filtered > 0
     for name in ("source_tokens.bin", "target_tokens.bin", "source_offsets.npy", "target_offsets.npy", "kept.npy"):
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes(), name
+
+
+def test_runs_share_the_cache_and_no_cache_keeps_it_in_the_run(corpus_dir, tmp_path, monkeypatch, caplog):
+    """Two runs with different output folders: the second reads the first's entry (same
+    tokenizer, no preparation); a resumed run finds the entry through its model/ tokenizer copy;
+    --no_cache prepares into the run folder."""
+    import logging
+
+    from attention_seq2seq.training.build import load_data
+    from attention_seq2seq.training.config import config_from_dict
+    from attention_seq2seq.training.train_config import TrainConfig
+
+    monkeypatch.setenv("ATTENTION_SEQ2SEQ_CACHE", str(tmp_path / "cache"))
+    accelerator = __import__("accelerate").Accelerator(cpu=True)
+
+    def config(out, **kw):
+        return config_from_dict(TrainConfig, dict(corpus=spec(corpus_dir), vocab_size=500, max_source_length=MAX_LEN,
+                                                  max_target_length=MAX_LEN, output_dir=str(out), **kw))
+
+    calls = []
+    real = prep.encode_training_pairs
+    monkeypatch.setattr(prep, "encode_training_pairs", lambda *a, **k: calls.append(1) or real(*a, **k))
+    with caplog.at_level(logging.INFO, logger="attention_seq2seq.training"):
+        first, _, tok_a = load_data(config(tmp_path / "a"), accelerator, tmp_path / "a")
+        second, _, tok_b = load_data(config(tmp_path / "b"), accelerator, tmp_path / "b")
+        again, _, _ = load_data(config(tmp_path / "a"), accelerator, tmp_path / "a")  # model/ exists: a resume
+    assert len(calls) == 1
+    assert "prepared corpus built in" in caplog.text and "prepared corpus read from" in caplog.text
+    assert first["train"].folder == second["train"].folder == again["train"].folder
+    assert str(tmp_path / "cache" / "corpora") in str(first["train"].folder)
+    assert tok_a.get_vocab() == tok_b.get_vocab()
+    assert (tmp_path / "a" / "model" / "tokenizer.json").read_bytes() == (tmp_path / "b" / "model" / "tokenizer.json").read_bytes()
+
+    own, _, _ = load_data(config(tmp_path / "c", no_cache=True), accelerator, tmp_path / "c")
+    assert own["train"].folder.is_relative_to(tmp_path / "c" / "corpus_cache") and len(calls) == 2
+    assert own["train"].column("source") == first["train"].column("source")

@@ -137,7 +137,10 @@ def load_data(config: TrainConfig, accelerator: Accelerator, output_dir: Path):
     logger.info("prepared corpus %s: %s (%d training pairs)", "built in" if prepared.built else "read from",
                 prepared.folder, len(prepared.train))
     if accelerator.is_main_process and not (tokenizer_dir / "tokenizer.json").exists():
-        PreTrainedTokenizerFast.from_pretrained(prepared.tokenizer_dir).save_pretrained(tokenizer_dir)
+        import shutil
+
+        # the files as they are, so a resumed run's hash of model/tokenizer.json finds this entry
+        shutil.copytree(prepared.tokenizer_dir, tokenizer_dir, dirs_exist_ok=True)
     accelerator.wait_for_everyone()
     tokenizer = PreTrainedTokenizerFast.from_pretrained(tokenizer_dir)
     data = {"train": prepared.train, **prepared.splits}

@@ -89,6 +89,13 @@ class PreparedPairs(torch.utils.data.Dataset):
         if len(self._offsets["source"]) != len(self._offsets["target"]):
             raise ValueError(f"{self.folder}: source and target hold different numbers of pairs")
 
+    def __getstate__(self) -> dict:
+        # DataLoader workers receive the folder and map the files themselves (a memmap would pickle as a full copy)
+        return {"folder": str(self.folder)}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["folder"])
+
     def __len__(self) -> int:
         return len(self._offsets["source"]) - 1
 

@@ -310,3 +310,15 @@ def test_runs_share_the_cache_and_no_cache_keeps_it_in_the_run(corpus_dir, tmp_p
     own, _, _ = load_data(config(tmp_path / "c", no_cache=True), accelerator, tmp_path / "c")
     assert own["train"].folder.is_relative_to(tmp_path / "c" / "corpus_cache") and len(calls) == 2
     assert own["train"].column("source") == first["train"].column("source")
+
+
+def test_prepared_pairs_pickle_as_their_folder(tmp_path):
+    """DataLoader workers get the folder, not a copy of the token arrays."""
+    import pickle
+
+    write_pairs(tmp_path, [([[1] * 5000, [2, 3]], [[4, 5], [6] * 5000])])
+    pairs = PreparedPairs(tmp_path)
+    blob = pickle.dumps(pairs)
+    assert len(blob) < 500
+    back = pickle.loads(blob)
+    assert [back[i] for i in range(2)] == [pairs[i] for i in range(2)]

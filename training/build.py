@@ -243,6 +243,10 @@ def setup_logging(is_main: bool) -> None:
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         logger.addHandler(handler)
+    data_logger = logging.getLogger("attention_seq2seq.data")  # corpus preparation: counts and timings
+    data_logger.setLevel(logging.INFO if is_main else logging.WARNING)
+    if not data_logger.handlers:
+        data_logger.addHandler(logger.handlers[0])
     logging.getLogger("accelerate").setLevel(logging.WARNING)
     import transformers
 

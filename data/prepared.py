@@ -37,6 +37,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -298,6 +299,7 @@ _WORKER: dict = {}
 
 
 def _worker_init(tokenizer_file: str) -> None:
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one process per core already
     from tokenizers import Tokenizer
 
     _WORKER["encoder"] = WordCacheEncoder(Tokenizer.from_file(tokenizer_file))
@@ -321,9 +323,10 @@ def _encoded_chunks(batches: Iterable[Mapping[str, list[str]]], tokenizer, num_p
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    # spawn: the parent may run the tokenizers' thread pool, which a fork would copy half-alive
-    with ProcessPoolExecutor(num_proc, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init,
-                             initargs=(tokenizer_file,)) as pool:
+    # fork on Linux (as datasets.map's num_proc): a spawned worker would import torch and datasets
+    # again (~0.4 GB each); the tokenizers library turns its thread pool off in a forked child.
+    context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+    with ProcessPoolExecutor(num_proc, mp_context=context, initializer=_worker_init, initargs=(tokenizer_file,)) as pool:
         pending: collections.deque = collections.deque()
         for batch in batches:
             pending.append(pool.submit(_worker_encode, {"source": batch["source"], "target": batch["target"]}))

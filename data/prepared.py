@@ -292,7 +292,8 @@ class EncodeStats:
     read: int = 0
     kept: int = 0
     filtered: int = 0
-    seconds: float = 0.0
+    seconds: float = 0.0  # wall clock
+    cpu_seconds: float = 0.0  # CPU time of this process and the workers (load-independent)
 
 
 _WORKER: dict = {}
@@ -306,8 +307,9 @@ def _worker_init(tokenizer_file: str) -> None:
 
 
 def _worker_encode(batch: Mapping[str, list[str]]) -> tuple:
+    start = time.process_time()
     encoder = _WORKER["encoder"]
-    return encoder.encode(batch["source"]) + encoder.encode(batch["target"])
+    return encoder.encode(batch["source"]) + encoder.encode(batch["target"]) + (time.process_time() - start,)
 
 
 def _encoded_chunks(batches: Iterable[Mapping[str, list[str]]], tokenizer, num_proc: int, tokenizer_file: str | None):
@@ -317,7 +319,7 @@ def _encoded_chunks(batches: Iterable[Mapping[str, list[str]]], tokenizer, num_p
     if num_proc <= 1 or tokenizer_file is None:
         encoder = WordCacheEncoder(tokenizer)
         for batch in batches:
-            yield encoder.encode(batch["source"]) + encoder.encode(batch["target"])
+            yield encoder.encode(batch["source"]) + encoder.encode(batch["target"]) + (0.0,)
         return
     import collections
     import multiprocessing
@@ -366,8 +368,11 @@ def encode_training_pairs(
     start = time.perf_counter()
     writers = {side: _SideWriter(folder, side) for side in SIDES}
     kept_indices = []
-    for src_flat, src_len, tgt_flat, tgt_len in _encoded_chunks(batches, tokenizer, num_proc,
-                                                                str(tokenizer_file) if tokenizer_file else None):
+    cpu_start = time.process_time()
+    for src_flat, src_len, tgt_flat, tgt_len, worker_cpu in _encoded_chunks(
+        batches, tokenizer, num_proc, str(tokenizer_file) if tokenizer_file else None
+    ):
+        stats.cpu_seconds += worker_cpu
         keep = (src_len <= max_source_length) & (tgt_len <= max_target_length)
         kept_indices.append(stats.read + np.flatnonzero(keep))
         stats.read += len(src_len)
@@ -382,6 +387,7 @@ def encode_training_pairs(
     stats.kept = int(sum(len(k) for k in kept_indices))
     stats.filtered = stats.read - stats.kept
     stats.seconds = time.perf_counter() - start
+    stats.cpu_seconds += time.process_time() - cpu_start
     return stats
 
 
@@ -541,12 +547,12 @@ def prepare_corpus(
         if not raw_cache:
             from .corpora import load_corpus
 
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             data, info = load_corpus(spec, filters=filters or None, return_info=True)
             if max_train_pairs is not None:
                 data["train"] = data["train"].select(range(min(max_train_pairs, len(data["train"]))))
-            logger.info("read and cleaned %s: %s pairs in %.1f s", spec,
-                        {split: len(ds) for split, ds in data.items()}, time.perf_counter() - start)
+            logger.info("read and cleaned %s: %s pairs in %.1f s (%.1f CPU-s)", spec,
+                        {split: len(ds) for split, ds in data.items()}, time.perf_counter() - start, time.process_time() - cpu)
             raw_cache.update(data=data, info=info)
         return raw_cache["data"], raw_cache["info"]
 
@@ -562,10 +568,11 @@ def prepare_corpus(
             sample = tokenizer_sample(len(train), tokenizer_train_pairs)
             if sample is not None:
                 train = train.select(sample)
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             tokenizer = train_tokenizer(train, vocab_size, model_type=tokenizer_type)
-            logger.info("trained a %s tokenizer (%d pieces) on %d of %d training pairs in %.1f s", tokenizer_type,
-                        len(tokenizer), len(train), len(raw()[0]["train"]), time.perf_counter() - start)
+            logger.info("trained a %s tokenizer (%d pieces) on %d of %d training pairs in %.1f s (%.1f CPU-s)",
+                        tokenizer_type, len(tokenizer), len(train), len(raw()[0]["train"]), time.perf_counter() - start,
+                        time.process_time() - cpu)
         tokenizer.save_pretrained(tmp)
 
     if tokenizer_dir is None or not (Path(tokenizer_dir) / "tokenizer.json").exists():
@@ -586,9 +593,9 @@ def prepare_corpus(
         workers = num_proc if num_proc is not None else (min(8, os.cpu_count() or 1) if len(data["train"]) >= PARALLEL_PAIRS else 1)
         stats = encode_training_pairs(iter_text_batches(data["train"]), tokenizer, tmp / "train", max_source_length,
                                       max_target_length, num_proc=workers, tokenizer_file=tokenizer_dir / "tokenizer.json")
-        logger.info("tokenized %d training pairs in %.1f s (%.0f pairs/s); %d kept, %d over %d/%d tokens dropped",
-                    stats.read, stats.seconds, stats.read / max(stats.seconds, 1e-9), stats.kept, stats.filtered,
-                    max_source_length, max_target_length)
+        logger.info("tokenized %d training pairs in %.1f s (%.0f pairs/s; %.1f CPU-s in %d process(es)); %d kept, "
+                    "%d over %d/%d tokens dropped", stats.read, stats.seconds, stats.read / max(stats.seconds, 1e-9),
+                    stats.cpu_seconds, workers, stats.kept, stats.filtered, max_source_length, max_target_length)
         import datasets
 
         rest = datasets.DatasetDict({s: data[s] for s in data if s != "train"})

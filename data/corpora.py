@@ -182,7 +182,8 @@ def load_corpus(
         file_format = PRESETS[spec.kind].format if spec.kind in PRESETS else spec.kind
         raw, info = _read_hf(spec, cache_dir) if file_format == "hf" else _READERS[file_format](spec)
         raw = _fill_missing_splits(raw, spec, info)
-    corpus = datasets.DatasetDict({split: _clean_split(raw[split], split, filters, info) for split in SPLITS})
+    # pop: a split read into a memory-mapped file is released once its cleaned copy exists
+    corpus = datasets.DatasetDict({split: _clean_split(raw.pop(split), split, filters, info) for split in SPLITS})
     if len(corpus["train"]) == 0:
         raise CorpusError(f"corpus {spec} has no training pairs left after filtering: {info.counts['train']}")
     return (corpus, info) if return_info else corpus

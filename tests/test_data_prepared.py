@@ -322,3 +322,15 @@ def test_prepared_pairs_pickle_as_their_folder(tmp_path):
     assert len(blob) < 500
     back = pickle.loads(blob)
     assert [back[i] for i in range(2)] == [pairs[i] for i in range(2)]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_sorted_cut_gives_the_example_by_example_batches(seed):
+    """TokenBudgetBatchSampler._cut_sorted (one batch at a time) equals _cut (one example at a
+    time) on sorted orders: random lengths, budgets, caps, single pairs over the budget."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 90, size=(int(rng.integers(1, 3000)), 2))
+    sampler = TokenBudgetBatchSampler(lengths, max_tokens=int(rng.integers(40, 2000)), seed=seed,
+                                      max_batch_size=[None, 7][seed % 2])
+    order = np.lexsort((rng.permutation(len(lengths)), lengths.min(axis=1), sampler.size))
+    assert sampler._cut_sorted(order) == sampler._cut(order)

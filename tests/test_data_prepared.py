@@ -334,3 +334,12 @@ def test_sorted_cut_gives_the_example_by_example_batches(seed):
                                       max_batch_size=[None, 7][seed % 2])
     order = np.lexsort((rng.permutation(len(lengths)), lengths.min(axis=1), sampler.size))
     assert sampler._cut_sorted(order) == sampler._cut(order)
+
+
+def test_tokenizer_train_pairs_below_1_is_refused():
+    from attention_seq2seq.training.config import RecipeError
+    from attention_seq2seq.training.train_config import TrainConfig, validate_config
+
+    with pytest.raises(RecipeError, match=r"tokenizer_train_pairs must be >= 1 or null \(all training pairs\); got 0"):
+        validate_config(TrainConfig(max_steps=1, tokenizer_train_pairs=0))
+    validate_config(TrainConfig(max_steps=1, tokenizer_train_pairs=None))

@@ -115,6 +115,8 @@ def validate_config(config: TrainConfig) -> None:
             raise RecipeError(f"{name} must be >= 1; got {getattr(config, name)}")
     if config.num_threads is not None and config.num_threads < 1:
         raise RecipeError(f"num_threads must be >= 1 or null (torch's default); got {config.num_threads}")
+    if config.tokenizer_train_pairs is not None and config.tokenizer_train_pairs < 1:
+        raise RecipeError(f"tokenizer_train_pairs must be >= 1 or null (all training pairs); got {config.tokenizer_train_pairs}")
     if config.schedule == "linear_time" and not (config.max_time_minutes and config.max_time_minutes > 0):
         raise RecipeError(f"schedule 'linear_time' decays to 0 at the end of the time budget: set max_time_minutes > 0; got {config.max_time_minutes}")
     if config.schedule == "linear" and config.max_steps is None and config.max_epochs is None:

@@ -343,3 +343,21 @@ def test_tokenizer_train_pairs_below_1_is_refused():
     with pytest.raises(RecipeError, match=r"tokenizer_train_pairs must be >= 1 or null \(all training pairs\); got 0"):
         validate_config(TrainConfig(max_steps=1, tokenizer_train_pairs=0))
     validate_config(TrainConfig(max_steps=1, tokenizer_train_pairs=None))
+
+
+def _prepare_in_process(args):
+    folder, tokenizer_dir, root = args
+    result = prepare_corpus(spec(folder), tokenizer_path=str(tokenizer_dir), max_source_length=MAX_LEN,
+                            max_target_length=MAX_LEN, root=root)
+    return result.built, str(result.folder), len(result.train)
+
+
+def test_two_processes_build_one_entry_and_map_the_same_files(corpus_dir, tokenizer_dir, tmp_path):
+    """What the ranks of a run (or two runs started together) do: one builds under the lock, the
+    other waits and reads the same folder."""
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        results = pool.map(_prepare_in_process, [(corpus_dir, tokenizer_dir, tmp_path)] * 2)
+    assert sorted(built for built, _, _ in results) == [False, True]
+    assert len({folder for _, folder, _ in results}) == 1 and len({n for _, _, n in results}) == 1

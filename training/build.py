@@ -139,8 +139,12 @@ def load_data(config: TrainConfig, accelerator: Accelerator, output_dir: Path):
     if accelerator.is_main_process and not (tokenizer_dir / "tokenizer.json").exists():
         import shutil
 
-        # the files as they are, so a resumed run's hash of model/tokenizer.json finds this entry
-        shutil.copytree(prepared.tokenizer_dir, tokenizer_dir, dirs_exist_ok=True)
+        # the bytes as they are, so a resumed run's hash of model/tokenizer.json finds this entry;
+        # copyfile, not copytree/copy2: the run's files get the mode of the run's umask
+        tokenizer_dir.mkdir(parents=True, exist_ok=True)
+        for path in sorted(prepared.tokenizer_dir.iterdir()):
+            if path.is_file():
+                shutil.copyfile(path, tokenizer_dir / path.name)
     accelerator.wait_for_everyone()
     tokenizer = PreTrainedTokenizerFast.from_pretrained(tokenizer_dir)
     data = {"train": prepared.train, **prepared.splits}

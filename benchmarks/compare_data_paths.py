@@ -45,16 +45,22 @@ def main() -> int:
     parser.add_argument("--old_tree", required=True)
     parser.add_argument("--recipe", default="training/recipes/multi30k-transformer-small.yaml")
     parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--real_model", action="store_true", help="the recipe's own model, not the tiny one")
     parser.add_argument("extra", nargs="*", help="more overrides for both runs")
     a = parser.parse_args()
+    if a.real_model:
+        TINY.clear()
     work = Path(tempfile.mkdtemp(prefix="compare_data_paths_"))
     old_s = run(["-c", OLD_RUNNER, a.old_tree], work / "old", a.recipe, a.steps, a.extra)
     new_s = run(["-m", "attention_seq2seq.training.train"], work / "new", a.recipe, a.steps, a.extra)
-    losses = {k: [v for _, v in json.loads((work / k / "metrics.json").read_text())["train"]["loss_history"]] for k in ("old", "new")}
+    metrics = {k: json.loads((work / k / "metrics.json").read_text())["train"] for k in ("old", "new")}
+    losses = {k: [v for _, v in m["loss_history"]] for k, m in metrics.items()}
     batches = {k: (work / k / "debug" / "batches_rank0.jsonl").read_text() for k in ("old", "new")}
     result = {"steps": a.steps, "losses_logged": len(losses["new"]), "identical_losses": losses["old"] == losses["new"],
               "identical_batches": batches["old"] == batches["new"], "first_loss": losses["new"][:1],
-              "last_loss": losses["new"][-1:], "old_wall_s": round(old_s, 1), "new_wall_s": round(new_s, 1), "dir": str(work)}
+              "last_loss": losses["new"][-1:], "old_wall_s": round(old_s, 1), "new_wall_s": round(new_s, 1),
+              "target_tokens_per_s": {k: round(m["target_tokens_per_s"]) for k, m in metrics.items()},
+              "train_time_s": {k: round(m["train_time_s"], 1) for k, m in metrics.items()}, "dir": str(work)}
     print(json.dumps(result))
     return 0 if result["identical_losses"] and result["identical_batches"] else 1
 

@@ -214,6 +214,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         self.accumulation = accumulation
         self.epoch = 0
         self.start_batch = 0
+        self._last: tuple[int, list[list[int]]] | None = None  # (epoch, its global batches)
 
     def set_lengths(self, lengths: Sequence[int] | Sequence[Sequence[int]] | np.ndarray) -> None:
         """Replace the examples' lengths (a new segmentation of the same examples, e.g. subword
@@ -229,6 +230,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             raise ValueError(f"lengths must keep the shape {self.lengths.shape}; got {lengths.shape}")
         self.lengths = lengths
         self.size = lengths.max(axis=1)
+        self._last = None
 
     def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
         """Select the epoch to draw; ``start_batch`` skips this rank's first batches (resume)."""
@@ -240,14 +242,24 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         self.start_batch = num_batches
 
     def global_batches(self, epoch: int | None = None) -> list[list[int]]:
-        """All ranks' batches of an epoch, in order (rank ``r`` takes every ``num_replicas``-th)."""
+        """All ranks' batches of an epoch, in order (rank ``r`` takes every ``num_replicas``-th).
+
+        The last epoch's list is kept (``len()`` and the iteration that follows draw it once, seconds
+        on millions of pairs); treat it as read-only."""
         epoch = self.epoch if epoch is None else epoch
+        if self._last is not None and self._last[0] == epoch:
+            return self._last[1]
+        batches = self._draw(epoch)
+        self._last = (epoch, batches)
+        return batches
+
+    def _draw(self, epoch: int) -> list[list[int]]:
         rng = np.random.default_rng((self.seed, epoch))
         n = len(self.size)
         tie_break = rng.permutation(n) if self.shuffle else np.arange(n)
         # lexsort's last key is the primary one: longest side, then the other side, then chance.
         order = np.lexsort((tie_break, self.lengths.min(axis=1), self.size))
-        batches = self._cut(order)
+        batches = self._cut_sorted(order)
         while len(batches) % (self.num_replicas * self.accumulation):
             widest = max(range(len(batches)), key=lambda i: (len(batches[i]), -i))
             half = len(batches[widest]) // 2
@@ -258,6 +270,26 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         if self.shuffle:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         return batches
+
+    def _cut_sorted(self, order: np.ndarray) -> list[list[int]]:
+        """:meth:`_cut` for an order of non-decreasing width (what :meth:`global_batches` sorts):
+        the same batches, found a batch at a time on a short window instead of an example at a
+        time (millions of pairs: about a second instead of tens).
+
+        With widths sorted, a batch starting at ``s`` holds the examples ``s + m`` for which
+        ``width[s + m] * (m + 1) <= max_tokens`` (a non-decreasing product, so a prefix), at least
+        one, at most ``max_batch_size``; ``m + 1 <= max_tokens // width[s]`` bounds the window."""
+        size = self.size[order]
+        n = len(order)
+        cap = self.max_batch_size or n
+        ends = []
+        start = 0
+        while start < n:
+            window = min(n - start, cap, max(1, self.max_tokens // max(1, int(size[start]))))
+            cost = size[start : start + window] * np.arange(1, window + 1)
+            start += max(1, int(np.count_nonzero(cost <= self.max_tokens)))
+            ends.append(start)
+        return [part.tolist() for part in np.split(order, ends[:-1])]
 
     def _cut(self, order: np.ndarray) -> list[list[int]]:
         batches, current, width = [], [], 0

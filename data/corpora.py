@@ -67,10 +67,11 @@ file, line, key or module at fault and listing the valid choices.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -180,7 +181,8 @@ def load_corpus(
         file_format = PRESETS[spec.kind].format if spec.kind in PRESETS else spec.kind
         raw, info = _read_hf(spec, cache_dir) if file_format == "hf" else _READERS[file_format](spec)
         raw = _fill_missing_splits(raw, spec, info)
-    corpus = datasets.DatasetDict({split: _clean_split(raw[split], split, filters, info) for split in SPLITS})
+    # pop: a split read into a memory-mapped file is released once its cleaned copy exists
+    corpus = datasets.DatasetDict({split: _clean_split(raw.pop(split), split, filters, info) for split in SPLITS})
     if len(corpus["train"]) == 0:
         raise CorpusError(f"corpus {spec} has no training pairs left after filtering: {info.counts['train']}")
     return (corpus, info) if return_info else corpus
@@ -235,9 +237,90 @@ def _split_files(spec: CorpusSpec, folder: Path, exists) -> dict[str, str]:
     return found
 
 
-def _read_lines(path: Path) -> list[str]:
+def _read_lines(path: Path) -> Iterator[str]:
+    """The lines of a text file, one at a time (a file of any size is never held whole)."""
     with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\r\n") for line in f]
+        for line in f:
+            yield line.rstrip("\r\n")
+
+
+def _aligned_lines(src_path: Path, tgt_path: Path) -> Iterator[tuple[str, str]]:
+    """``(source line, target line)`` of two line-aligned files, streamed.
+
+    Raises:
+        CorpusError: the files differ in length (both line counts named), once the shorter ends.
+    """
+    count = 0
+    with open(src_path, encoding="utf-8") as f_src, open(tgt_path, encoding="utf-8") as f_tgt:
+        for source, target in itertools.zip_longest(f_src, f_tgt):
+            if source is None or target is None:
+                rest = 1 + sum(1 for _ in (f_tgt if source is None else f_src))
+                n_src, n_tgt = count + (0 if source is None else rest), count + (0 if target is None else rest)
+                raise CorpusError(
+                    f"line-aligned files differ in length: {src_path} has {n_src} lines, {tgt_path} has {n_tgt} lines"
+                )
+            count += 1
+            yield source.rstrip("\r\n"), target.rstrip("\r\n")
+
+
+# A split with more pairs than this is written to a temporary Arrow file and memory-mapped
+# (datasets' own format), and cleaned into files beside it rather than in memory; smaller ones
+# stay in memory as before.
+SPILL_PAIRS = 200_000
+_spill_root: list[Path] = []
+
+
+def _spill_dir() -> Path:
+    """This process's folder of temporary Arrow files (removed at exit)."""
+    if not _spill_root:
+        import atexit
+        import shutil
+        import tempfile
+
+        folder = Path(tempfile.mkdtemp(prefix="attention_seq2seq_corpus_"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        _spill_root.append(folder)
+    return _spill_root[0]
+
+
+def _spill_file(stem: str) -> str:
+    import uuid
+
+    return str(_spill_dir() / f"{stem}-{uuid.uuid4().hex[:12]}.arrow")
+
+
+def _pairs_from_rows(rows: Iterable[tuple[str, str]]) -> datasets.Dataset:
+    """A ``source``/``target`` dataset from streamed pairs: in memory up to :data:`SPILL_PAIRS`
+    pairs, else written chunk by chunk to a memory-mapped Arrow file."""
+    import pyarrow as pa
+
+    schema = pa.schema([("source", pa.string()), ("target", pa.string())])
+    sources: list[str] = []
+    targets: list[str] = []
+    writer = path = None
+    for source, target in rows:
+        sources.append(source)
+        targets.append(target)
+        if len(sources) >= SPILL_PAIRS:
+            if writer is None:
+                path = _spill_file("pairs")
+                writer = pa.ipc.new_stream(path, schema)
+            writer.write_batch(pa.record_batch([pa.array(sources, pa.string()), pa.array(targets, pa.string())], schema=schema))
+            sources, targets = [], []
+    if writer is None:
+        return _pairs_dataset(sources, targets)
+    if sources:
+        writer.write_batch(pa.record_batch([pa.array(sources, pa.string()), pa.array(targets, pa.string())], schema=schema))
+    writer.close()
+    return datasets.Dataset.from_file(path)
+
+
+def _map_options(dataset: datasets.Dataset, stem: str) -> dict[str, Any]:
+    """``map``'s storage: in memory for a small split, a temporary file (never one next to a
+    user's dataset) for a large one."""
+    if len(dataset) <= SPILL_PAIRS:
+        return {"keep_in_memory": True}
+    return {"keep_in_memory": False, "cache_file_name": _spill_file(stem)}
 
 
 def _read_text(spec: CorpusSpec) -> tuple[dict[str, datasets.Dataset], CorpusInfo]:
@@ -264,13 +347,7 @@ def _read_text(spec: CorpusSpec) -> tuple[dict[str, datasets.Dataset], CorpusInf
             if not path.exists():
                 langs = sorted(p.suffix.lstrip(".") for p in path.parent.glob(f"{prefix.name}.*"))
                 raise CorpusError(f"no {lang!r} file {path}; languages found for {prefix.name}: {langs}")
-        sources, targets = _read_lines(src_path), _read_lines(tgt_path)
-        if len(sources) != len(targets):
-            raise CorpusError(
-                f"line-aligned files differ in length: {src_path} has {len(sources)} lines, "
-                f"{tgt_path} has {len(targets)} lines"
-            )
-        out[split] = _pairs_dataset(sources, targets)
+        out[split] = _pairs_from_rows(_aligned_lines(src_path, tgt_path))
     return out, _info(spec)
 
 
@@ -309,8 +386,8 @@ def _read_tsv(spec: CorpusSpec) -> tuple[dict[str, datasets.Dataset], CorpusInfo
     skip_header = spec.options.get("header", "false").lower() in ("1", "true", "yes")
     needed = max(src_col, tgt_col) + 1
     out = {}
-    for split, path in _local_files(spec, ".tsv").items():
-        sources, targets = [], []
+
+    def rows(path: Path) -> Iterator[tuple[str, str]]:
         for number, line in enumerate(_read_lines(path), start=1):
             if number == 1 and skip_header:
                 continue
@@ -320,9 +397,10 @@ def _read_tsv(spec: CorpusSpec) -> tuple[dict[str, datasets.Dataset], CorpusInfo
                     f"{path}, line {number}: expected at least {needed} tab-separated columns "
                     f"(src_col={src_col}, tgt_col={tgt_col}), found {len(row)}: {line[:80]!r}"
                 )
-            sources.append(row[src_col])
-            targets.append(row[tgt_col])
-        out[split] = _pairs_dataset(sources, targets)
+            yield row[src_col], row[tgt_col]
+
+    for split, path in _local_files(spec, ".tsv").items():
+        out[split] = _pairs_from_rows(rows(path))
     return out, _info(spec)
 
 
@@ -331,8 +409,8 @@ def _read_jsonl(spec: CorpusSpec) -> tuple[dict[str, datasets.Dataset], CorpusIn
     src_key = spec.options.get("src_key", default_keys[0])
     tgt_key = spec.options.get("tgt_key", default_keys[1])
     out = {}
-    for split, path in _local_files(spec, ".jsonl").items():
-        sources, targets = [], []
+
+    def rows(path: Path) -> Iterator[tuple[str, str]]:
         for number, line in enumerate(_read_lines(path), start=1):
             if not line.strip():
                 continue
@@ -351,9 +429,10 @@ def _read_jsonl(spec: CorpusSpec) -> tuple[dict[str, datasets.Dataset], CorpusIn
                         f"{path}, line {number}: key {key!r} {problem}; keys on this line: {sorted(row)} "
                         f"(choose with src_key=/tgt_key= or the language pair)"
                     )
-            sources.append(row[src_key])
-            targets.append(row[tgt_key])
-        out[split] = _pairs_dataset(sources, targets)
+            yield row[src_key], row[tgt_key]
+
+    for split, path in _local_files(spec, ".jsonl").items():
+        out[split] = _pairs_from_rows(rows(path))
     return out, _info(spec)
 
 
@@ -495,7 +574,7 @@ def _clean_split(dataset: datasets.Dataset, split: str, filters: CorpusFilters, 
             out[column] = [unicodedata.normalize(form, t) for t in texts] if form else texts
         return out
 
-    dataset = dataset.map(strip, batched=True, keep_in_memory=True, desc=f"clean {split}")
+    dataset = dataset.map(strip, batched=True, desc=f"clean {split}", **_map_options(dataset, f"clean-{split}"))
     dataset = _count_filter(dataset, counts, "empty", lambda s, t: bool(s) and bool(t))
     if split == "train":
         if filters.dedup:
@@ -552,4 +631,4 @@ def _truncate_split(dataset: datasets.Dataset, counts: dict[str, int], limit: in
     def cut(batch: dict[str, list[str]]) -> dict[str, list[str]]:
         return {c: [_truncate(t, limit, unit) for t in batch[c]] for c in ("source", "target")}
 
-    return dataset.map(cut, batched=True, keep_in_memory=True, desc="truncate")
+    return dataset.map(cut, batched=True, desc="truncate", **_map_options(dataset, "truncate"))

@@ -240,7 +240,7 @@ def commands(args, out: Path, env: dict, joey: str | None) -> dict:
              "--average_last_k", "0", "--log_with", "none"]
     if dry:
         train += ["--max_steps", "12", "--log_every", "3", "--eval_every", "12", "--save_every", "12", "--warmup_steps", "3",
-                  "--max_train_examples", "300", "--vocab_size", "500", "--eval_max_examples", "8", "--test_max_examples", "8",
+                  "--max_train_samples", "300", "--vocab_size", "500", "--max_eval_samples", "8", "--max_test_samples", "8",
                   "--test_num_beams", "2", "--model_config.d_model", "32", "--model_config.encoder_ffn_dim", "64",
                   "--model_config.decoder_ffn_dim", "64", "--model_config.encoder_attention_heads", "2",
                   "--model_config.decoder_attention_heads", "2", "--model_config.encoder_layers", "1", "--model_config.decoder_layers", "1"]

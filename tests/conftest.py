@@ -133,6 +133,19 @@ def _seeded_single_thread():
     torch.set_num_threads(previous)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache(tmp_path_factory):
+    """Prepared corpora (data/prepared.py) and other caches go to a folder of this test session,
+    never to the user's ~/.cache; a test that needs an empty cache sets its own."""
+    previous = os.environ.get("ATTENTION_SEQ2SEQ_CACHE")
+    os.environ["ATTENTION_SEQ2SEQ_CACHE"] = str(tmp_path_factory.mktemp("attention_seq2seq_cache"))
+    yield
+    if previous is None:
+        os.environ.pop("ATTENTION_SEQ2SEQ_CACHE", None)
+    else:
+        os.environ["ATTENTION_SEQ2SEQ_CACHE"] = previous
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """The shared corpora, for checks of their own figures (counts, licenses): skips without them."""

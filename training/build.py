@@ -98,38 +98,69 @@ def build_accelerator(config: TrainConfig, output_dir: Path, mixed_precision: st
 
 
 def load_data(config: TrainConfig, accelerator: Accelerator, output_dir: Path):
-    """Corpus, tokenizer (trained once on the main process, then read by every rank) and the
-    tokenized corpus; returns ``(tokenized DatasetDict, CorpusInfo, tokenizer)``.
+    """Corpus, tokenizer and the tokenized corpus, through the prepared-corpus cache
+    (data/prepared.py); returns ``(data, CorpusInfo, tokenizer)``.
+
+    ``data["train"]`` is a :class:`~attention_seq2seq.data.prepared.PreparedPairs` (memory-mapped
+    ids); ``data["validation"]`` / ``data["test"]`` are tokenized ``datasets.Dataset`` splits.
+    With subword resampling on, ``data["train_text"]`` holds the kept training pairs' texts.
+
+    Every rank calls the same preparation: the first one to take the cache entry's file lock
+    builds it (tokenizer training included), the others wait and then map the same files. The
+    tokenizer is copied to ``output_dir/model`` so a resumed run reads it back (subword training
+    is not bitwise reproducible); a resumed run prepares its data with that copy.
 
     Training pairs longer than ``max_source_length`` / ``max_target_length`` are dropped;
     validation and test sources are truncated (every sentence is still scored).
     """
     from transformers import PreTrainedTokenizerFast
 
-    from ..data.batching import tokenize_dataset
-    from ..data.corpora import load_corpus
-    from ..data.tokenization import train_tokenizer
+    from ..data.prepared import cache_root, prepare_corpus
 
     import datasets
 
     datasets.disable_progress_bars()  # seconds of work per split: the log states what matters
-    with accelerator.main_process_first():  # the Bible corpus prepares a cached copy once
-        raw, info = load_corpus(config.corpus, filters=config.corpus_filters or None, return_info=True)
-    if config.max_train_samples is not None:
-        raw["train"] = raw["train"].select(range(min(config.max_train_samples, len(raw["train"]))))
-    # The run's tokenizer lives in model/ from the start, so a resumed run reads it back rather
-    # than training a new one (subword training is not bitwise reproducible across runs).
     tokenizer_dir = output_dir / "model"
+    root = output_dir / "corpus_cache" if config.no_cache else cache_root()
+    if config.no_cache and accelerator.is_main_process:
+        import shutil
+
+        shutil.rmtree(root, ignore_errors=True)
+    accelerator.wait_for_everyone()
+    prepared = prepare_corpus(
+        config.corpus, filters=config.corpus_filters or None, max_train_pairs=config.max_train_samples,
+        tokenizer_type=config.tokenizer_type, vocab_size=config.vocab_size, tokenizer_path=config.tokenizer_path,
+        tokenizer_train_pairs=config.tokenizer_train_pairs,
+        tokenizer_dir=tokenizer_dir if (tokenizer_dir / "tokenizer.json").exists() else None,
+        max_source_length=config.max_source_length, max_target_length=config.max_target_length, root=root,
+    )
+    logger.info("prepared corpus %s: %s (%d training pairs)", "built in" if prepared.built else "read from",
+                prepared.folder, len(prepared.train))
     if accelerator.is_main_process and not (tokenizer_dir / "tokenizer.json").exists():
-        if config.tokenizer_path:
-            tokenizer = PreTrainedTokenizerFast.from_pretrained(config.tokenizer_path)
-        else:
-            tokenizer = train_tokenizer(raw["train"], config.vocab_size, model_type=config.tokenizer_type)
-        tokenizer.save_pretrained(tokenizer_dir)
+        import shutil
+
+        # the bytes as they are, so a resumed run's hash of model/tokenizer.json finds this entry;
+        # copyfile, not copytree/copy2: the run's files get the mode of the run's umask
+        tokenizer_dir.mkdir(parents=True, exist_ok=True)
+        for path in sorted(prepared.tokenizer_dir.iterdir()):
+            if path.is_file():
+                shutil.copyfile(path, tokenizer_dir / path.name)
     accelerator.wait_for_everyone()
     tokenizer = PreTrainedTokenizerFast.from_pretrained(tokenizer_dir)
-    tokenized = tokenize_dataset(raw, tokenizer, config.max_source_length, config.max_target_length, overlong="filter")
-    return tokenized, info, tokenizer
+    data = {"train": prepared.train, **prepared.splits}
+    if config.subword_alpha is not None or config.bpe_dropout is not None:
+        data["train_text"] = _training_texts(config, prepared.train.kept_indices())
+    return data, prepared.info, tokenizer
+
+
+def _training_texts(config: TrainConfig, kept):
+    """The texts of the prepared training pairs (subword resampling segments them anew each epoch)."""
+    from ..data.corpora import load_corpus
+
+    raw = load_corpus(config.corpus, filters=config.corpus_filters or None)["train"]
+    if config.max_train_samples is not None:
+        raw = raw.select(range(min(config.max_train_samples, len(raw))))
+    return raw.select(kept)
 
 
 def optimizer_param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -216,6 +247,10 @@ def setup_logging(is_main: bool) -> None:
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         logger.addHandler(handler)
+    data_logger = logging.getLogger("attention_seq2seq.data")  # corpus preparation: counts and timings
+    data_logger.setLevel(logging.INFO if is_main else logging.WARNING)
+    if not data_logger.handlers:
+        data_logger.addHandler(logger.handlers[0])
     logging.getLogger("accelerate").setLevel(logging.WARNING)
     import transformers
 

@@ -120,11 +120,13 @@ def train(config: TrainConfig) -> Path:
     data, info, tokenizer = load_data(config, accelerator, output_dir)
     if config.source_word_dropout > 0 and tokenizer.unk_token_id is None:
         raise RecipeError(f"source_word_dropout replaces tokens by <unk>, but the tokenizer ({config.tokenizer_path}) has no unk_token; set source_word_dropout: 0")
-    train_set = PairDataset(data["train"]["input_ids"][:], data["train"]["labels"][:])  # [:]: Column -> list
+    train_set = data["train"]  # memory-mapped ids (data/prepared.py); the loader reads a batch's rows
+    if "train_text" in data:  # subword resampling rewrites the ids each epoch: Python lists
+        train_set = PairDataset(train_set.column("source"), train_set.column("target"))
     # With subword sampling, the sampler and the step count of max_epochs start from the best
     # segmentation (deterministic, so a resumed run computes the same schedule); each epoch's
     # batches then follow that epoch's sampled lengths (before_epoch below).
-    resample_segmentations = build_subword_resampling(config, data["train"], train_set, tokenizer, accelerator)
+    resample_segmentations = build_subword_resampling(config, data.get("train_text"), train_set, tokenizer, accelerator)
     sampler, loader = build_train_loader(config, train_set, tokenizer, accelerator)
     state = TrainerState(batches_per_epoch=len(sampler))
     updates_per_epoch = max(1, state.batches_per_epoch // config.gradient_accumulation_steps)

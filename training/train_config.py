@@ -35,6 +35,8 @@ class TrainConfig:
     tokenizer_type: str = "unigram"  # "unigram" (SentencePiece-style) or "bpe"; one joint vocabulary
     tokenizer_path: str | None = None  # a saved tokenizer folder to use instead of training one
     vocab_size: int = 8000  # subword vocabulary size, special tokens and byte pieces included
+    tokenizer_train_pairs: int | None = 200_000  # train the tokenizer on at most this many training pairs, a seeded sample (SentencePiece's input_sentence_size; null: all)
+    no_cache: bool = False  # prepare the corpus in output_dir/corpus_cache instead of the shared cache (docs/large-corpora.md)
     max_source_length: int = 128  # tokens incl. </s>; longer training pairs are dropped, evaluation sources truncated
     max_target_length: int = 128  # tokens incl. </s>; also the generation limit (max_new_tokens)
     subword_alpha: float | None = None  # unigram tokenizers: re-segment the training pairs every epoch, sampling segmentations with probability ∝ P(x)^alpha (subword regularization, Kudo 2018); smaller alpha: more, shorter pieces; at most 1 without subword_nbest_size; None: the best segmentation always
@@ -122,6 +124,8 @@ def validate_config(config: TrainConfig) -> None:
             raise RecipeError(f"{name} must be >= 1; got {getattr(config, name)}")
     if config.num_threads is not None and config.num_threads < 1:
         raise RecipeError(f"num_threads must be >= 1 or null (torch's default); got {config.num_threads}")
+    if config.tokenizer_train_pairs is not None and config.tokenizer_train_pairs < 1:
+        raise RecipeError(f"tokenizer_train_pairs must be >= 1 or null (all training pairs); got {config.tokenizer_train_pairs}")
     if config.schedule == "linear_time" and not (config.max_time_minutes and config.max_time_minutes > 0):
         raise RecipeError(f"schedule 'linear_time' decays to 0 at the end of the time budget: set max_time_minutes > 0; got {config.max_time_minutes}")
     if config.schedule == "linear" and config.max_steps is None and config.max_epochs is None:

@@ -248,7 +248,7 @@ def commands(args, out: Path, env: dict, joey: str | None) -> dict:
         # ~1.5 minutes of updates on an H200 (an estimate: no GPU has run it yet); max_time_minutes caps the loop at 2
         # if the estimate is off, so tokenizer, loop and test fit the stage's limit.
         train += ["--max_tokens", "4096", "--max_steps", "3000", "--warmup_steps", "500", "--log_every", "100", "--eval_every", "3000",
-                  "--save_every", "3000", "--eval_max_examples", "200", "--test_max_examples", "500", "--test_num_beams", "5",
+                  "--save_every", "3000", "--max_eval_samples", "200", "--max_test_samples", "500", "--test_num_beams", "5",
                   "--max_time_minutes", "2"]
     return {
         # Limits: on the GPU they sum to ~8 minutes with the install; a dry run on a busy shared CPU gets room.

@@ -25,7 +25,9 @@ from .modeling.registry import FAMILIES  # a table of names: imports nothing hea
 
 # The package's translation metric as an evaluate module folder, shipped inside the package:
 # ``evaluate.load(TRANSLATION_METRIC_PATH)`` works offline (docs/evaluate-metric.md).
-TRANSLATION_METRIC_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "evaluate_modules", "translation_scores")
+TRANSLATION_METRIC_PATH = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "evaluate_modules", "translation_scores"
+)
 
 # Public class -> the submodule that defines it (loaded on first access, PEP 562).
 _EXPORTS = {name: module for family in FAMILIES for name, module in family.exports().items()}
@@ -106,8 +108,16 @@ def _lazy_model_class(family, attribute: str, auto_cls):
         def __call__(cls, *args, **kwargs):
             return real()(*args, **kwargs)
 
-    return LazyModelClass(name, (), {"__module__": module, "__qualname__": name, "config_class": family.config_cls(),
-                                     "__doc__": f"Stand-in for {module}.{name}, imported on first use."})
+    return LazyModelClass(
+        name,
+        (),
+        {
+            "__module__": module,
+            "__qualname__": name,
+            "config_class": family.config_cls(),
+            "__doc__": f"Stand-in for {module}.{name}, imported on first use.",
+        },
+    )
 
 
 def _write_remote_code(model, save_directory) -> None:
@@ -125,7 +135,8 @@ def _importing_a_submodule(finished: str | None = None) -> bool:
     being executed right now: its classes may not exist yet, so registering must wait for it."""
     prefix = __name__ + "."
     return any(
-        name.startswith(prefix) and name != finished
+        name.startswith(prefix)
+        and name != finished
         and getattr(getattr(module, "__spec__", None), "_initializing", False)
         for name, module in list(sys.modules.items())
     )

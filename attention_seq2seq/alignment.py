@@ -48,8 +48,9 @@ def parse_pharaoh(line: str, *, where: str = "alignment") -> tuple[set[Link], se
     for item in line.split():
         match = re.fullmatch(r"(\d+)([-?])(\d+)", item)
         if match is None:
-            raise UserError(f"{where}: {item!r} is not a link; expected i-j (sure) or i?j (possible), "
-                            "0-based word indices")
+            raise UserError(
+                f"{where}: {item!r} is not a link; expected i-j (sure) or i?j (possible), 0-based word indices"
+            )
         link = (int(match.group(1)), int(match.group(3)))
         possible.add(link)
         if match.group(2) == "-":
@@ -90,16 +91,18 @@ class AERCounts:
         return self.a_and_s / self.s if self.s else 0.0
 
 
-def alignment_error_rate(hypotheses: Sequence[str], gold: Sequence[str], *, hyp_name: str = "hypothesis",
-                         gold_name: str = "gold") -> AERCounts:
+def alignment_error_rate(
+    hypotheses: Sequence[str], gold: Sequence[str], *, hyp_name: str = "hypothesis", gold_name: str = "gold"
+) -> AERCounts:
     """AER of Pharaoh ``hypotheses`` (``i-j``; a ``?`` there counts as a link too) against ``gold``
     lines (``i-j`` sure, ``i?j`` possible), one line per sentence pair.
 
     Raises :class:`UserError` when the line counts differ or a line is malformed.
     """
     if len(hypotheses) != len(gold):
-        raise UserError(f"{hyp_name} has {len(hypotheses)} lines but {gold_name} has {len(gold)}; "
-                        "they must be line-aligned")
+        raise UserError(
+            f"{hyp_name} has {len(hypotheses)} lines but {gold_name} has {len(gold)}; they must be line-aligned"
+        )
     counts = AERCounts()
     for number, (hyp_line, gold_line) in enumerate(zip(hypotheses, gold), start=1):
         _, hyp = parse_pharaoh(hyp_line, where=f"{hyp_name} line {number}")
@@ -186,15 +189,19 @@ def select_attention(cross_attentions: Sequence[torch.Tensor], layer: int, heads
     """
     num_layers = len(cross_attentions)
     if not -num_layers <= layer < num_layers:
-        raise UserError(f"--align-layer {layer}: the model has {num_layers} decoder layer(s) with cross-attention; "
-                        f"use 0..{num_layers - 1} or -1 for the last")
+        raise UserError(
+            f"--align-layer {layer}: the model has {num_layers} decoder layer(s) with cross-attention; "
+            f"use 0..{num_layers - 1} or -1 for the last"
+        )
     weights = cross_attentions[layer]  # (batch, num_heads, tgt_len, src_len)
     num_heads = weights.size(1)
     if heads:
         bad = [h for h in heads if not 0 <= h < num_heads]
         if bad:
-            raise UserError(f"--align-heads {','.join(map(str, heads))}: layer {layer} has {num_heads} head(s); "
-                            f"use indices 0..{num_heads - 1}")
+            raise UserError(
+                f"--align-heads {','.join(map(str, heads))}: layer {layer} has {num_heads} head(s); "
+                f"use indices 0..{num_heads - 1}"
+            )
         weights = weights[:, list(heads)]
     return weights.float().mean(dim=1)  # (batch, tgt_len, src_len)
 
@@ -227,8 +234,14 @@ def attention_alignments(
 def _forced_attention(model, tokenizer, sources, targets, max_source_length=None):
     """(cross_attentions, source encoding, target encoding) of one teacher-forced forward pass."""
     device = next(model.parameters()).device
-    src = tokenizer(list(sources), padding=True, truncation=max_source_length is not None,
-                    max_length=max_source_length, return_offsets_mapping=True, return_tensors="pt")
+    src = tokenizer(
+        list(sources),
+        padding=True,
+        truncation=max_source_length is not None,
+        max_length=max_source_length,
+        return_offsets_mapping=True,
+        return_tensors="pt",
+    )
     tgt = tokenizer(text_target=list(targets), padding=True, return_offsets_mapping=True, return_tensors="pt")
     labels = tgt["input_ids"].masked_fill(tgt["attention_mask"] == 0, -100)
     previous = getattr(model.config, "_attn_implementation", None)
@@ -236,8 +249,12 @@ def _forced_attention(model, tokenizer, sources, targets, max_source_length=None
     if switch:
         model.set_attn_implementation("eager")
     try:
-        outputs = model(input_ids=src["input_ids"].to(device), attention_mask=src["attention_mask"].to(device),
-                        labels=labels.to(device), output_attentions=True)
+        outputs = model(
+            input_ids=src["input_ids"].to(device),
+            attention_mask=src["attention_mask"].to(device),
+            labels=labels.to(device),
+            output_attentions=True,
+        )
     finally:
         if switch:
             model.set_attn_implementation(previous)
@@ -256,6 +273,7 @@ def _links_of_layer(forced, sources, targets, layer, heads) -> list[set[Link]]:
         # Padding sits at the end on both sides (right padding), so the first positions are real.
         result.append(word_links(weights[b, :tgt_len, :src_len], src_words, tgt_words))
     return result
+
 
 def model_alignments_by_layer(
     model,

@@ -220,11 +220,19 @@ def _float_in(low: float, high: float, *, low_open: bool = False) -> Callable[[s
 
 
 def _add_model_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-m", "--model", required=True, metavar="MODEL",
-                        help="training output folder, export folder, model folder or Hub id")
+    parser.add_argument(
+        "-m",
+        "--model",
+        required=True,
+        metavar="MODEL",
+        help="training output folder, export folder, model folder or Hub id",
+    )
     parser.add_argument("--device", help="cpu, cuda, cuda:1, mps (default: the first accelerator, else cpu)")
-    parser.add_argument("--trust-remote-code", action="store_true",
-                        help="run the code shipped in an export instead of the installed package")
+    parser.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="run the code shipped in an export instead of the installed package",
+    )
     parser.add_argument("--revision", help="Hub revision (branch, tag or commit) for a Hub id")
 
 
@@ -232,48 +240,101 @@ def _add_generation_arguments(parser: argparse.ArgumentParser, *, sampling: bool
     group = parser.add_argument_group("decoding (default: the model's generation_config)")
     group.add_argument("--num-beams", metavar="N", type=_positive_int, help="beam size")
     group.add_argument("--greedy", action="store_true", help="greedy search (beam size 1, no sampling)")
-    group.add_argument("--max-new-tokens", metavar="N", type=_positive_int,
-                       help="longest output in tokens (default: the model's generation_config)")
-    group.add_argument("--length-penalty", metavar="ALPHA", type=_float_in(-10.0, 10.0),
-                       help="beam search: score = log-probability / length^ALPHA (default 1.0; 0: no "
-                            "normalisation; larger favours longer outputs, negative shorter ones)")
+    group.add_argument(
+        "--max-new-tokens",
+        metavar="N",
+        type=_positive_int,
+        help="longest output in tokens (default: the model's generation_config)",
+    )
+    group.add_argument(
+        "--length-penalty",
+        metavar="ALPHA",
+        type=_float_in(-10.0, 10.0),
+        help="beam search: score = log-probability / length^ALPHA (default 1.0; 0: no "
+        "normalisation; larger favours longer outputs, negative shorter ones)",
+    )
     if sampling:
         group.add_argument("--do-sample", action="store_true", help="sample instead of searching")
         group.add_argument("--top-k", metavar="K", type=_positive_int, help="sample from the k likeliest tokens")
-        group.add_argument("--top-p", metavar="P", type=_float_in(0.0, 1.0, low_open=True),
-                           help="nucleus sampling: the smallest set with probability >= p")
-        group.add_argument("--temperature", metavar="T", type=_float_in(0.0, 100.0, low_open=True),
-                           help="divide the logits by this before sampling")
+        group.add_argument(
+            "--top-p",
+            metavar="P",
+            type=_float_in(0.0, 1.0, low_open=True),
+            help="nucleus sampling: the smallest set with probability >= p",
+        )
+        group.add_argument(
+            "--temperature",
+            metavar="T",
+            type=_float_in(0.0, 100.0, low_open=True),
+            help="divide the logits by this before sampling",
+        )
         group.add_argument("--seed", metavar="N", type=int, help="random seed (makes sampling repeatable)")
-    group.add_argument("--batch-size", metavar="N", type=_positive_int, default=32,
-                       help="sentences per batch (default: 32)")
-    group.add_argument("--batch-tokens", metavar="N", type=_positive_int,
-                       help="batch by size instead: as many sentences as fit in N padded source tokens")
-    group.add_argument("--max-source-length", metavar="N", type=_positive_int,
-                       help="truncate longer inputs to this many tokens")
+    group.add_argument(
+        "--batch-size", metavar="N", type=_positive_int, default=32, help="sentences per batch (default: 32)"
+    )
+    group.add_argument(
+        "--batch-tokens",
+        metavar="N",
+        type=_positive_int,
+        help="batch by size instead: as many sentences as fit in N padded source tokens",
+    )
+    group.add_argument(
+        "--max-source-length", metavar="N", type=_positive_int, help="truncate longer inputs to this many tokens"
+    )
 
 
 def _add_file_translation_arguments(parser: argparse.ArgumentParser) -> None:
     """translate's options for large files, n-best lists and alignments (docs/translate.md)."""
     group = parser.add_argument_group("files, n-best lists and alignments (docs/translate.md)")
-    group.add_argument("--chunk-lines", metavar="N", type=_positive_int, default=10_000,
-                       help="lines read, sorted and written at a time (default: 10000); memory holds one chunk")
-    group.add_argument("--resume", action="store_true",
-                       help="continue an interrupted run: keep the complete records already in --output")
-    group.add_argument("--no-truncate", action="store_true",
-                       help="refuse a line longer than the model's limit (default: truncate it, with one warning)")
-    group.add_argument("--n-best", metavar="K", type=_positive_int, default=1,
-                       help="K hypotheses per source (beam search with at least K beams)")
-    group.add_argument("--scores", action="store_true",
-                       help="add each hypothesis's total log-probability and length-normalised score")
-    group.add_argument("--format", choices=["text", "tsv", "jsonl"],
-                       help="output format (default: text; tsv with --n-best > 1 or --scores)")
-    group.add_argument("--alignments", metavar="FILE",
-                       help="write Pharaoh word alignments (i-j) from attention to FILE, one line per output line")
-    group.add_argument("--align-layer", metavar="L", type=int, default=-1,
-                       help="Transformer: decoder layer whose cross-attention aligns (0-based; default -1, the last)")
-    group.add_argument("--align-heads", metavar="H[,H...]",
-                       help="Transformer: heads to average, 0-based, comma-separated (default: all)")
+    group.add_argument(
+        "--chunk-lines",
+        metavar="N",
+        type=_positive_int,
+        default=10_000,
+        help="lines read, sorted and written at a time (default: 10000); memory holds one chunk",
+    )
+    group.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue an interrupted run: keep the complete records already in --output",
+    )
+    group.add_argument(
+        "--no-truncate",
+        action="store_true",
+        help="refuse a line longer than the model's limit (default: truncate it, with one warning)",
+    )
+    group.add_argument(
+        "--n-best",
+        metavar="K",
+        type=_positive_int,
+        default=1,
+        help="K hypotheses per source (beam search with at least K beams)",
+    )
+    group.add_argument(
+        "--scores", action="store_true", help="add each hypothesis's total log-probability and length-normalised score"
+    )
+    group.add_argument(
+        "--format",
+        choices=["text", "tsv", "jsonl"],
+        help="output format (default: text; tsv with --n-best > 1 or --scores)",
+    )
+    group.add_argument(
+        "--alignments",
+        metavar="FILE",
+        help="write Pharaoh word alignments (i-j) from attention to FILE, one line per output line",
+    )
+    group.add_argument(
+        "--align-layer",
+        metavar="L",
+        type=int,
+        default=-1,
+        help="Transformer: decoder layer whose cross-attention aligns (0-based; default -1, the last)",
+    )
+    group.add_argument(
+        "--align-heads",
+        metavar="H[,H...]",
+        help="Transformer: heads to average, 0-based, comma-separated (default: all)",
+    )
 
 
 def _generation_kwargs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
@@ -352,7 +413,9 @@ def cmd_translate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
 # evaluate
 
 
-def _test_set(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, list[str], list[str], str | None]:
+def _test_set(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> tuple[str, list[str], list[str], str | None]:
     """(name, sources, references, target language) from --corpus/--split or --src/--ref."""
     if args.corpus and (args.src or args.ref):
         parser.error("give --corpus (with --split) or --src and --ref, not both")
@@ -390,8 +453,10 @@ def format_score_table(results: dict[str, dict]) -> str:
         for name, r in results.items()
     ]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
-             for row in [header, *rows]]
+    lines = [
+        "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
+        for row in [header, *rows]
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     for name, r in results.items():
         lines.append(f"BLEU signature: {r['bleu_signature']}")
@@ -410,8 +475,13 @@ def cmd_evaluate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
     from .metrics import corpus_scores
 
     hypotheses = translate(
-        loaded, sources, batch_size=args.batch_size, max_batch_tokens=args.batch_tokens,
-        max_source_length=args.max_source_length, progress=not args.no_progress, **generate_kwargs,
+        loaded,
+        sources,
+        batch_size=args.batch_size,
+        max_batch_tokens=args.batch_tokens,
+        max_source_length=args.max_source_length,
+        progress=not args.no_progress,
+        **generate_kwargs,
     )
     scores = corpus_scores(hypotheses, references, target_lang=target_lang, n_bootstrap=args.bootstrap or 1)
     generation_config = loaded.model.generation_config
@@ -464,8 +534,10 @@ def cmd_plot_attention(parser: argparse.ArgumentParser, args: argparse.Namespace
     from .inference import locate_model
 
     if locate_model(args.model).kind == "ctranslate2":
-        raise UserError(f"-m {args.model} is a CTranslate2 folder, which returns no attention weights; "
-                        "plot with the training folder or a remote/native export of the same model")
+        raise UserError(
+            f"-m {args.model} is a CTranslate2 folder, which returns no attention weights; "
+            "plot with the training folder or a remote/native export of the same model"
+        )
     loaded = _load(args, attn_implementation="eager")
 
     from .plotting import plot_cross_attentions
@@ -530,13 +602,18 @@ def cmd_demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
     name = Path(str(args.model)).name or str(args.model)
     app = build_app(loaded.model, loaded.tokenizer, title=f"Attention explorer: {name}", example=args.example)
-    print(f"{parser.prog}: serving {args.model} on http://{args.host}:{args.port} (Ctrl-C stops)", file=sys.stderr,
-          flush=True)
+    print(
+        f"{parser.prog}: serving {args.model} on http://{args.host}:{args.port} (Ctrl-C stops)",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         launch(app, port=args.port, host=args.host, quiet=True)
     except OSError as err:  # the port is taken, or the host is not an address of this machine
-        raise UserError(f"--port {args.port} / --host {args.host}: cannot serve there ({err}); choose another "
-                        "port, e.g. --port 7861") from None
+        raise UserError(
+            f"--port {args.port} / --host {args.host}: cannot serve there ({err}); choose another "
+            "port, e.g. --port 7861"
+        ) from None
     return 0
 
 
@@ -552,15 +629,22 @@ def cmd_alignment_error_rate(parser: argparse.ArgumentParser, args: argparse.Nam
     if args.model and not (args.src and args.ref):
         parser.error("-m MODEL aligns --src with --ref by teacher forcing; give both files")
     texts = {}
-    files = [("--gold", args.gold)] + ([("HYPOTHESIS", args.hypothesis)] if args.hypothesis else
-                                       [("--src", args.src), ("--ref", args.ref)])
+    files = [("--gold", args.gold)] + (
+        [("HYPOTHESIS", args.hypothesis)] if args.hypothesis else [("--src", args.src), ("--ref", args.ref)]
+    )
     for option, path in files:
         if not Path(path).is_file():
             raise UserError(f"{option}: file not found: {path}")
         texts[option] = Path(path).read_text(encoding="utf-8").splitlines()
     if args.hypothesis:
-        rows = [("file", alignment_error_rate(texts["HYPOTHESIS"], texts["--gold"], hyp_name=args.hypothesis,
-                                              gold_name=args.gold))]
+        rows = [
+            (
+                "file",
+                alignment_error_rate(
+                    texts["HYPOTHESIS"], texts["--gold"], hyp_name=args.hypothesis, gold_name=args.gold
+                ),
+            )
+        ]
     else:
         from .alignment import model_alignments_by_layer
 
@@ -573,19 +657,28 @@ def cmd_alignment_error_rate(parser: argparse.ArgumentParser, args: argparse.Nam
 
             heads = _parse_heads(args.align_heads)
         rows = []
-        for layer, lines in model_alignments_by_layer(loaded.model, loaded.tokenizer, texts["--src"], texts["--ref"],
-                                                      layer=args.align_layer, heads=heads):
-            rows.append((f"layer {layer}", alignment_error_rate(lines, texts["--gold"], hyp_name=f"layer {layer}",
-                                                                gold_name=args.gold)))
-    result = {name: {"aer": c.aer, "precision": c.precision, "recall": c.recall, "links": c.a, "sure_links": c.s}
-              for name, c in rows}
+        for layer, lines in model_alignments_by_layer(
+            loaded.model, loaded.tokenizer, texts["--src"], texts["--ref"], layer=args.align_layer, heads=heads
+        ):
+            rows.append(
+                (
+                    f"layer {layer}",
+                    alignment_error_rate(lines, texts["--gold"], hyp_name=f"layer {layer}", gold_name=args.gold),
+                )
+            )
+    result = {
+        name: {"aer": c.aer, "precision": c.precision, "recall": c.recall, "links": c.a, "sure_links": c.s}
+        for name, c in rows
+    }
     if args.json:
         print(json.dumps(result if args.model else result["file"], indent=2))
     else:
         for name, counts in rows:
-            print(f"{name + ': ' if args.model else ''}AER {counts.aer:.4f}  precision {counts.precision:.4f}  "
-                  f"recall {counts.recall:.4f}  ({counts.a} links, {counts.s} sure gold links, "
-                  f"{len(texts['--gold'])} sentences)")
+            print(
+                f"{name + ': ' if args.model else ''}AER {counts.aer:.4f}  precision {counts.precision:.4f}  "
+                f"recall {counts.recall:.4f}  ({counts.a} links, {counts.s} sure gold links, "
+                f"{len(texts['--gold'])} sentences)"
+            )
     return 0
 
 
@@ -598,7 +691,7 @@ def _run_checkpoints(run: Path, last: int) -> list[Path]:
     folder = run / "checkpoints"
     steps = []
     for path in folder.glob("step_*") if folder.is_dir() else []:
-        suffix = path.name[len("step_"):]
+        suffix = path.name[len("step_") :]
         if path.is_dir() and suffix.isdigit():
             steps.append((int(suffix), path))
     if not steps:
@@ -703,8 +796,9 @@ def cmd_export(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
 
                 if args.repo_id is not None:
                     parser.error("--repo-id only applies to --format remote and native (the card)")
-                out = export_ct2(run, Path(args.output), quantization=args.quantization or "int8",
-                                 overwrite=args.overwrite)
+                out = export_ct2(
+                    run, Path(args.output), quantization=args.quantization or "int8", overwrite=args.overwrite
+                )
         except ExportError as err:
             raise UserError(str(err)) from None
         print(f"exported {run} to {out} ({args.format})")
@@ -712,8 +806,13 @@ def cmd_export(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
     base_model = args.base_model or recorded_base_model(run)
     try:
         out = export_model(
-            run, Path(args.output), repo_id=args.repo_id, base_model=base_model, license=args.license,
-            overwrite=args.overwrite, space=args.space,
+            run,
+            Path(args.output),
+            repo_id=args.repo_id,
+            base_model=base_model,
+            license=args.license,
+            overwrite=args.overwrite,
+            space=args.space,
         )
     except ExportError as err:
         raise UserError(str(err)) from None
@@ -745,8 +844,13 @@ def cmd_push(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
     try:
         result = push_to_hub(
-            args.folder, args.repo_id, private=args.private, revision=args.revision, token=args.token,
-            dry_run=args.dry_run, commit_message=args.commit_message,
+            args.folder,
+            args.repo_id,
+            private=args.private,
+            revision=args.revision,
+            token=args.token,
+            dry_run=args.dry_run,
+            commit_message=args.commit_message,
         )
     except PushError as err:
         raise UserError(str(err)) from None
@@ -774,8 +878,13 @@ def build_parser(finetune_options: bool = True) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     def add(name: str, help_text: str, epilog: str, handler) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text, description=help_text, epilog=epilog,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        p = sub.add_parser(
+            name,
+            help=help_text,
+            description=help_text,
+            epilog=epilog,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         p.set_defaults(handler=handler)
         return p
 
@@ -793,7 +902,9 @@ def build_parser(finetune_options: bool = True) -> argparse.ArgumentParser:
 
     p = add("translate", "translate sentences from arguments, a file or stdin", _TRANSLATE_EPILOG, cmd_translate)
     _add_model_argument(p)
-    p.add_argument("text", nargs="*", metavar="TEXT", help="sentences to translate (default: --input or stdin, one per line)")
+    p.add_argument(
+        "text", nargs="*", metavar="TEXT", help="sentences to translate (default: --input or stdin, one per line)"
+    )
     p.add_argument("-i", "--input", metavar="FILE", help="file with one sentence per line")
     p.add_argument("-o", "--output", metavar="FILE", help="write translations here (default: stdout)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr for --input")
@@ -804,24 +915,40 @@ def build_parser(finetune_options: bool = True) -> argparse.ArgumentParser:
     _add_model_argument(p)
     test = p.add_argument_group("test set")
     test.add_argument("--corpus", help="corpus spec, e.g. multi30k:../shared/data/multi30k or tsv:test.tsv")
-    test.add_argument("--split", default="test", choices=["train", "validation", "test"],
-                      help="split of --corpus (default: test)")
+    test.add_argument(
+        "--split", default="test", choices=["train", "validation", "test"], help="split of --corpus (default: test)"
+    )
     test.add_argument("--src", help="source file, one sentence per line")
     test.add_argument("--ref", help="reference file, line-aligned with --src")
     test.add_argument("--name", help="test set name in the JSON (default: from the spec or --src)")
-    test.add_argument("--target-lang", help="target language code; zh/ja/ko switch BLEU's tokenizer "
-                      "(default: from the corpus, or the --ref file suffix)")
+    test.add_argument(
+        "--target-lang",
+        help="target language code; zh/ja/ko switch BLEU's tokenizer "
+        "(default: from the corpus, or the --ref file suffix)",
+    )
     test.add_argument("--limit", metavar="N", type=_positive_int, help="score only the first N sentences")
-    test.add_argument("--max-test-samples", dest="limit", type=_positive_int, help=argparse.SUPPRESS)  # the trainers' name
+    test.add_argument(
+        "--max-test-samples", dest="limit", type=_positive_int, help=argparse.SUPPRESS
+    )  # the trainers' name
     out = p.add_argument_group("output")
-    out.add_argument("-o", "--output", help="JSON file (default: <run>/eval_<name>.json for a training "
-                     "output folder; none for other models)")
+    out.add_argument(
+        "-o",
+        "--output",
+        help="JSON file (default: <run>/eval_<name>.json for a training output folder; none for other models)",
+    )
     out.add_argument("--hypotheses", help="also write the translations to this file")
-    out.add_argument("--update-metrics", action="store_true",
-                     help="add the scores to MODEL's metrics.json (a training folder), for the model card")
-    out.add_argument("--bootstrap", metavar="N", type=_resample_count,
-                     help="also each score's 95%% confidence interval from N bootstrap resamples of the test "
-                     "sentences (sacreBLEU, seeded; 1000 is usual): the JSON gains bleu_ci95 etc. (half-widths)")
+    out.add_argument(
+        "--update-metrics",
+        action="store_true",
+        help="add the scores to MODEL's metrics.json (a training folder), for the model card",
+    )
+    out.add_argument(
+        "--bootstrap",
+        metavar="N",
+        type=_resample_count,
+        help="also each score's 95%% confidence interval from N bootstrap resamples of the test "
+        "sentences (sacreBLEU, seeded; 1000 is usual): the JSON gains bleu_ci95 etc. (half-widths)",
+    )
     out.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     _add_generation_arguments(p, sampling=False)
 
@@ -836,28 +963,46 @@ def build_parser(finetune_options: bool = True) -> argparse.ArgumentParser:
     p = add("demo", "attention explorer in the browser (Gradio)", _DEMO_EPILOG, cmd_demo)
     _add_model_argument(p)
     p.add_argument("--port", type=_positive_int, default=7860, help="port to serve on (default: 7860)")
-    p.add_argument("--host", default="127.0.0.1",
-                   help="address to serve on (default: 127.0.0.1, this machine only; 0.0.0.0 for all)")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to serve on (default: 127.0.0.1, this machine only; 0.0.0.0 for all)",
+    )
     p.add_argument("--example", help="sentence to put in the source box")
-    p = add("alignment-error-rate", "AER of Pharaoh word alignments against a gold file", _AER_EPILOG,
-            cmd_alignment_error_rate)
-    p.add_argument("hypothesis", metavar="HYPOTHESIS", nargs="?",
-                   help="Pharaoh file to score (e.g. from translate --alignments)")
+    p = add(
+        "alignment-error-rate",
+        "AER of Pharaoh word alignments against a gold file",
+        _AER_EPILOG,
+        cmd_alignment_error_rate,
+    )
+    p.add_argument(
+        "hypothesis", metavar="HYPOTHESIS", nargs="?", help="Pharaoh file to score (e.g. from translate --alignments)"
+    )
     p.add_argument("--gold", required=True, help="gold Pharaoh file: i-j sure links, i?j possible links")
     p.add_argument("--json", action="store_true", help="print the scores as JSON")
     model = p.add_argument_group("or align a model's attention: teacher-force --ref and score each layer")
-    model.add_argument("-m", "--model", metavar="MODEL", help="training output folder, export folder, model folder or Hub id")
+    model.add_argument(
+        "-m", "--model", metavar="MODEL", help="training output folder, export folder, model folder or Hub id"
+    )
     model.add_argument("--src", help="source sentences, line-aligned with --gold")
     model.add_argument("--ref", help="target sentences the gold links refer to")
-    model.add_argument("--align-layer", metavar="L", type=int,
-                       help="only this decoder layer (0-based, -1 the last; default: every layer)")
+    model.add_argument(
+        "--align-layer",
+        metavar="L",
+        type=int,
+        help="only this decoder layer (0-based, -1 the last; default: every layer)",
+    )
     model.add_argument("--align-heads", metavar="H[,H...]", help="heads to average (default: all)")
     model.add_argument("--device", help="cpu, cuda, cuda:1, mps")
     model.add_argument("--trust-remote-code", action="store_true", help="run the code shipped in an export")
     model.add_argument("--revision", help="Hub revision for a Hub id")
 
-    p = add("average-checkpoints", "average the weights of k checkpoints into one model", _AVERAGE_EPILOG,
-            cmd_average_checkpoints)
+    p = add(
+        "average-checkpoints",
+        "average the weights of k checkpoints into one model",
+        _AVERAGE_EPILOG,
+        cmd_average_checkpoints,
+    )
     p.add_argument("checkpoints", nargs="*", metavar="CHECKPOINT", help="checkpoint folders or .safetensors files")
     p.add_argument("--run", help="a training output folder: average its newest checkpoints")
     p.add_argument("--last", metavar="K", type=_positive_int, default=5, help="with --run: how many (default: 5)")
@@ -869,18 +1014,31 @@ def build_parser(finetune_options: bool = True) -> argparse.ArgumentParser:
     p.add_argument("run", metavar="RUN", help="training output folder (with model/ and metrics.json)")
     p.add_argument("-o", "--output", required=True, help="folder to write the export into")
     p.add_argument("--repo-id", help="the Hub repo id the card's snippets should name")
-    p.add_argument("--base-model", help="Hub id of the model this one was fine-tuned from "
-                   "(default: base_model in RUN/metrics.json when it is a Hub id)")
+    p.add_argument(
+        "--base-model",
+        help="Hub id of the model this one was fine-tuned from "
+        "(default: base_model in RUN/metrics.json when it is a Hub id)",
+    )
     p.add_argument("--license", help="license id for the card (default: from the training corpus)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing export folder")
-    p.add_argument("--space", action="store_true",
-                   help="also write app.py and requirements.txt: the attention explorer as a Gradio Space")
-    p.add_argument("--format", choices=("remote", "native", "ct2"), default="remote",
-                   help="remote: our code shipped, loaded with trust_remote_code=True (default); native: a "
-                   "transformers class (Marian, Pegasus or Blenderbot), no code; ct2: a CTranslate2 model "
-                   "(docs/deploy.md)")
-    p.add_argument("--quantization", choices=("int8", "int16", "float32", "bfloat16"),
-                   help="--format ct2: the stored weight type (default: int8)")
+    p.add_argument(
+        "--space",
+        action="store_true",
+        help="also write app.py and requirements.txt: the attention explorer as a Gradio Space",
+    )
+    p.add_argument(
+        "--format",
+        choices=("remote", "native", "ct2"),
+        default="remote",
+        help="remote: our code shipped, loaded with trust_remote_code=True (default); native: a "
+        "transformers class (Marian, Pegasus or Blenderbot), no code; ct2: a CTranslate2 model "
+        "(docs/deploy.md)",
+    )
+    p.add_argument(
+        "--quantization",
+        choices=("int8", "int16", "float32", "bfloat16"),
+        help="--format ct2: the stored weight type (default: int8)",
+    )
 
     p = add("push", "upload an export folder to the Hugging Face Hub", _PUSH_EPILOG, cmd_push)
     from .hub.push import build_parser as add_push_arguments

@@ -293,8 +293,12 @@ class HeatMap:
 
 
 def select(
-    explanation: Explanation, view: str = CROSS, layer: int = -1, head: int | str = MEAN_OVER_HEADS,
-    unit: str = SUBWORDS, step: int | None = None,
+    explanation: Explanation,
+    view: str = CROSS,
+    layer: int = -1,
+    head: int | str = MEAN_OVER_HEADS,
+    unit: str = SUBWORDS,
+    step: int | None = None,
 ) -> HeatMap | None:
     """The heat-map the pickers ask for, or None when that view has no weights.
 
@@ -313,8 +317,11 @@ def select(
     layer = layer % num_layers
     per_layer = array[layer]
     weights = per_layer.mean(axis=0) if head == MEAN_OVER_HEADS else per_layer[int(head)]
-    rows, cols = {CROSS: (e.tgt_tokens, e.src_tokens), ENCODER_SELF: (e.src_tokens, e.src_tokens),
-                  DECODER_SELF: (e.decoder_tokens, e.decoder_tokens)}[view]
+    rows, cols = {
+        CROSS: (e.tgt_tokens, e.src_tokens),
+        ENCODER_SELF: (e.src_tokens, e.src_tokens),
+        DECODER_SELF: (e.decoder_tokens, e.decoder_tokens),
+    }[view]
     head_text = "mean over heads" if head == MEAN_OVER_HEADS else f"head {int(head) + 1}"
     title = f"{view}, layer {layer + 1} of {num_layers}, {head_text}" if num_heads > 1 or num_layers > 1 else view
     marks: dict = {}
@@ -365,7 +372,9 @@ def heatmap_html(heatmap: HeatMap | None, message: str = "") -> str:
             html.escape(json.dumps(heatmap.row_labels, ensure_ascii=False), quote=True),
             html.escape(json.dumps(heatmap.col_labels, ensure_ascii=False), quote=True),
         ),
-        "<tr><th></th>" + "".join(f'<th class="col"><span>{html.escape(c)}</span></th>' for c in heatmap.col_labels) + "</tr>",
+        "<tr><th></th>"
+        + "".join(f'<th class="col"><span>{html.escape(c)}</span></th>' for c in heatmap.col_labels)
+        + "</tr>",
     ]
     for i, row_label in enumerate(heatmap.row_labels):
         cells = []
@@ -393,11 +402,16 @@ def heatmap_html(heatmap: HeatMap | None, message: str = "") -> str:
     out.append("</table></div>")
     if "center" in marks:
         positions = ", ".join(f"{p:.2f}" for p in marks["center"])
-        out.append(f'<div class="attn-note">aligned position p_t per step (0-based source position): {positions}; '
-                   f"window: outlined cells, p_t: ringed cell</div>")
+        out.append(
+            f'<div class="attn-note">aligned position p_t per step (0-based source position): {positions}; '
+            f"window: outlined cells, p_t: ringed cell</div>"
+        )
     if "chosen" in marks:
-        out.append('<div class="attn-note">hard attention: chosen position per step: '
-                   + ", ".join(str(j) for j in marks["chosen"]) + "</div>")
+        out.append(
+            '<div class="attn-note">hard attention: chosen position per step: '
+            + ", ".join(str(j) for j in marks["chosen"])
+            + "</div>"
+        )
     return "\n".join(out)
 
 
@@ -417,22 +431,33 @@ CSS = """
 """
 
 
-def render_attention(config, data: dict | None, view: str | None = CROSS, layer: str | None = None,
-                     head: str | None = None, unit: str | None = SUBWORDS, step: str | None = None) -> str:
+def render_attention(
+    config,
+    data: dict | None,
+    view: str | None = CROSS,
+    layer: str | None = None,
+    head: str | None = None,
+    unit: str | None = SUBWORDS,
+    step: str | None = None,
+) -> str:
     """The heat-map HTML for the pickers' values (strings as the app's radios give them: layer and
     head 1-based, ``MEAN_OVER_HEADS``, step 1-based or ``ALL_STEPS``), from an Explanation's
     ``to_json()`` (None before the first translation)."""
     if not has_attention(config):
-        return heatmap_html(None, f"This model ({describe_attention(config)}, attention='none') has no "
-                                  "attention to show: its decoder sees only the encoder's final state.")
+        return heatmap_html(
+            None,
+            f"This model ({describe_attention(config)}, attention='none') has no "
+            "attention to show: its decoder sees only the encoder's final state.",
+        )
     if data is None:
         return heatmap_html(None, "Type a sentence and press Translate.")
     e = Explanation.from_json(data)
     head_value = MEAN_OVER_HEADS if head in (None, MEAN_OVER_HEADS) else int(head) - 1
     step_value = None if step in (None, ALL_STEPS) else int(step) - 1
     layer_value = int(layer) - 1 if layer else -1
-    return heatmap_html(select(e, view or CROSS, layer_value, head_value, unit or SUBWORDS, step_value),
-                        f"this model has no {view}")
+    return heatmap_html(
+        select(e, view or CROSS, layer_value, head_value, unit or SUBWORDS, step_value), f"this model has no {view}"
+    )
 
 
 def candidates_html(explanation: Explanation, beam: bool, seconds: float | None = None, run: int = 0) -> str:
@@ -444,8 +469,10 @@ def candidates_html(explanation: Explanation, beam: bool, seconds: float | None 
         for i, (text, score) in enumerate(explanation.candidates)
     )
     timing = "" if seconds is None else f"; translated with its attention in {seconds:.2f} s"
-    return (f'<table class="candidates"><tr><th>#</th><th>candidate</th><th>score</th></tr>{rows}</table>'
-            f'<div class="attn-note" data-run="{run}">{html.escape(what)}{timing}</div>')
+    return (
+        f'<table class="candidates"><tr><th>#</th><th>candidate</th><th>score</th></tr>{rows}</table>'
+        f'<div class="attn-note" data-run="{run}">{html.escape(what)}{timing}</div>'
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -484,8 +511,7 @@ def warm_up(model, tokenizer) -> None:
     matplotlib.get_backend()
 
 
-def build_app(model, tokenizer, *, title: str = "Attention explorer", example: str | None = None,
-              warm: bool = True):
+def build_app(model, tokenizer, *, title: str = "Attention explorer", example: str | None = None, warm: bool = True):
     """The Gradio Blocks app for ``model`` (call ``.launch(...)`` on it; see :func:`launch`);
     ``warm`` runs :func:`warm_up` first."""
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -517,44 +543,77 @@ def build_app(model, tokenizer, *, title: str = "Attention explorer", example: s
         beam = mode == "beam search"
         started = time.perf_counter()
         try:
-            e = explain(model, tokenizer, source, num_beams=int(beams) if beam else 1,
-                        length_penalty=float(length_penalty) if beam else None)
+            e = explain(
+                model,
+                tokenizer,
+                source,
+                num_beams=int(beams) if beam else 1,
+                length_penalty=float(length_penalty) if beam else None,
+            )
         except ValueError as err:
             raise gr.Error(str(err)) from None
         runs.append(time.perf_counter() - started)
         data = e.to_json()
         steps = [ALL_STEPS] + [f"{t + 1}" for t in range(len(e.tgt_tokens))]
-        return (e.translation, candidates_html(e, beam, runs[-1], len(runs)), data,
-                render(data, view, layer, head, unit, None), gr.Dropdown(choices=steps, value=ALL_STEPS))
+        return (
+            e.translation,
+            candidates_html(e, beam, runs[-1], len(runs)),
+            data,
+            render(data, view, layer, head, unit, None),
+            gr.Dropdown(choices=steps, value=ALL_STEPS),
+        )
 
     def on_view(data, view, head, unit, step):
         layers, heads = layers_and_heads(view)
         head_choices = [MEAN_OVER_HEADS] + _int_choices(heads)
         head = head if head in head_choices else MEAN_OVER_HEADS
         layer = str(layers)
-        return (gr.Radio(choices=_int_choices(layers), value=layer), gr.Radio(choices=head_choices, value=head),
-                render(data, view, layer, head, unit, step))
+        return (
+            gr.Radio(choices=_int_choices(layers), value=layer),
+            gr.Radio(choices=head_choices, value=head),
+            render(data, view, layer, head, unit, step),
+        )
 
     with gr.Blocks(title=title, fill_width=True) as app:
         gr.Markdown(f"## {html.escape(title)}\n{describe_attention(config)}.")
         state = gr.State(None)
         source = gr.Textbox(label="Source sentence", value=example or "", lines=2, elem_id="source")
         with gr.Row():
-            mode = gr.Radio(["greedy", "beam search"], value="beam search" if default_beams > 1 else "greedy",
-                            label="Decoding", elem_id="mode")
+            mode = gr.Radio(
+                ["greedy", "beam search"],
+                value="beam search" if default_beams > 1 else "greedy",
+                label="Decoding",
+                elem_id="mode",
+            )
             beams = gr.Slider(2, 12, value=max(2, default_beams), step=1, label="Beam size", elem_id="beams")
-            length_penalty = gr.Slider(-2.0, 3.0, value=default_lp, step=0.1,
-                                       label="Length penalty α (beam search)", elem_id="length-penalty")
+            length_penalty = gr.Slider(
+                -2.0, 3.0, value=default_lp, step=0.1, label="Length penalty α (beam search)", elem_id="length-penalty"
+            )
         translate_button = gr.Button("Translate", variant="primary", elem_id="translate")
         translation = gr.Textbox(label="Translation", interactive=False, elem_id="translation")
         candidates = gr.HTML(elem_id="candidates", apply_default_css=False)
         with gr.Row():
-            view = gr.Radio([CROSS, ENCODER_SELF, DECODER_SELF] if transformer else [CROSS], value=CROSS,
-                            label="Attention", elem_id="view", visible=transformer)
-            layer = gr.Radio(_int_choices(decoder_layers), value=str(decoder_layers), label="Layer",
-                             elem_id="layer", visible=transformer)
-            head = gr.Radio([MEAN_OVER_HEADS] + _int_choices(decoder_heads), value=MEAN_OVER_HEADS,
-                            label="Head", elem_id="head", visible=transformer)
+            view = gr.Radio(
+                [CROSS, ENCODER_SELF, DECODER_SELF] if transformer else [CROSS],
+                value=CROSS,
+                label="Attention",
+                elem_id="view",
+                visible=transformer,
+            )
+            layer = gr.Radio(
+                _int_choices(decoder_layers),
+                value=str(decoder_layers),
+                label="Layer",
+                elem_id="layer",
+                visible=transformer,
+            )
+            head = gr.Radio(
+                [MEAN_OVER_HEADS] + _int_choices(decoder_heads),
+                value=MEAN_OVER_HEADS,
+                label="Head",
+                elem_id="head",
+                visible=transformer,
+            )
             unit = gr.Radio([SUBWORDS, WORDS], value=SUBWORDS, label="Tokens", elem_id="unit")
             step = gr.Dropdown([ALL_STEPS], value=ALL_STEPS, label="Decoder step (cross-attention)", elem_id="step")
         heatmap = gr.HTML(render(None, CROSS, None, None, SUBWORDS, None), elem_id="heatmap", apply_default_css=False)
@@ -576,8 +635,7 @@ def launch(app, *, port: int | None = None, host: str = "127.0.0.1", **kwargs):
     import gradio as gr
 
     theme = gr.themes.Default(font=["system-ui", "sans-serif"], font_mono=["monospace"])
-    return app.launch(server_name=host, server_port=port, share=False, theme=theme, css=CSS,
-                      ssr_mode=False, **kwargs)
+    return app.launch(server_name=host, server_port=port, share=False, theme=theme, css=CSS, ssr_mode=False, **kwargs)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -587,17 +645,23 @@ def main(argv: list[str] | None = None) -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     parser = argparse.ArgumentParser(description="Attention explorer")
     has_model = os.path.isfile(os.path.join(here, "config.json"))
-    parser.add_argument("--model", default=os.environ.get("MODEL_ID") or (here if has_model else DEFAULT_MODEL),
-                        help="model folder or Hub id (default: $MODEL_ID, else this folder when it holds a "
-                        "model, else the Hub id the export wrote)")
+    parser.add_argument(
+        "--model",
+        default=os.environ.get("MODEL_ID") or (here if has_model else DEFAULT_MODEL),
+        help="model folder or Hub id (default: $MODEL_ID, else this folder when it holds a "
+        "model, else the Hub id the export wrote)",
+    )
     parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "7860")))
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "0.0.0.0"))
     args = parser.parse_args(argv)
     if not args.model:
         parser.error("--model: no model in this folder; give a model folder or Hub id (or set MODEL_ID)")
     model, tokenizer = load_model(args.model)
-    launch(build_app(model, tokenizer, title=f"Attention explorer: {os.path.basename(os.path.normpath(args.model))}"),
-           port=args.port, host=args.host)
+    launch(
+        build_app(model, tokenizer, title=f"Attention explorer: {os.path.basename(os.path.normpath(args.model))}"),
+        port=args.port,
+        host=args.host,
+    )
 
 
 DEFAULT_MODEL = None  # the Space copy sets the Hub id of its model (export --space --repo-id)

@@ -244,8 +244,14 @@ def translate(
     ``inference_ct2.translate_ct2``.
     """
     n_best = translate_n_best(
-        loaded, sentences, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
-        max_source_length=max_source_length, progress=progress, scores=False, **generate_kwargs,
+        loaded,
+        sentences,
+        batch_size=batch_size,
+        max_batch_tokens=max_batch_tokens,
+        max_source_length=max_source_length,
+        progress=progress,
+        scores=False,
+        **generate_kwargs,
     )
     return [hypotheses[0][0] for hypotheses in n_best]
 
@@ -276,8 +282,13 @@ def translate_n_best(
     model, tokenizer = loaded.model, loaded.tokenizer
     if isinstance(model, CT2Model):
         return translate_ct2(
-            model, tokenizer, sentences, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
-            max_source_length=max_source_length, **generate_kwargs,
+            model,
+            tokenizer,
+            sentences,
+            batch_size=batch_size,
+            max_batch_tokens=max_batch_tokens,
+            max_source_length=max_source_length,
+            **generate_kwargs,
         )
     n = generate_kwargs.get("num_return_sequences", 1)
     beams = generate_kwargs.get("num_beams") or model.generation_config.num_beams or 1
@@ -306,8 +317,11 @@ def translate_n_best(
             return_tensors="pt",
         ).to(device)
         generated = model.generate(
-            input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"],
-            return_dict_in_generate=True, output_scores=with_scores, **generate_kwargs,
+            input_ids=encoded["input_ids"],
+            attention_mask=encoded["attention_mask"],
+            return_dict_in_generate=True,
+            output_scores=with_scores,
+            **generate_kwargs,
         )
         texts = [text.strip() for text in tokenizer.batch_decode(generated.sequences, skip_special_tokens=True)]
         sequence_scores = getattr(generated, "sequences_scores", None) if with_scores else None

@@ -50,7 +50,9 @@ def load_ct2(path, *, device: str | None = None, threads: int | None = None, com
     try:
         import ctranslate2
     except ImportError:
-        raise UserError(f"{path} is a CTranslate2 model; install it with pip install 'attention-seq2seq[ct2]'") from None
+        raise UserError(
+            f"{path} is a CTranslate2 model; install it with pip install 'attention-seq2seq[ct2]'"
+        ) from None
     import torch
     from transformers import AutoTokenizer, GenerationConfig
 
@@ -61,7 +63,10 @@ def load_ct2(path, *, device: str | None = None, threads: int | None = None, com
         raise UserError(f"--device {device}: a CTranslate2 model runs on cpu or cuda")
     try:
         translator = ctranslate2.Translator(
-            str(path), device=device, compute_type=compute_type, inter_threads=1,
+            str(path),
+            device=device,
+            compute_type=compute_type,
+            inter_threads=1,
             intra_threads=threads or torch.get_num_threads(),
         )
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)

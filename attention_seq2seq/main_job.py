@@ -45,7 +45,9 @@ from pathlib import Path
 from . import training as training_package
 from .metrics import format_score
 
-RECIPES = Path(training_package.__file__).resolve().parent / "recipes"  # installed as attention_seq2seq/training/recipes
+RECIPES = (
+    Path(training_package.__file__).resolve().parent / "recipes"
+)  # installed as attention_seq2seq/training/recipes
 
 #: (name, recipe) of the two models the job trains.
 MODELS = (
@@ -65,17 +67,44 @@ NEW_SENTENCES = (
 QUICK_OVERRIDES = {
     "bible-rnn-luong": ["--model_config.hidden_size", "64", "--model_config.embedding_size", "64"],
     "bible-transformer-small": [
-        "--model_config.d_model", "64", "--model_config.encoder_ffn_dim", "128",
-        "--model_config.decoder_ffn_dim", "128", "--model_config.encoder_attention_heads", "4",
-        "--model_config.decoder_attention_heads", "4",
+        "--model_config.d_model",
+        "64",
+        "--model_config.encoder_ffn_dim",
+        "128",
+        "--model_config.decoder_ffn_dim",
+        "128",
+        "--model_config.encoder_attention_heads",
+        "4",
+        "--model_config.decoder_attention_heads",
+        "4",
     ],
 }
 QUICK_COMMON = [
-    "--max_train_samples", "3000", "--vocab_size", "2000", "--max_steps", "60", "--warmup_steps", "20",
-    "--max_eval_samples", "20", "--max_test_samples", "40", "--eval_num_beams", "2",
-    "--test_num_beams", "2", "--save_every", "1000", "--max_tokens", "2048",
+    "--max_train_samples",
+    "3000",
+    "--vocab_size",
+    "2000",
+    "--max_steps",
+    "60",
+    "--warmup_steps",
+    "20",
+    "--max_eval_samples",
+    "20",
+    "--max_test_samples",
+    "40",
+    "--eval_num_beams",
+    "2",
+    "--test_num_beams",
+    "2",
+    "--save_every",
+    "1000",
+    "--max_tokens",
+    "2048",
     # Untrained models rarely emit </s>: a short generation limit keeps their evaluation quick.
-    "--max_source_length", "48", "--max_target_length", "24",
+    "--max_source_length",
+    "48",
+    "--max_target_length",
+    "24",
 ]
 
 # Runs in a fresh interpreter: our package is made unimportable before transformers is imported,
@@ -200,9 +229,12 @@ def translate_as_hub_user(export_dir: Path, sentences: tuple[str, ...]) -> list[
     """Translate with ``pipeline("translation", trust_remote_code=True)`` in a clean process."""
     with tempfile.TemporaryDirectory() as modules_cache:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": modules_cache}
-        out = _run([sys.executable, "-c", _HUB_USER_SCRIPT, str(export_dir), json.dumps(list(sentences))], env=env,
-                   show=f'pipeline("translation", model="{export_dir}", trust_remote_code=True) in a fresh Python process '
-                        "where attention_seq2seq cannot be imported")
+        out = _run(
+            [sys.executable, "-c", _HUB_USER_SCRIPT, str(export_dir), json.dumps(list(sentences))],
+            env=env,
+            show=f'pipeline("translation", model="{export_dir}", trust_remote_code=True) in a fresh Python process '
+            "where attention_seq2seq cannot be imported",
+        )
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -237,7 +269,9 @@ def plan(name: str, recipe: Path, quick: bool, minutes: float | None) -> dict:
         "mixed_precision": choice.mixed_precision if choice is not None else config.mixed_precision,
         "precision_reason": choice.reason if choice is not None else "set by the recipe",
         "step_s": step_s,
-        "estimated_train_s": None if minutes is not None or step_s is None or steps is None else round(steps * step_s, 1),
+        "estimated_train_s": None
+        if minutes is not None or step_s is None or steps is None
+        else round(steps * step_s, 1),
     }
 
 
@@ -270,7 +304,9 @@ def summarize(name: str, run_dir: Path, export_dir: Path, translations: list[str
 
 
 def results_table(rows: list[dict]) -> str:
-    header = "| model | updates | precision | train time (estimated) | target tok/s | test set (sentences) | BLEU | chrF |"
+    header = (
+        "| model | updates | precision | train time (estimated) | target tok/s | test set (sentences) | BLEU | chrF |"
+    )
     lines = [header, "|---|---:|---|---:|---:|---|---:|---:|"]
     for r in rows:
         estimate = f" ({r['estimated_train_s']:.0f} s)" if r.get("estimated_train_s") else ""
@@ -282,7 +318,9 @@ def results_table(rows: list[dict]) -> str:
     lines.append("")
     lines.append(f"BLEU signature: `{rows[0]['bleu_signature']}`; chrF signature: `{rows[0]['chrf_signature']}`")
     lines.append("")
-    lines.append("Translations of sentences that are not in the corpus (exports loaded with pipeline(..., trust_remote_code=True)):")
+    lines.append(
+        "Translations of sentences that are not in the corpus (exports loaded with pipeline(..., trust_remote_code=True)):"
+    )
     lines.append("")
     for sentence in NEW_SENTENCES:
         lines.append(f"- es: {sentence}")
@@ -297,10 +335,16 @@ def main(argv: list[str] | None = None) -> int:
         description="Train, evaluate, export and load a Luong RNN and a Transformer-small on the built-in Bible corpus.",
     )
     parser.add_argument("--output-dir", type=Path, default=Path("runs/main-job"), help="runs and exports go here")
-    parser.add_argument("--minutes", type=float, default=None,
-                        help="opt-in: train each model for N minutes (lr annealed to 0 at the end) instead of the recipes' "
-                             "fixed number of updates; the result then depends on this machine's speed and load")
-    parser.add_argument("--quick", action="store_true", help="tiny models and data: a ~2-minute smoke test of the whole job")
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        default=None,
+        help="opt-in: train each model for N minutes (lr annealed to 0 at the end) instead of the recipes' "
+        "fixed number of updates; the result then depends on this machine's speed and load",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny models and data: a ~2-minute smoke test of the whole job"
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace the runs and exports of a previous job")
     args = parser.parse_args(argv)
     if args.minutes is not None and not args.minutes > 0:
@@ -325,7 +369,9 @@ def main(argv: list[str] | None = None) -> int:
         work = works[name] = {**plan(name, recipe, args.quick, args.minutes), "budget_minutes": args.minutes}
         precision = {"bf16": "bf16", "no": "float32"}.get(work["mixed_precision"], work["mixed_precision"])
         if args.minutes is not None:
-            amount = f"{args.minutes:g} minutes (opt-in wall-clock budget: the number of updates depends on this machine)"
+            amount = (
+                f"{args.minutes:g} minutes (opt-in wall-clock budget: the number of updates depends on this machine)"
+            )
         else:
             amount = f"{work['updates']} updates of <= {work['max_tokens']} tokens"
             if work["estimated_train_s"] is not None:
@@ -333,8 +379,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"   {name}: {amount}; {precision}: {work['precision_reason']}", flush=True)
     estimates = [w["estimated_train_s"] for w in works.values()]
     if None not in estimates:
-        print(f"   training both: about {sum(estimates) / 60:.1f} min here, plus data, tests, exports and loading "
-              "(a slower or busier machine takes longer and trains the same models)", flush=True)
+        print(
+            f"   training both: about {sum(estimates) / 60:.1f} min here, plus data, tests, exports and loading "
+            "(a slower or busier machine takes longer and trains the same models)",
+            flush=True,
+        )
 
     rows = []
     for name, recipe in MODELS:
@@ -342,10 +391,24 @@ def main(argv: list[str] | None = None) -> int:
         timings = {}
         print(f"== 3/5 train and test {name} with Accelerate ({recipe.name})", flush=True)
         cmd = [
-            _bin("accelerate"), "launch", "--cpu", "--num_processes", "1", "--num_machines", "1",
-            "--mixed_precision", "no", "--dynamo_backend", "no",
-            "-m", "attention_seq2seq.training.train", *train_arguments(name, recipe, args.quick, args.minutes),
-            "--output_dir", str(run_dir), "--log_with", "none",
+            _bin("accelerate"),
+            "launch",
+            "--cpu",
+            "--num_processes",
+            "1",
+            "--num_machines",
+            "1",
+            "--mixed_precision",
+            "no",
+            "--dynamo_backend",
+            "no",
+            "-m",
+            "attention_seq2seq.training.train",
+            *train_arguments(name, recipe, args.quick, args.minutes),
+            "--output_dir",
+            str(run_dir),
+            "--log_with",
+            "none",
         ]
         stage = time.time()
         _run(cmd, log=out / "logs" / f"train-{name}.log", env=_child_env())
@@ -361,8 +424,11 @@ def main(argv: list[str] | None = None) -> int:
         translations = translate_as_hub_user(export_dir, NEW_SENTENCES)
         timings["load_and_translate_s"] = round(time.time() - stage, 1)
         rows.append(summarize(name, run_dir, export_dir, translations, works[name], timings))
-        print(f"   {name}: {rows[-1]['steps']} updates, trained in {rows[-1]['train_wall_time_s'] / 60:.1f} min; "
-              f"test BLEU {format_score(rows[-1], 'bleu', 1)}, chrF {format_score(rows[-1], 'chrf', 1)}", flush=True)
+        print(
+            f"   {name}: {rows[-1]['steps']} updates, trained in {rows[-1]['train_wall_time_s'] / 60:.1f} min; "
+            f"test BLEU {format_score(rows[-1], 'bleu', 1)}, chrF {format_score(rows[-1], 'chrf', 1)}",
+            flush=True,
+        )
 
     table = results_table(rows)
     total = time.time() - start

@@ -29,8 +29,12 @@ from .fonts import configure_matplotlib  # noqa: E402
 configure_matplotlib()  # training plots, plot-attention and the card's heat-map all draw here
 
 
-def _draw(ax, weights: np.ndarray, src_tokens: Sequence[str], tgt_tokens: Sequence[str], title: str, labels: bool = True):
-    ax.imshow(weights, cmap="Greys", vmin=0.0, vmax=max(1e-9, float(weights.max())), aspect="auto", interpolation="nearest")
+def _draw(
+    ax, weights: np.ndarray, src_tokens: Sequence[str], tgt_tokens: Sequence[str], title: str, labels: bool = True
+):
+    ax.imshow(
+        weights, cmap="Greys", vmin=0.0, vmax=max(1e-9, float(weights.max())), aspect="auto", interpolation="nearest"
+    )
     ax.set_title(title, fontsize=8)
     if labels:
         ax.set_xticks(range(len(src_tokens)))

@@ -93,8 +93,9 @@ def resolve_format(n_best: int, scores: bool, fmt: str | None) -> str:
     if fmt not in FORMATS:
         raise UserError(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")
     if fmt == "text" and (n_best > 1 or scores):
-        raise UserError("--format text holds one translation per line; --n-best > 1 and --scores need "
-                        "--format tsv or jsonl")
+        raise UserError(
+            "--format text holds one translation per line; --n-best > 1 and --scores need --format tsv or jsonl"
+        )
     return fmt
 
 
@@ -195,8 +196,10 @@ class ChunkTranslator:
         # A CTranslate2 folder (export --format ct2) translates through CTranslate2's own batching.
         self.ct2 = getattr(self.model.config, "model_type", None) == "ctranslate2"
         if self.ct2 and options.align:
-            raise UserError("--alignments reads the model's attention weights, which a CTranslate2 folder does not "
-                            "return; use the PyTorch model (the training run or a --format remote/native export)")
+            raise UserError(
+                "--alignments reads the model's attention weights, which a CTranslate2 folder does not "
+                "return; use the PyTorch model (the training run or a --format remote/native export)"
+            )
         self.device = None if self.ct2 else next(self.model.parameters()).device
         self.limit = options.max_source_length or model_source_limit(self.model, self.tokenizer)
         kwargs = dict(generate_kwargs)
@@ -208,8 +211,9 @@ class ChunkTranslator:
             else:
                 if beams < options.n_best:
                     if "num_beams" in generate_kwargs:
-                        raise UserError(f"--n-best {options.n_best} needs --num-beams >= {options.n_best}; "
-                                        f"got --num-beams {beams}")
+                        raise UserError(
+                            f"--n-best {options.n_best} needs --num-beams >= {options.n_best}; got --num-beams {beams}"
+                        )
                     kwargs["num_beams"] = options.n_best
                 kwargs["num_return_sequences"] = options.n_best
         if options.scores:
@@ -235,8 +239,10 @@ class ChunkTranslator:
             elif self.limit is not None and len(row) > self.limit:
                 line = first_line + k
                 if not self.options.truncate:
-                    raise UserError(f"line {line}: {len(row)} tokens, more than the limit of {self.limit} "
-                                    "(--max-source-length or the model's); drop --no-truncate to truncate such lines")
+                    raise UserError(
+                        f"line {line}: {len(row)} tokens, more than the limit of {self.limit} "
+                        "(--max-source-length or the model's); drop --no-truncate to truncate such lines"
+                    )
                 stats.truncated += 1
                 if stats.first_truncated is None:
                     stats.first_truncated = line
@@ -252,8 +258,12 @@ class ChunkTranslator:
         options = self.options
         ids = self.encode(sentences, first_line, stats)
         result: list[list[Hypothesis]] = [
-            [Hypothesis("", 0.0 if options.scores else None, 0.0 if options.scores else None,
-                        "" if options.align else None)] * options.n_best
+            [
+                Hypothesis(
+                    "", 0.0 if options.scores else None, 0.0 if options.scores else None, "" if options.align else None
+                )
+            ]
+            * options.n_best
             for _ in sentences
         ]
         if self.ct2:
@@ -279,12 +289,14 @@ class ChunkTranslator:
                 hyps = []
                 for r in range(options.n_best):
                     flat = row * options.n_best + r
-                    hyps.append(Hypothesis(
-                        texts[flat],
-                        None if logprobs is None else logprobs[flat],
-                        None if normalised is None else normalised[flat],
-                        None if alignments is None else alignments[flat],
-                    ))
+                    hyps.append(
+                        Hypothesis(
+                            texts[flat],
+                            None if logprobs is None else logprobs[flat],
+                            None if normalised is None else normalised[flat],
+                            None if alignments is None else alignments[flat],
+                        )
+                    )
                 result[k] = hyps
         return result
 
@@ -297,12 +309,25 @@ class ChunkTranslator:
         if not keep:
             return result
         kwargs = {k: v for k, v in self.kwargs.items() if k not in ("output_scores", "return_dict_in_generate")}
-        found = translate_ct2(self.model, self.tokenizer, [sentences[k] for k in keep],
-                              batch_size=self.options.batch_size, max_batch_tokens=self.options.batch_tokens,
-                              max_source_length=self.limit, **kwargs)
+        found = translate_ct2(
+            self.model,
+            self.tokenizer,
+            [sentences[k] for k in keep],
+            batch_size=self.options.batch_size,
+            max_batch_tokens=self.options.batch_tokens,
+            max_source_length=self.limit,
+            **kwargs,
+        )
         for k, hyps in zip(keep, found):
-            result[k] = [Hypothesis(text.strip(), float("nan") if self.options.scores else None,
-                                    score if self.options.scores else None, None) for text, score in hyps]
+            result[k] = [
+                Hypothesis(
+                    text.strip(),
+                    float("nan") if self.options.scores else None,
+                    score if self.options.scores else None,
+                    None,
+                )
+                for text, score in hyps
+            ]
         return result
 
     def sequence_scores(self, out) -> tuple[list[float], list[float]]:
@@ -316,7 +341,7 @@ class ChunkTranslator:
         transition = self.model.compute_transition_scores(
             out.sequences, out.scores, beam_indices, normalize_logits=beam_indices is None
         )  # (rows, new_tokens)
-        generated = out.sequences[:, -transition.size(1):]
+        generated = out.sequences[:, -transition.size(1) :]
         mask = _generated_mask(generated, self.eos_ids, self.pad_id)
         if beam_indices is not None:
             mask &= beam_indices[:, : transition.size(1)] >= 0
@@ -334,8 +359,13 @@ class ChunkTranslator:
         keep = [k for k, t in enumerate(targets) if t]
         if keep:
             found = attention_alignments(
-                self.model, self.tokenizer, [sources[k] for k in keep], [targets[k] for k in keep],
-                layer=self.options.align_layer, heads=self.options.align_heads, max_source_length=self.limit,
+                self.model,
+                self.tokenizer,
+                [sources[k] for k in keep],
+                [targets[k] for k in keep],
+                layer=self.options.align_layer,
+                heads=self.options.align_heads,
+                max_source_length=self.limit,
             )
             for k, x in zip(keep, found):
                 links[k] = x
@@ -476,8 +506,14 @@ def translate_stream(
     sink = _Sink(output, stream) if rank == 0 else None
     align_sink = _Sink(alignments) if (rank == 0 and alignments is not None) else None
     translator = ChunkTranslator(loaded, options, generate_kwargs)
-    bar = tqdm(total=total, initial=min(done, total or done), unit="sent", disable=not progress or rank != 0,
-               dynamic_ncols=True, smoothing=0.1)
+    bar = tqdm(
+        total=total,
+        initial=min(done, total or done),
+        unit="sent",
+        disable=not progress or rank != 0,
+        dynamic_ncols=True,
+        smoothing=0.1,
+    )
     chunk_iter = _chunks(lines, options.chunk_lines)
     written = 0
     try:
@@ -566,8 +602,11 @@ def _truncate_to(path: Path, sources: int, lines_per_source: int) -> None:
 def warn_truncated(stats: RunStats, limit: int | None, prog: str) -> None:
     """The one warning about over-long lines (stderr)."""
     if stats.truncated:
-        print(f"{prog}: warning: {stats.truncated} line(s) longer than {limit} tokens were truncated "
-              f"(first: line {stats.first_truncated}); --no-truncate refuses them instead", file=sys.stderr)
+        print(
+            f"{prog}: warning: {stats.truncated} line(s) longer than {limit} tokens were truncated "
+            f"(first: line {stats.first_truncated}); --no-truncate refuses them instead",
+            file=sys.stderr,
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -620,8 +659,10 @@ def run_translate_command(parser, args, generate_kwargs: dict, load) -> int:
         args.device = "cpu"
     loaded = load(args)
     if world > 1 and rank == 0:
-        print(f"{parser.prog}: translating with {world} processes (chunk c on rank c mod {world}; rank 0 writes)",
-              file=sys.stderr)
+        print(
+            f"{parser.prog}: translating with {world} processes (chunk c on rank c mod {world}; rank 0 writes)",
+            file=sys.stderr,
+        )
     from_file = bool(args.input)
     if args.text:
         lines: Iterable[str] = list(args.text)

@@ -68,10 +68,15 @@ def quality(run: Path, paths: dict[str, Path], pairs, beams_list, threads: int) 
     from attention_seq2seq.metrics import corpus_scores
 
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
-    loaded = {"ours": load_for_inference(run, device="cpu"), "native": load_for_inference(paths["native"], device="cpu")}
+    loaded = {
+        "ours": load_for_inference(run, device="cpu"),
+        "native": load_for_inference(paths["native"], device="cpu"),
+    }
     for name in ("ct2-float32", "ct2-int8"):
         model, tokenizer = load_ct2(paths[name], device="cpu", threads=threads)
-        loaded[name] = LoadedModel(model=model, tokenizer=tokenizer, location=ModelLocation(str(paths[name]), "ctranslate2"))
+        loaded[name] = LoadedModel(
+            model=model, tokenizer=tokenizer, location=ModelLocation(str(paths[name]), "ctranslate2")
+        )
     results = {}
     for beams in beams_list:
         mode = "greedy" if beams == 1 else f"beam{beams}"
@@ -135,8 +140,10 @@ def main(argv=None) -> dict:
     for peer in (model, marian):
         peer.generation_config.eos_token_id = None
     translators = {name: load_ct2(paths[name], device="cpu", threads=threads)[0].translator for name in SIDES[2:]}
-    log(f"{len(sources)} sentences in batches of {batch_size}, {new_tokens} new tokens each; threads={threads}; "
-        f"host {cpu_model()}")
+    log(
+        f"{len(sources)} sentences in batches of {batch_size}, {new_tokens} new tokens each; threads={threads}; "
+        f"host {cpu_model()}"
+    )
 
     from bench_generate import generation_config
 
@@ -149,14 +156,19 @@ def main(argv=None) -> dict:
             if name in torch_models:
                 with torch.inference_mode():
                     out = torch_models[name].generate(
-                        input_ids=batches[i]["input_ids"], attention_mask=batches[i]["attention_mask"],
+                        input_ids=batches[i]["input_ids"],
+                        attention_mask=batches[i]["attention_mask"],
                         generation_config=gen_config,
                     )
                 assert out.shape[1] == new_tokens + 1, (name, tuple(out.shape))
             else:
                 out = translators[name].translate_batch(
-                    token_batches[i], beam_size=beams, max_batch_size=batch_size,
-                    min_decoding_length=new_tokens, max_decoding_length=new_tokens, patience=1,
+                    token_batches[i],
+                    beam_size=beams,
+                    max_batch_size=batch_size,
+                    min_decoding_length=new_tokens,
+                    max_decoding_length=new_tokens,
+                    patience=1,
                 )
                 assert all(len(r.hypotheses[0]) == new_tokens for r in out), name
 
@@ -173,8 +185,10 @@ def main(argv=None) -> dict:
                     spent[name] += time.perf_counter() - start
             for name in SIDES:
                 seconds[name].append(spent[name])
-            log(f"beam {beams} round {r + 1}/{rounds}: "
-                + ", ".join(f"{n} {len(sources) / seconds[n][-1]:.1f} sent/s" for n in SIDES))
+            log(
+                f"beam {beams} round {r + 1}/{rounds}: "
+                + ", ".join(f"{n} {len(sources) / seconds[n][-1]:.1f} sent/s" for n in SIDES)
+            )
         rates = {name: [len(sources) / s for s in seconds[name]] for name in SIDES}
         mode = "greedy" if beams == 1 else f"beam{beams}"
         results[mode] = {
@@ -199,7 +213,9 @@ def main(argv=None) -> dict:
             rows.append([mode, name, fmt(s["median"], 1), spread(s, 1), ratio, bleu, same])
         if quality_results and "native" in quality_results.get(mode, {}):
             q = quality_results[mode]["native"]
-            rows.append([mode, "native export", "-", "-", "-", fmt(q["bleu"], 2), f"{q['identical_to_ours']}/{len(pairs)}"])
+            rows.append(
+                [mode, "native export", "-", "-", "-", fmt(q["bleu"], 2), f"{q['identical_to_ours']}/{len(pairs)}"]
+            )
     print_table(
         f"Translation, {len(sources)} Multi30k test2016 sources, {new_tokens} tokens each, batch {batch_size}, "
         f"{threads} threads; BLEU on all {len(pairs)} sentences",

@@ -39,8 +39,15 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-TINY = {"d_model": 64, "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 4,
-        "decoder_attention_heads": 4, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128}
+TINY = {
+    "d_model": 64,
+    "encoder_layers": 1,
+    "decoder_layers": 1,
+    "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4,
+    "encoder_ffn_dim": 128,
+    "decoder_ffn_dim": 128,
+}
 STEPS = 20
 
 # Runs inside the measured process: records when the first and the last update end, and the
@@ -124,8 +131,12 @@ def make_corpus(n: int, folder: Path) -> str:
     sides = {lang: (root / f"{stems['train']}.{lang}").read_text(encoding="utf-8").splitlines() for lang in (src, tgt)}
     rng = np.random.default_rng(n)
     for lang in (src, tgt):
-        (folder / f"val.{lang}").write_text((root / f"{stems['val']}.{lang}").read_text(encoding="utf-8"), encoding="utf-8")
-        (folder / f"test.{lang}").write_text((root / f"{stems['test']}.{lang}").read_text(encoding="utf-8"), encoding="utf-8")
+        (folder / f"val.{lang}").write_text(
+            (root / f"{stems['val']}.{lang}").read_text(encoding="utf-8"), encoding="utf-8"
+        )
+        (folder / f"test.{lang}").write_text(
+            (root / f"{stems['test']}.{lang}").read_text(encoding="utf-8"), encoding="utf-8"
+        )
     m = len(sides[src])
     chunk = 500_000
     files = {lang: open(folder / f"train.{lang}.tmp", "w", encoding="utf-8") for lang in (src, tgt)}
@@ -142,10 +153,36 @@ def make_corpus(n: int, folder: Path) -> str:
 
 
 def train_args(spec: str, out: Path) -> list[str]:
-    args = ["--recipe", str(REPO / "training/recipes/multi30k-transformer-small.yaml"), "--corpus", spec,
-            "--output_dir", str(out), "--max_steps", str(STEPS), "--eval_every", "100000", "--eval_max_examples", "10",
-            "--eval_num_beams", "1", "--test_max_examples", "10", "--test_num_beams", "1", "--num_plot_sentences", "0",
-            "--log_with", "none", "--save_every", "100000", "--log_every", "10", "--vocab_size", "8000"]
+    args = [
+        "--recipe",
+        str(REPO / "training/recipes/multi30k-transformer-small.yaml"),
+        "--corpus",
+        spec,
+        "--output_dir",
+        str(out),
+        "--max_steps",
+        str(STEPS),
+        "--eval_every",
+        "100000",
+        "--eval_max_examples",
+        "10",
+        "--eval_num_beams",
+        "1",
+        "--test_max_examples",
+        "10",
+        "--test_num_beams",
+        "1",
+        "--num_plot_sentences",
+        "0",
+        "--log_with",
+        "none",
+        "--save_every",
+        "100000",
+        "--log_every",
+        "10",
+        "--vocab_size",
+        "8000",
+    ]
     for key, value in TINY.items():
         args += [f"--model_config.{key}", str(value)]
     return args
@@ -154,8 +191,14 @@ def train_args(spec: str, out: Path) -> list[str]:
 def run_child(code: list[str], env: dict, log: Path) -> dict:
     fd, out = tempfile.mkstemp(suffix=".json")
     os.close(fd)
-    env = {**os.environ, **env, "BENCH_DATA_OUT": out, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1"}
+    env = {
+        **os.environ,
+        **env,
+        "BENCH_DATA_OUT": out,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
     start = time.time()
     with open(log, "w") as f:
         proc = subprocess.run([sys.executable, *code], env=env, stdout=f, stderr=subprocess.STDOUT, cwd=REPO)
@@ -174,10 +217,14 @@ def log_figures(log: Path) -> dict:
     figures = {}
     if m := re.search(r"read and cleaned .*? in ([\d.]+) s \(([\d.]+) CPU-s\)", text):
         figures["read_clean_s"], figures["read_clean_cpu_s"] = float(m.group(1)), float(m.group(2))
-    if m := re.search(r"trained a \w+ tokenizer .*? on (\d+) of (\d+) training pairs in ([\d.]+) s \(([\d.]+) CPU-s\)", text):
+    if m := re.search(
+        r"trained a \w+ tokenizer .*? on (\d+) of (\d+) training pairs in ([\d.]+) s \(([\d.]+) CPU-s\)", text
+    ):
         figures["tokenizer_pairs"], figures["tokenizer_train_s"] = int(m.group(1)), float(m.group(3))
         figures["tokenizer_train_cpu_s"] = float(m.group(4))
-    if m := re.search(r"tokenized (\d+) training pairs in ([\d.]+) s \(\d+ pairs/s; ([\d.]+) CPU-s in (\d+) process", text):
+    if m := re.search(
+        r"tokenized (\d+) training pairs in ([\d.]+) s \(\d+ pairs/s; ([\d.]+) CPU-s in (\d+) process", text
+    ):
         figures["tokenize_s"], figures["tokenize_cpu_s"] = float(m.group(2)), float(m.group(3))
         figures["tokenize_processes"] = int(m.group(4))
     return figures
@@ -186,8 +233,9 @@ def log_figures(log: Path) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[30_000, 300_000, 3_000_000])
-    parser.add_argument("--routes", nargs="+", default=["old", "new", "new-2nd", "peer"],
-                        choices=["old", "new", "new-2nd", "peer"])
+    parser.add_argument(
+        "--routes", nargs="+", default=["old", "new", "new-2nd", "peer"], choices=["old", "new", "new-2nd", "peer"]
+    )
     parser.add_argument("--old_tree", help="folder with the old checkout's package (attention_seq2seq/...)")
     parser.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "bench_data"))
     parser.add_argument("--num_proc", type=int, default=2, help="peer route: datasets.map workers")
@@ -205,7 +253,9 @@ def main() -> int:
             log = work / f"log-{n}-{route}-{os.getpid()}.txt"
             if route == "peer":
                 tokenizer_dir = work / f"run-{n}-new-{os.getpid()}" / "model"
-                record = run_child(["-c", PEER, spec, str(tokenizer_dir), "64", str(a.num_proc), json.dumps(TINY)], {}, log)
+                record = run_child(
+                    ["-c", PEER, spec, str(tokenizer_dir), "64", str(a.num_proc), json.dumps(TINY)], {}, log
+                )
             else:
                 env = {"ATTENTION_SEQ2SEQ_CACHE": str(cache)}
                 if route == "old":
@@ -215,7 +265,9 @@ def main() -> int:
                 if "tokenize_s" in record:
                     record["prepare_s"] = round(record.get("read_clean_s", 0) + record["tokenize_s"], 1)
                     # load-independent: what 2 idle cores would take (read+clean is one process)
-                    cpu = record.get("read_clean_cpu_s", 0) + record["tokenize_cpu_s"] / min(2, record["tokenize_processes"])
+                    cpu = record.get("read_clean_cpu_s", 0) + record["tokenize_cpu_s"] / min(
+                        2, record["tokenize_processes"]
+                    )
                     record["prepare_2core_s"] = round(cpu, 1)
                     record["pairs_per_s_2core"] = round(n / cpu) if cpu else None
             if record.get("prepare_s"):
@@ -232,13 +284,18 @@ def main() -> int:
 
 def table(results: list[dict]) -> str:
     """The Markdown table of the records (wall seconds from process start; '2 cores': from CPU seconds)."""
-    rows = ["| pairs | route | first update (s) | 20th update (s) | prepare (s) | pairs/s | prepare on 2 idle cores (s, from CPU time) "
-            "| pairs/s on 2 cores | tokenizer training (s) | peak RSS (MB) |", "|" + "---:|" * 10]
+    rows = [
+        "| pairs | route | first update (s) | 20th update (s) | prepare (s) | pairs/s | prepare on 2 idle cores (s, from CPU time) "
+        "| pairs/s on 2 cores | tokenizer training (s) | peak RSS (MB) |",
+        "|" + "---:|" * 10,
+    ]
     for r in results:
         prep = r.get("prepare_s")
-        rows.append(f"| {r['pairs']:,} | {r['route']} | {r.get('first_update_s')} | {r.get('last_update_s')} "
-                    f"| {'' if prep is None else round(prep, 1)} | {r.get('pairs_per_s', '')} | {r.get('prepare_2core_s', '')} "
-                    f"| {r.get('pairs_per_s_2core', '')} | {r.get('tokenizer_train_s', '')} | {r.get('peak_rss_mb', 0):.0f} |")
+        rows.append(
+            f"| {r['pairs']:,} | {r['route']} | {r.get('first_update_s')} | {r.get('last_update_s')} "
+            f"| {'' if prep is None else round(prep, 1)} | {r.get('pairs_per_s', '')} | {r.get('prepare_2core_s', '')} "
+            f"| {r.get('pairs_per_s_2core', '')} | {r.get('tokenizer_train_s', '')} | {r.get('peak_rss_mb', 0):.0f} |"
+        )
     return "\n".join(rows)
 
 

@@ -33,8 +33,15 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCE = "Ein Mann mit einem orangefarbenen Hut, der etwas anstarrt."
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 def build_model(folder: Path, tgt_tokens: int) -> None:
@@ -49,8 +56,15 @@ def build_model(folder: Path, tgt_tokens: int) -> None:
     tokenizer = build_tokenizer()
     torch.manual_seed(0)
     config = TransformerSeq2SeqConfig(
-        vocab_size=len(tokenizer), d_model=256, encoder_layers=3, decoder_layers=3, encoder_attention_heads=8,
-        decoder_attention_heads=8, encoder_ffn_dim=1024, decoder_ffn_dim=1024, norm_order="pre",
+        vocab_size=len(tokenizer),
+        d_model=256,
+        encoder_layers=3,
+        decoder_layers=3,
+        encoder_attention_heads=8,
+        decoder_attention_heads=8,
+        encoder_ffn_dim=1024,
+        decoder_ffn_dim=1024,
+        norm_order="pre",
     )
     model = AutoModelForSeq2SeqLM.from_config(config).eval()
     model.generation_config.max_new_tokens = tgt_tokens
@@ -76,8 +90,12 @@ def serve(model_dir: Path, warm: bool, threads: int) -> tuple[subprocess.Popen, 
         port = s.getsockname()[1]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), GRADIO_ANALYTICS_ENABLED="False", HF_HUB_OFFLINE="1")
     started = time.perf_counter()
-    server = subprocess.Popen([sys.executable, "-c", _SERVE, str(model_dir), str(port), "warm" if warm else "cold"],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [sys.executable, "-c", _SERVE, str(model_dir), str(port), "warm" if warm else "cold"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     while True:
         if server.poll() is not None:
             raise RuntimeError(f"the app exited with {server.returncode}")
@@ -96,8 +114,12 @@ def measure(browser, port: int, settle: float) -> dict[str, tuple[float, str]]:
     page.locator("#source textarea").fill(SOURCE)
     page.wait_for_timeout(settle * 1000)
     results = {}
-    for name, mode in (("greedy, first", "greedy"), ("greedy, again", "greedy"),
-                       ("beam 5", "beam search"), ("beam 5, again", "beam search")):
+    for name, mode in (
+        ("greedy, first", "greedy"),
+        ("greedy, again", "greedy"),
+        ("beam 5", "beam search"),
+        ("beam 5, again", "beam search"),
+    ):
         page.locator("#mode").get_by_text(mode, exact=True).click()
         if mode == "beam search":
             page.locator("#beams input[type=number]").fill("5")
@@ -118,8 +140,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=2, help="OMP_NUM_THREADS of the server (default 2)")
     parser.add_argument("--tgt-tokens", type=int, default=20)
-    parser.add_argument("--settle", type=float, default=3.0,
-                        help="seconds between the page showing and the first click, as a person typing (default 3)")
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=3.0,
+        help="seconds between the page showing and the first click, as a person typing (default 3)",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="server starts per variant, interleaved (default 3)")
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
@@ -142,8 +168,10 @@ def main() -> None:
                 print(f"round {round_ + 1} {variant:4s} (up in {up:.0f} s): {cells}", flush=True)
         browser.close()
     medians = {variant: statistics.median(values) for variant, values in first.items()}
-    print(f"first translation, click to heat-map, median of {args.rounds}: with warm-up {medians['warm']:.2f} s, "
-          f"without {medians['cold']:.2f} s (ratio {medians['cold'] / medians['warm']:.1f}x)")
+    print(
+        f"first translation, click to heat-map, median of {args.rounds}: with warm-up {medians['warm']:.2f} s, "
+        f"without {medians['cold']:.2f} s (ratio {medians['cold'] / medians['warm']:.1f}x)"
+    )
     print(json.dumps({"first_translation_s": first, "median_s": medians}))
 
 

@@ -93,8 +93,12 @@ def main(argv=None) -> dict:
     parser.add_argument("--sentences", type=int, default=None)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--beams", type=int, nargs="+", default=[1, 5])
-    parser.add_argument("--force-length", choices=FORCE_LENGTH, default="no-eos",
-                        help="how both sides are made to generate exactly N tokens (see the module docstring)")
+    parser.add_argument(
+        "--force-length",
+        choices=FORCE_LENGTH,
+        default="no-eos",
+        help="how both sides are made to generate exactly N tokens (see the module docstring)",
+    )
     parser.add_argument("--mixed-precision", choices=("no", "bf16"), default="no")
     parser.add_argument("--result-name", default=None, help="JSON file name under the results folder (without .json)")
     args = parser.parse_args(argv)
@@ -118,8 +122,10 @@ def main(argv=None) -> dict:
     if args.force_length == "no-eos":
         for model in models.values():  # generate() fills fields left None from the model's config
             model.generation_config.eos_token_id = None
-    log(f"{len(sources)} sentences in batches of {batch_size}, {new_tokens} new tokens each "
-        f"(length forced by {args.force_length}); {device}, threads={threads}")
+    log(
+        f"{len(sources)} sentences in batches of {batch_size}, {new_tokens} new tokens each "
+        f"(length forced by {args.force_length}); {device}, threads={threads}"
+    )
     import contextlib
 
     def autocast():
@@ -147,14 +153,16 @@ def main(argv=None) -> dict:
         for r in range(rounds):
             spent = {name: 0.0 for name in models}
             for i, batch in enumerate(batches):  # both sides back to back on every batch
-                for name in (list(models) if (r + i) % 2 == 0 else list(models)[::-1]):
+                for name in list(models) if (r + i) % 2 == 0 else list(models)[::-1]:
                     start = time.perf_counter()
                     translate(name, batch)
                     spent[name] += time.perf_counter() - start
             for name in models:
                 seconds[name].append(spent[name])
-            log(f"beam {beams} round {r + 1}/{rounds}: "
-                + ", ".join(f"{n} {len(sources) / seconds[n][-1]:.1f} sent/s" for n in models))
+            log(
+                f"beam {beams} round {r + 1}/{rounds}: "
+                + ", ".join(f"{n} {len(sources) / seconds[n][-1]:.1f} sent/s" for n in models)
+            )
         rates = {name: [len(sources) / s for s in seconds[name]] for name in models}
         ratio = paired_ratio_summary(rates["ours"], rates["marian"])
         mode = "greedy" if beams == 1 else f"beam{beams}"
@@ -171,8 +179,15 @@ def main(argv=None) -> dict:
     for mode, res in results.items():
         for name in models:
             s = res["sentences_per_s"][name]
-            rows.append([mode, name, fmt(s["median"], 1), spread(s, 1),
-                         f"{res['ratio_ours_over_marian']['median']:.3f}x" if name == "ours" else ""])
+            rows.append(
+                [
+                    mode,
+                    name,
+                    fmt(s["median"], 1),
+                    spread(s, 1),
+                    f"{res['ratio_ours_over_marian']['median']:.3f}x" if name == "ours" else "",
+                ]
+            )
     print_table(
         f"Translation on {device}, {len(sources)} Multi30k test2016 sources, {new_tokens} tokens each, batch {batch_size}, {threads} threads",
         ["mode", "model", "sent/s (median)", "IQR", "ratio ours/marian"],
@@ -193,8 +208,12 @@ def main(argv=None) -> dict:
         "goals": goals,
     }
     if args.force_length != "no-eos":  # the earlier method: reported for information next to the goal
-        payload["goals"] = [dict(g, metric=g["metric"] + "_min_new_tokens",
-                                 note="(min_new_tokens processors on both sides, information)") for g in goals]
+        payload["goals"] = [
+            dict(
+                g, metric=g["metric"] + "_min_new_tokens", note="(min_new_tokens processors on both sides, information)"
+            )
+            for g in goals
+        ]
     name = "generate" if args.force_length == "no-eos" else "generate_min_new_tokens"
     custom = not args.quick and (rounds != 5 or len(sources) != len(pairs))
     write_result(args.result_name or (name + ("_custom" if custom else "")), payload, args.quick)

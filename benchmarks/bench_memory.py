@@ -73,7 +73,8 @@ def allocator_peak_bytes(step, batch) -> int:
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
         step(batch)
     events = sorted(
-        (e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+        (e.start_ns(), e.nbytes())
+        for e in prof.profiler.kineto_results.events()
         if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU
     )
     live = peak = 0
@@ -133,17 +134,27 @@ def main(argv=None) -> dict:
     runs = {"ours": [], "marian": []}
     env = {**os.environ, **MALLOC_ENV}
     for r in range(repeats):
-        for side in (["ours", "marian"] if r % 2 == 0 else ["marian", "ours"]):
-            proc = subprocess.run([sys.executable, __file__, "--side", side, "--threads", str(args.threads)],
-                                  capture_output=True, text=True, env=env)
+        for side in ["ours", "marian"] if r % 2 == 0 else ["marian", "ours"]:
+            proc = subprocess.run(
+                [sys.executable, __file__, "--side", side, "--threads", str(args.threads)],
+                capture_output=True,
+                text=True,
+                env=env,
+            )
             if proc.returncode != 0:
                 raise RuntimeError(f"{side} failed:\n{proc.stderr[-4000:]}")
             runs[side].append(json.loads(proc.stdout.strip().splitlines()[-1]))
-            log(f"repeat {r + 1}/{repeats} {side}: first step +{runs[side][-1]['first_step_peak_over_baseline_mib']:.0f} MiB, "
-                f"steady step +{runs[side][-1]['steady_step_peak_over_baseline_mib']:.0f} MiB")
+            log(
+                f"repeat {r + 1}/{repeats} {side}: first step +{runs[side][-1]['first_step_peak_over_baseline_mib']:.0f} MiB, "
+                f"steady step +{runs[side][-1]['steady_step_peak_over_baseline_mib']:.0f} MiB"
+            )
 
-    keys = ("first_step_peak_over_baseline_mib", "steady_step_peak_over_baseline_mib", "baseline_rss_mib",
-            "steady_step_allocator_peak_mib")
+    keys = (
+        "first_step_peak_over_baseline_mib",
+        "steady_step_peak_over_baseline_mib",
+        "baseline_rss_mib",
+        "steady_step_allocator_peak_mib",
+    )
     summary = {side: {k: summarize([run[k] for run in runs[side]]) for k in keys} for side in runs}
     ratio_first = summary["ours"][keys[0]]["median"] / summary["marian"][keys[0]]["median"]
     ratio_steady = summary["ours"][keys[1]]["median"] / summary["marian"][keys[1]]["median"]
@@ -151,21 +162,33 @@ def main(argv=None) -> dict:
     rows = []
     for side in runs:
         s = summary[side]
-        rows.append([side, f"{s[keys[0]]['median']:.0f} [{s[keys[0]]['min']:.0f} – {s[keys[0]]['max']:.0f}]",
-                     f"{s[keys[1]]['median']:.0f} [{s[keys[1]]['min']:.0f} – {s[keys[1]]['max']:.0f}]",
-                     f"{s[keys[3]]['median']:.0f}", f"{s[keys[2]]['median']:.0f}"])
+        rows.append(
+            [
+                side,
+                f"{s[keys[0]]['median']:.0f} [{s[keys[0]]['min']:.0f} – {s[keys[0]]['max']:.0f}]",
+                f"{s[keys[1]]['median']:.0f} [{s[keys[1]]['min']:.0f} – {s[keys[1]]['max']:.0f}]",
+                f"{s[keys[3]]['median']:.0f}",
+                f"{s[keys[2]]['median']:.0f}",
+            ]
+        )
     rows.append(["ratio ours/marian", f"{ratio_first:.3f}x", f"{ratio_steady:.3f}x", f"{ratio_allocator:.3f}x", ""])
     batch = runs["ours"][0]["batch"]
     print_table(
         f"Peak memory of a training step, batch {batch['batch_size']} x ({batch['src_len']} src, {batch['tgt_len']} tgt) "
         f"= {batch['src_padded']} padded source tokens, MiB above the pre-step RSS (median [min – max] of {repeats})",
-        ["model", "RSS: first step (incl. AdamW state)", "RSS: steady-state step", "torch allocator: steady step",
-         "baseline RSS"],
+        [
+            "model",
+            "RSS: first step (incl. AdamW state)",
+            "RSS: steady-state step",
+            "torch allocator: steady step",
+            "baseline RSS",
+        ],
         rows,
     )
     payload = {
         "description": "peak RSS increase of a ~4,000-token training step (VmHWM after clear_refs), ours vs MarianMTModel",
-        "method": "per-side subprocesses; VmRSS before, VmHWM after resetting it via /proc/self/clear_refs; glibc env " + json.dumps(MALLOC_ENV),
+        "method": "per-side subprocesses; VmRSS before, VmHWM after resetting it via /proc/self/clear_refs; glibc env "
+        + json.dumps(MALLOC_ENV),
         "threads": args.threads,
         "repeats": repeats,
         "runs": runs,
@@ -173,9 +196,11 @@ def main(argv=None) -> dict:
         "ratio_first_step": ratio_first,
         "ratio_steady_step": ratio_steady,
         "ratio_allocator_steady_step": ratio_allocator,
-        "goals": [goal_entry("peak_memory_ratio_first_step", ratio_first, GOAL_RATIO, higher_is_better=False),
-                  goal_entry("peak_memory_ratio_steady_step", ratio_steady, GOAL_RATIO, higher_is_better=False),
-                  goal_entry("peak_memory_ratio_allocator", ratio_allocator, GOAL_RATIO, higher_is_better=False)],
+        "goals": [
+            goal_entry("peak_memory_ratio_first_step", ratio_first, GOAL_RATIO, higher_is_better=False),
+            goal_entry("peak_memory_ratio_steady_step", ratio_steady, GOAL_RATIO, higher_is_better=False),
+            goal_entry("peak_memory_ratio_allocator", ratio_allocator, GOAL_RATIO, higher_is_better=False),
+        ],
     }
     write_result("memory", payload, args.quick)
     return payload

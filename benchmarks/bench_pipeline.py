@@ -50,10 +50,23 @@ from common import (
 )
 
 GOAL_RATIO = 1.5
-SIDES = ["ours", "marian", "marian_grouped"]  # marian: the defaults; marian_grouped: train_sampling_strategy="group_by_length"
+SIDES = [
+    "ours",
+    "marian",
+    "marian_grouped",
+]  # marian: the defaults; marian_grouped: train_sampling_strategy="group_by_length"
 MAX_TOKENS = 4096
-HYPER = {"learning_rate": 5e-4, "adam_beta1": 0.9, "adam_beta2": 0.98, "adam_epsilon": 1e-8, "weight_decay": 0.0,
-         "warmup_steps": 4000, "label_smoothing": 0.1, "max_grad_norm": 1.0, "seed": 1234}
+HYPER = {
+    "learning_rate": 5e-4,
+    "adam_beta1": 0.9,
+    "adam_beta2": 0.98,
+    "adam_epsilon": 1e-8,
+    "weight_decay": 0.0,
+    "warmup_steps": 4000,
+    "label_smoothing": 0.1,
+    "max_grad_norm": 1.0,
+    "seed": 1234,
+}
 
 
 def tokenizer_dir(dims: TransformerDims) -> Path:
@@ -111,11 +124,18 @@ class Meter:
 
     def result(self) -> dict:
         elapsed = (self.end - self.start) if self.start is not None and self.end is not None else float("nan")
-        return {"target_tokens": self.tokens, "updates": self.updates, "seconds": elapsed,
-                "target_tokens_per_s": self.tokens / elapsed, "tokens_per_update": self.tokens / max(1, self.updates),
-                "target_padding_fraction": 1.0 - self.tokens / max(1, self.padded),
-                "median_update_seconds": sorted(self.update_seconds)[len(self.update_seconds) // 2] if self.update_seconds else None,
-                "torch_threads_in_loop": self.threads}
+        return {
+            "target_tokens": self.tokens,
+            "updates": self.updates,
+            "seconds": elapsed,
+            "target_tokens_per_s": self.tokens / elapsed,
+            "tokens_per_update": self.tokens / max(1, self.updates),
+            "target_padding_fraction": 1.0 - self.tokens / max(1, self.padded),
+            "median_update_seconds": sorted(self.update_seconds)[len(self.update_seconds) // 2]
+            if self.update_seconds
+            else None,
+            "torch_threads_in_loop": self.threads,
+        }
 
 
 def run_ours(seconds: float, dims: TransformerDims, workdir: Path) -> dict:
@@ -134,12 +154,20 @@ def run_ours(seconds: float, dims: TransformerDims, workdir: Path) -> dict:
     config = trainer.TrainConfig(
         model_family="transformer",
         model_config={
-            "d_model": dims.d_model, "encoder_layers": dims.layers, "decoder_layers": dims.layers,
-            "encoder_attention_heads": dims.heads, "decoder_attention_heads": dims.heads,
-            "encoder_ffn_dim": dims.ffn, "decoder_ffn_dim": dims.ffn, "dropout": dims.dropout,
-            "activation_function": "relu", "norm_order": "post", "scale_embedding": True,
+            "d_model": dims.d_model,
+            "encoder_layers": dims.layers,
+            "decoder_layers": dims.layers,
+            "encoder_attention_heads": dims.heads,
+            "decoder_attention_heads": dims.heads,
+            "encoder_ffn_dim": dims.ffn,
+            "decoder_ffn_dim": dims.ffn,
+            "dropout": dims.dropout,
+            "activation_function": "relu",
+            "norm_order": "post",
+            "scale_embedding": True,
             "max_position_embeddings": dims.max_positions,
-            "share_encoder_decoder_embeddings": True, "tie_word_embeddings": True,
+            "share_encoder_decoder_embeddings": True,
+            "tie_word_embeddings": True,
         },
         corpus=f"multi30k:{multi30k_dir()}:de-en",
         tokenizer_path=str(tokenizer_dir(dims)),
@@ -269,7 +297,9 @@ def main(argv=None) -> dict:
     tokenizer = PreTrainedTokenizerFast.from_pretrained(str(tokenizer_dir(dims)))
     budget = mean_tokens_per_budget_batch(tokenizer)
     batch_size = args.batch_size or max(1, round(budget["mean_target_tokens_per_batch"] / budget["mean_target_length"]))
-    log(f"ours: {budget['mean_target_tokens_per_batch']:.0f} target tokens per batch on average -> Marian batch size {batch_size}")
+    log(
+        f"ours: {budget['mean_target_tokens_per_batch']:.0f} target tokens per batch on average -> Marian batch size {batch_size}"
+    )
 
     results = {side: [] for side in SIDES}
     order = []
@@ -278,8 +308,20 @@ def main(argv=None) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench_pipeline_runs_") as tmp:
         for i, side in enumerate(order):
             out = Path(tmp) / f"{i}_{side}.json"
-            cmd = [sys.executable, __file__, "--side", side, "--seconds", str(seconds), "--out", str(out),
-                   "--threads", str(args.threads), "--batch-size", str(batch_size)]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--side",
+                side,
+                "--seconds",
+                str(seconds),
+                "--out",
+                str(out),
+                "--threads",
+                str(args.threads),
+                "--batch-size",
+                str(batch_size),
+            ]
             started = time.perf_counter()
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode != 0:
@@ -287,22 +329,33 @@ def main(argv=None) -> dict:
             result = json.loads(out.read_text())
             result["process_seconds"] = time.perf_counter() - started
             results[side].append(result)
-            log(f"run {i + 1}/{len(order)} {side}: {result['target_tokens_per_s']:.0f} tgt tok/s, "
-                f"{result['updates']} updates, {result['tokens_per_update']:.0f} tok/update")
+            log(
+                f"run {i + 1}/{len(order)} {side}: {result['target_tokens_per_s']:.0f} tgt tok/s, "
+                f"{result['updates']} updates, {result['tokens_per_update']:.0f} tok/update"
+            )
 
     rates = {side: [r["target_tokens_per_s"] for r in results[side]] for side in results}
     summary = {side: summarize(rates[side]) for side in rates}
     ratio = paired_ratio_summary(rates["ours"], rates["marian"])
     ratio_grouped = paired_ratio_summary(rates["ours"], rates["marian_grouped"])
-    labels = {"ours": "ours (Accelerate, token budget)", "marian": "Seq2SeqTrainer + Marian (defaults)",
-              "marian_grouped": "Seq2SeqTrainer + Marian, group_by_length"}
-    rows = [[labels[side], fmt(summary[side]["median"], 0), spread(summary[side], 0),
-             f"{statistics_mean([r['tokens_per_update'] for r in results[side]]):.0f}",
-             f"{100 * statistics_mean([r['target_padding_fraction'] for r in results[side]]):.0f}%",
-             f"{statistics_mean([r['median_update_seconds'] for r in results[side]]):.2f}",
-             f"{statistics_mean([r['updates'] for r in results[side]]):.0f}",
-             "" if side == "ours" else f"{(ratio if side == 'marian' else ratio_grouped)['median']:.3f}x"]
-            for side in results]
+    labels = {
+        "ours": "ours (Accelerate, token budget)",
+        "marian": "Seq2SeqTrainer + Marian (defaults)",
+        "marian_grouped": "Seq2SeqTrainer + Marian, group_by_length",
+    }
+    rows = [
+        [
+            labels[side],
+            fmt(summary[side]["median"], 0),
+            spread(summary[side], 0),
+            f"{statistics_mean([r['tokens_per_update'] for r in results[side]]):.0f}",
+            f"{100 * statistics_mean([r['target_padding_fraction'] for r in results[side]]):.0f}%",
+            f"{statistics_mean([r['median_update_seconds'] for r in results[side]]):.2f}",
+            f"{statistics_mean([r['updates'] for r in results[side]]):.0f}",
+            "" if side == "ours" else f"{(ratio if side == 'marian' else ratio_grouped)['median']:.3f}x",
+        ]
+        for side in results
+    ]
     print_table(
         f"Training pipeline, {seconds:.0f} s of training per run, {runs} runs per side, {args.threads} threads",
         ["pipeline", "tgt tok/s (median)", "IQR", "tgt tok/update", "tgt padding", "s/update", "updates", "ours/this"],
@@ -322,10 +375,20 @@ def main(argv=None) -> dict:
         "target_tokens_per_s": summary,
         "ratio_ours_over_marian": ratio,
         "ratio_ours_over_marian_grouped": ratio_grouped,
-        "goals": [goal_entry("pipeline_target_tokens_per_s_ratio", ratio["median"], GOAL_RATIO,
-                             note="peer with Trainer defaults (random sampling)"),
-                  goal_entry("pipeline_target_tokens_per_s_ratio_vs_group_by_length", ratio_grouped["median"], GOAL_RATIO,
-                             note="peer with train_sampling_strategy='group_by_length' (not asked by the issue)")],
+        "goals": [
+            goal_entry(
+                "pipeline_target_tokens_per_s_ratio",
+                ratio["median"],
+                GOAL_RATIO,
+                note="peer with Trainer defaults (random sampling)",
+            ),
+            goal_entry(
+                "pipeline_target_tokens_per_s_ratio_vs_group_by_length",
+                ratio_grouped["median"],
+                GOAL_RATIO,
+                note="peer with train_sampling_strategy='group_by_length' (not asked by the issue)",
+            ),
+        ],
     }
     write_result("pipeline", payload, args.quick)
     return payload

@@ -67,8 +67,15 @@ from common import (
 
 GOAL_RATIO = 1.5
 JOEYNMT_PYTHON = Path(os.environ.get("JOEYNMT_PYTHON") or REPO_ROOT / ".venv-joeynmt" / "bin" / "python")
-SIZES = {"vocab_size": 8000, "embedding_size": 256, "encoder_hidden_size": 256, "hidden_size": 512, "layers": 1,
-         "dropout": 0.1, "rnn_type": "lstm"}
+SIZES = {
+    "vocab_size": 8000,
+    "embedding_size": 256,
+    "encoder_hidden_size": 256,
+    "hidden_size": 512,
+    "layers": 1,
+    "dropout": 0.1,
+    "rnn_type": "lstm",
+}
 
 
 def build_ours_rnn(attention: str, seed: int = 0):
@@ -106,14 +113,19 @@ def sort_by_source_length(batch: dict) -> dict:
 class JoeyWorker:
     """The JoeyNMT side: a subprocess in .venv-joeynmt speaking the line protocol of joeynmt_worker.py."""
 
-    def __init__(self, spec: dict, batches_path: Path, workdir: Path, name: str = "joeynmt", python: Path = JOEYNMT_PYTHON):
+    def __init__(
+        self, spec: dict, batches_path: Path, workdir: Path, name: str = "joeynmt", python: Path = JOEYNMT_PYTHON
+    ):
         spec_path = workdir / f"spec_{spec['attention']}_{name}.json"
         spec_path.write_text(json.dumps(spec))
         self.stderr_path = workdir / f"worker_{spec['attention']}_{name}.stderr"
         with open(self.stderr_path, "w") as stderr:
             self.proc = subprocess.Popen(
                 [str(python), str(Path(__file__).with_name("joeynmt_worker.py")), str(spec_path), str(batches_path)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
             )
         self.info = self._read()
 
@@ -122,7 +134,9 @@ class JoeyWorker:
         if not line:
             self.proc.wait(timeout=30)
             tail = self.stderr_path.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
-            raise RuntimeError(f"JoeyNMT worker exited (code {self.proc.poll()}): {tail[0]} (whole log: {self.stderr_path})")
+            raise RuntimeError(
+                f"JoeyNMT worker exited (code {self.proc.poll()}): {tail[0]} (whole log: {self.stderr_path})"
+            )
         return json.loads(line)
 
     def ask(self, command: str) -> dict:
@@ -148,9 +162,13 @@ def main(argv=None) -> dict:
     parser.add_argument("--max-tokens", type=int, default=4096)
     parser.add_argument("--attentions", nargs="+", default=["luong", "bahdanau"])
     parser.add_argument("--mixed-precision", choices=("no", "bf16"), default="no")
-    parser.add_argument("--joeynmt-python", type=Path, default=JOEYNMT_PYTHON,
-                        help="a python that imports joeynmt 2.3 (default: $JOEYNMT_PYTHON or .venv-joeynmt/bin/python); "
-                             "'none': our side alone, no ratio (a rehearsal where JoeyNMT is not installed)")
+    parser.add_argument(
+        "--joeynmt-python",
+        type=Path,
+        default=JOEYNMT_PYTHON,
+        help="a python that imports joeynmt 2.3 (default: $JOEYNMT_PYTHON or .venv-joeynmt/bin/python); "
+        "'none': our side alone, no ratio (a rehearsal where JoeyNMT is not installed)",
+    )
     parser.add_argument("--result-name", default=None, help="JSON file name under the results folder (without .json)")
     args = parser.parse_args(argv)
     bf16 = args.mixed_precision == "bf16"
@@ -212,8 +230,10 @@ def main(argv=None) -> dict:
                         spent[side] += workers[side].ask(f"step {i}")["seconds"]
             for side in spent:
                 seconds[side].append(spent[side])
-            log(f"{attention} round {r + 1}/{rounds}: "
-                + ", ".join(f"{n} {tgt_tokens / seconds[n][-1]:.0f} tok/s" for n in seconds))
+            log(
+                f"{attention} round {r + 1}/{rounds}: "
+                + ", ".join(f"{n} {tgt_tokens / seconds[n][-1]:.0f} tok/s" for n in seconds)
+            )
         for w in workers.values():
             w.close()
         rates = {side: [tgt_tokens / s for s in seconds[side]] for side in seconds}
@@ -228,10 +248,23 @@ def main(argv=None) -> dict:
         note = "(ours bf16 vs JoeyNMT float32, information)" if bf16 else ""
         suffix += "" if device == "cpu" else f"_{device}"
         if "joeynmt" in ratios:
-            goals.append(goal_entry(f"rnn_{attention}_train_step_tokens_per_s_ratio{suffix}", ratios["joeynmt"]["median"], GOAL_RATIO, note=note))
+            goals.append(
+                goal_entry(
+                    f"rnn_{attention}_train_step_tokens_per_s_ratio{suffix}",
+                    ratios["joeynmt"]["median"],
+                    GOAL_RATIO,
+                    note=note,
+                )
+            )
         if bf16 and "joeynmt_bf16" in ratios:
-            goals.append(goal_entry(f"rnn_{attention}_train_step_tokens_per_s_ratio_bf16_both", ratios["joeynmt_bf16"]["median"],
-                                    GOAL_RATIO, note="(both bf16, information)"))
+            goals.append(
+                goal_entry(
+                    f"rnn_{attention}_train_step_tokens_per_s_ratio_bf16_both",
+                    ratios["joeynmt_bf16"]["median"],
+                    GOAL_RATIO,
+                    note="(both bf16, information)",
+                )
+            )
         del model, step
 
     rows = []
@@ -239,8 +272,16 @@ def main(argv=None) -> dict:
         for side in res["tokens_per_s"]:
             s = res["tokens_per_s"][side]
             ratio = res.get(f"ratio_ours_over_{side}")
-            rows.append([attention, side, f"{res['params'][side] / 1e6:.2f}M", fmt(s["median"], 0), spread(s, 0),
-                         f"{ratio['median']:.3f}x" if ratio else ""])
+            rows.append(
+                [
+                    attention,
+                    side,
+                    f"{res['params'][side] / 1e6:.2f}M",
+                    fmt(s["median"], 0),
+                    spread(s, 0),
+                    f"{ratio['median']:.3f}x" if ratio else "",
+                ]
+            )
     print_table(
         f"RNN training step (forward+backward+AdamW) on {device}{', ours bf16 autocast' if bf16 else ''}, LSTM 256/512, "
         f"{threads} threads, {rounds} rounds x {len(batches)} batches",

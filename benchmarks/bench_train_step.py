@@ -75,8 +75,12 @@ def main(argv=None) -> dict:
     parser.add_argument("--max-tokens", type=int, default=4096)
     parser.add_argument("--mixed-precision", choices=("no", "bf16"), default="no")
     parser.add_argument("--model", choices=("small", "base"), default="small")
-    parser.add_argument("--peak-n", type=int, default=None,
-                        help="size of the square matmul that measures the device's peak (default 8192 on a GPU, 1024 on a CPU)")
+    parser.add_argument(
+        "--peak-n",
+        type=int,
+        default=None,
+        help="size of the square matmul that measures the device's peak (default 8192 on a GPU, 1024 on a CPU)",
+    )
     parser.add_argument("--result-name", default=None, help="JSON file name under the results folder (without .json)")
     args = parser.parse_args(argv)
     bf16 = args.mixed_precision == "bf16"
@@ -108,7 +112,10 @@ def main(argv=None) -> dict:
             cpu_fast_paths._TRAIN_STEP_MAX_KEYS = saved
 
     models = {"ours": build_ours(dims), "marian": build_marian(dims), "ours_sdpa": build_ours(dims)}
-    steps = {name: make_train_step(model, mixed_precision=args.mixed_precision, device=device)[0] for name, model in models.items()}
+    steps = {
+        name: make_train_step(model, mixed_precision=args.mixed_precision, device=device)[0]
+        for name, model in models.items()
+    }
     sdpa_step = steps["ours_sdpa"]
 
     def ours_sdpa(batch):
@@ -117,7 +124,9 @@ def main(argv=None) -> dict:
 
     steps["ours_sdpa"] = ours_sdpa
     params = {name: count_params(model) for name, model in models.items()}
-    log(f"{args.model} on {device}: params {params}; {len(batches)} batches, {tgt_tokens} target tokens per round; threads={threads}")
+    log(
+        f"{args.model} on {device}: params {params}; {len(batches)} batches, {tgt_tokens} target tokens per round; threads={threads}"
+    )
 
     for name in models:  # warm-up: allocator, optimizer state, SDPA kernels
         for batch in batches[:2]:
@@ -131,7 +140,7 @@ def main(argv=None) -> dict:
         spent = {name: 0.0 for name in models}
         ref_flops = ref_seconds = 0.0
         for i, (batch, stat) in enumerate(zip(batches, stats)):
-            order = list(models)[(r + i) % 3:] + list(models)[: (r + i) % 3]  # rotating
+            order = list(models)[(r + i) % 3 :] + list(models)[: (r + i) % 3]  # rotating
             if (r + i) % 2:
                 order.reverse()
             for name in order:
@@ -145,8 +154,11 @@ def main(argv=None) -> dict:
             seconds[name].append(spent[name])
         reference.append(ref_flops / ref_seconds)
         peak.append(peak_matmul_flops_per_s(device, dtype, n=args.peak_n)["flops_per_s"])
-        log(f"round {r + 1}/{rounds}: " + ", ".join(f"{n} {tgt_tokens / seconds[n][-1]:.0f} tok/s" for n in models)
-            + f", matmul {reference[-1] / 1e9:.1f} GFLOP/s, peak {peak[-1] / 1e9:.1f} GFLOP/s")
+        log(
+            f"round {r + 1}/{rounds}: "
+            + ", ".join(f"{n} {tgt_tokens / seconds[n][-1]:.0f} tok/s" for n in models)
+            + f", matmul {reference[-1] / 1e9:.1f} GFLOP/s, peak {peak[-1] / 1e9:.1f} GFLOP/s"
+        )
 
     rates = {name: [tgt_tokens / s for s in seconds[name]] for name in models}
     rate_summary = {name: summarize(rates[name]) for name in models}
@@ -157,9 +169,16 @@ def main(argv=None) -> dict:
     achieved = {name: summarize([flops / s for s in seconds[name]]) for name in models}
 
     rows = [
-        [name, f"{params[name] / 1e6:.2f}M", fmt(rate_summary[name]["median"], 0), spread(rate_summary[name], 0),
-         f"{achieved[name]['median'] / 1e9:.1f}", f"{100 * mfu[name]['median']:.1f}%",
-         f"[{100 * mfu[name]['q1']:.1f} – {100 * mfu[name]['q3']:.1f}]", f"{100 * mfu_peak[name]['median']:.1f}%"]
+        [
+            name,
+            f"{params[name] / 1e6:.2f}M",
+            fmt(rate_summary[name]["median"], 0),
+            spread(rate_summary[name], 0),
+            f"{achieved[name]['median'] / 1e9:.1f}",
+            f"{100 * mfu[name]['median']:.1f}%",
+            f"[{100 * mfu[name]['q1']:.1f} – {100 * mfu[name]['q3']:.1f}]",
+            f"{100 * mfu_peak[name]['median']:.1f}%",
+        ]
         for name in models
     ]
     print_table(
@@ -170,24 +189,41 @@ def main(argv=None) -> dict:
     )
     ref_summary = summarize(reference)
     peak_summary = summarize(peak)
-    print(f"matmul reference: {ref_summary['median'] / 1e9:.1f} GFLOP/s (IQR {ref_summary['q1'] / 1e9:.1f} – {ref_summary['q3'] / 1e9:.1f})")
-    print(f"matmul peak ({args.peak_n}^3, {str(dtype).replace('torch.', '')}): {peak_summary['median'] / 1e12:.2f} TFLOP/s")
-    print(f"ratio ours/marian (paired per round): {ratio['median']:.3f}x  IQR [{ratio['q1']:.3f} – {ratio['q3']:.3f}]"
-          f"  goal >= {GOAL_STEP_RATIO}x")
-    print(f"ratio ours/ours_sdpa (the short-sentence attention dispatch, information): {dispatch_ratio['median']:.3f}x"
-          f"  IQR [{dispatch_ratio['q1']:.3f} – {dispatch_ratio['q3']:.3f}]")
+    print(
+        f"matmul reference: {ref_summary['median'] / 1e9:.1f} GFLOP/s (IQR {ref_summary['q1'] / 1e9:.1f} – {ref_summary['q3'] / 1e9:.1f})"
+    )
+    print(
+        f"matmul peak ({args.peak_n}^3, {str(dtype).replace('torch.', '')}): {peak_summary['median'] / 1e12:.2f} TFLOP/s"
+    )
+    print(
+        f"ratio ours/marian (paired per round): {ratio['median']:.3f}x  IQR [{ratio['q1']:.3f} – {ratio['q3']:.3f}]"
+        f"  goal >= {GOAL_STEP_RATIO}x"
+    )
+    print(
+        f"ratio ours/ours_sdpa (the short-sentence attention dispatch, information): {dispatch_ratio['median']:.3f}x"
+        f"  IQR [{dispatch_ratio['q1']:.3f} – {dispatch_ratio['q3']:.3f}]"
+    )
 
     goals = [
         goal_entry("train_step_tokens_per_s_ratio", ratio["median"], GOAL_STEP_RATIO),
         goal_entry("mfu_ours", mfu["ours"]["median"], GOAL_MFU, note=f"marian {mfu['marian']['median']:.3f}"),
     ]
     if device != "cpu":  # the GPU goals (issue 33): MFU against the measured peak
-        goals = [goal_entry(f"train_step_{args.model}_tokens_per_s_ratio_{device}", ratio["median"], GOAL_STEP_RATIO_GPU),
-                 goal_entry(f"mfu_peak_ours_{args.model}_{device}", mfu_peak["ours"]["median"], GOAL_MFU_PEAK_GPU,
-                            note=f"marian {mfu_peak['marian']['median']:.3f}" + ("" if args.model == "base" else " (goal stated for base)"))]
+        goals = [
+            goal_entry(f"train_step_{args.model}_tokens_per_s_ratio_{device}", ratio["median"], GOAL_STEP_RATIO_GPU),
+            goal_entry(
+                f"mfu_peak_ours_{args.model}_{device}",
+                mfu_peak["ours"]["median"],
+                GOAL_MFU_PEAK_GPU,
+                note=f"marian {mfu_peak['marian']['median']:.3f}"
+                + ("" if args.model == "base" else " (goal stated for base)"),
+            ),
+        ]
     elif bf16:  # informational: the goals are stated for the float32 step
-        goals = [dict(g, metric=g["metric"] + "_bf16", note=(g.get("note", "") + " (bf16, information)").strip())
-                 for g in goals]
+        goals = [
+            dict(g, metric=g["metric"] + "_bf16", note=(g.get("note", "") + " (bf16, information)").strip())
+            for g in goals
+        ]
     payload = {
         "description": "Transformer training step tokens/s and MFU, ours vs MarianMTModel, identical batches",
         "mixed_precision": args.mixed_precision,

@@ -61,8 +61,10 @@ def resolve_device(name: str) -> str:
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda" and not torch.cuda.is_available():
-        raise SystemExit(f"--device cuda: torch {torch.__version__} sees no CUDA device on this machine "
-                         "(use --device cpu, or run on a GPU machine)")
+        raise SystemExit(
+            f"--device cuda: torch {torch.__version__} sees no CUDA device on this machine "
+            "(use --device cpu, or run on a GPU machine)"
+        )
     return name
 
 
@@ -111,7 +113,12 @@ def peak_matmul_flops_per_s(device: str = "cpu", dtype=None, n: int = 8192, repe
         torch.matmul(a, b)
     sync(device)
     seconds = time.perf_counter() - start
-    return {"flops_per_s": 2.0 * n**3 * repeats / seconds, "n": n, "repeats": repeats, "dtype": str(dtype).replace("torch.", "")}
+    return {
+        "flops_per_s": 2.0 * n**3 * repeats / seconds,
+        "n": n,
+        "repeats": repeats,
+        "dtype": str(dtype).replace("torch.", ""),
+    }
 
 
 def cpu_model() -> str:
@@ -418,7 +425,9 @@ def transformer_train_flops(dims: TransformerDims, stats: dict) -> float:
     return 3.0 * (enc + dec + head)
 
 
-def matmul_reference_flops_per_s(dims: TransformerDims, stats: dict, repeats: int = 3, dtype=None, device: str = "cpu") -> dict:
+def matmul_reference_flops_per_s(
+    dims: TransformerDims, stats: dict, repeats: int = 3, dtype=None, device: str = "cpu"
+) -> dict:
     """FLOP/s torch.matmul reaches on the model's own GEMM shapes, forward and backward.
 
     For every linear layer of the model (M tokens x K in -> N out) we time the three GEMMs of its
@@ -437,15 +446,23 @@ def matmul_reference_flops_per_s(dims: TransformerDims, stats: dict, repeats: in
     B, S, T = stats["batch_size"], stats["src_len"], stats["tgt_len"]
     hd = d // H
     shapes = [  # (count, M, K, N)
-        (L * 4, B * S, d, d), (L, B * S, d, f), (L, B * S, f, d),  # encoder
-        (L * 4, B * T, d, d), (L, B * T, d, f), (L, B * T, f, d),  # decoder self-attn + ffn
-        (L * 2, B * T, d, d), (L * 2, B * S, d, d),  # cross-attention q/out and k/v
+        (L * 4, B * S, d, d),
+        (L, B * S, d, f),
+        (L, B * S, f, d),  # encoder
+        (L * 4, B * T, d, d),
+        (L, B * T, d, f),
+        (L, B * T, f, d),  # decoder self-attn + ffn
+        (L * 2, B * T, d, d),
+        (L * 2, B * S, d, d),  # cross-attention q/out and k/v
         (1, B * T, d, V),  # output projection
     ]
     bmm_shapes = [  # (count, batch, M, K, N): scores Q K^T and mix P V
-        (L, B * H, S, hd, S), (L, B * H, S, S, hd),
-        (L, B * H, T, hd, T), (L, B * H, T, T, hd),
-        (L, B * H, T, hd, S), (L, B * H, T, S, hd),
+        (L, B * H, S, hd, S),
+        (L, B * H, S, S, hd),
+        (L, B * H, T, hd, T),
+        (L, B * H, T, T, hd),
+        (L, B * H, T, hd, S),
+        (L, B * H, T, S, hd),
     ]
     randn = _seeded_randn(device, dtype)
     ops = []
@@ -475,7 +492,12 @@ def matmul_reference_flops_per_s(dims: TransformerDims, stats: dict, repeats: in
         samples.append(total_flops / total_time)
         flops_total += total_flops
         seconds_total += total_time
-    return {"flops_per_s": statistics.median(samples), "samples": samples, "flops": flops_total, "seconds": seconds_total}
+    return {
+        "flops_per_s": statistics.median(samples),
+        "samples": samples,
+        "flops": flops_total,
+        "seconds": seconds_total,
+    }
 
 
 # ----------------------------------------------------------------------------------------------
@@ -484,7 +506,11 @@ def matmul_reference_flops_per_s(dims: TransformerDims, stats: dict, repeats: in
 
 
 def make_train_step(
-    model, lr: float = 3e-4, fused: bool | None = None, zero_grad_set_to_none: bool = True, mixed_precision: str = "no",
+    model,
+    lr: float = 3e-4,
+    fused: bool | None = None,
+    zero_grad_set_to_none: bool = True,
+    mixed_precision: str = "no",
     device: str = "cpu",
 ):
     """forward (sum of model loss) + backward + AdamW step + zero_grad on one batch.
@@ -575,14 +601,23 @@ def spread(s: dict, digits: int = 1) -> str:
 def print_table(title: str, header: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
     line = lambda r: "| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
-    text = "\n".join([f"\n{title}", line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [line(r) for r in rows])
+    text = "\n".join(
+        [f"\n{title}", line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [line(r) for r in rows]
+    )
     print(text, flush=True)
     return text
 
 
 def goal_entry(name: str, ratio: float, goal: float, higher_is_better: bool = True, note: str = "") -> dict:
     met = ratio >= goal if higher_is_better else ratio <= goal
-    return {"metric": name, "ratio": ratio, "goal": goal, "direction": ">=" if higher_is_better else "<=", "met": bool(met), "note": note}
+    return {
+        "metric": name,
+        "ratio": ratio,
+        "goal": goal,
+        "direction": ">=" if higher_is_better else "<=",
+        "met": bool(met),
+        "note": note,
+    }
 
 
 def write_result(name: str, payload: dict, quick: bool) -> Path:
@@ -609,8 +644,12 @@ def base_argparser(description: str):
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="few repeats: a smoke test of the harness")
     parser.add_argument("--threads", type=int, default=int(os.environ.get("BENCH_THREADS", DEFAULT_THREADS)))
-    parser.add_argument("--device", default=os.environ.get("BENCH_DEVICE", "cpu"), choices=("auto", "cpu", "cuda"),
-                        help="where both sides run (default cpu; auto: cuda when torch sees a GPU)")
+    parser.add_argument(
+        "--device",
+        default=os.environ.get("BENCH_DEVICE", "cpu"),
+        choices=("auto", "cpu", "cuda"),
+        help="where both sides run (default cpu; auto: cuda when torch sees a GPU)",
+    )
     return parser
 
 

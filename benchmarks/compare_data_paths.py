@@ -19,9 +19,22 @@ import tempfile
 import time
 from pathlib import Path
 
-TINY = ["--model_config.d_model", "64", "--model_config.encoder_layers", "1", "--model_config.decoder_layers", "1",
-        "--model_config.encoder_attention_heads", "4", "--model_config.decoder_attention_heads", "4",
-        "--model_config.encoder_ffn_dim", "128", "--model_config.decoder_ffn_dim", "128"]
+TINY = [
+    "--model_config.d_model",
+    "64",
+    "--model_config.encoder_layers",
+    "1",
+    "--model_config.decoder_layers",
+    "1",
+    "--model_config.encoder_attention_heads",
+    "4",
+    "--model_config.decoder_attention_heads",
+    "4",
+    "--model_config.encoder_ffn_dim",
+    "128",
+    "--model_config.decoder_ffn_dim",
+    "128",
+]
 
 OLD_RUNNER = (
     "import runpy, sys; sys.meta_path = [f for f in sys.meta_path if 'editable' not in repr(f)]; "
@@ -31,10 +44,41 @@ OLD_RUNNER = (
 
 
 def run(python_args: list[str], out: Path, recipe: str, steps: int, extra: list[str]) -> float:
-    args = [*python_args, "--recipe", recipe, "--max_steps", str(steps), "--output_dir", str(out), "--log_every", "1",
-            "--debug_dump_batches", "true", "--eval_every", "100000", "--eval_max_examples", "10", "--eval_num_beams", "1",
-            "--test_max_examples", "10", "--test_num_beams", "1", "--num_plot_sentences", "0", "--log_with", "none",
-            "--save_every", "100000", "--num_threads", "1", "--vocab_size", "2000", *TINY, *extra]
+    args = [
+        *python_args,
+        "--recipe",
+        recipe,
+        "--max_steps",
+        str(steps),
+        "--output_dir",
+        str(out),
+        "--log_every",
+        "1",
+        "--debug_dump_batches",
+        "true",
+        "--eval_every",
+        "100000",
+        "--eval_max_examples",
+        "10",
+        "--eval_num_beams",
+        "1",
+        "--test_max_examples",
+        "10",
+        "--test_num_beams",
+        "1",
+        "--num_plot_sentences",
+        "0",
+        "--log_with",
+        "none",
+        "--save_every",
+        "100000",
+        "--num_threads",
+        "1",
+        "--vocab_size",
+        "2000",
+        *TINY,
+        *extra,
+    ]
     start = time.perf_counter()
     subprocess.run([sys.executable, *args], check=True, stdout=subprocess.DEVNULL)
     return time.perf_counter() - start
@@ -56,11 +100,19 @@ def main() -> int:
     metrics = {k: json.loads((work / k / "metrics.json").read_text())["train"] for k in ("old", "new")}
     losses = {k: [v for _, v in m["loss_history"]] for k, m in metrics.items()}
     batches = {k: (work / k / "debug" / "batches_rank0.jsonl").read_text() for k in ("old", "new")}
-    result = {"steps": a.steps, "losses_logged": len(losses["new"]), "identical_losses": losses["old"] == losses["new"],
-              "identical_batches": batches["old"] == batches["new"], "first_loss": losses["new"][:1],
-              "last_loss": losses["new"][-1:], "old_wall_s": round(old_s, 1), "new_wall_s": round(new_s, 1),
-              "target_tokens_per_s": {k: round(m["target_tokens_per_s"]) for k, m in metrics.items()},
-              "train_time_s": {k: round(m["train_time_s"], 1) for k, m in metrics.items()}, "dir": str(work)}
+    result = {
+        "steps": a.steps,
+        "losses_logged": len(losses["new"]),
+        "identical_losses": losses["old"] == losses["new"],
+        "identical_batches": batches["old"] == batches["new"],
+        "first_loss": losses["new"][:1],
+        "last_loss": losses["new"][-1:],
+        "old_wall_s": round(old_s, 1),
+        "new_wall_s": round(new_s, 1),
+        "target_tokens_per_s": {k: round(m["target_tokens_per_s"]) for k, m in metrics.items()},
+        "train_time_s": {k: round(m["train_time_s"], 1) for k, m in metrics.items()},
+        "dir": str(work),
+    }
     print(json.dumps(result))
     return 0 if result["identical_losses"] and result["identical_batches"] else 1
 

@@ -50,8 +50,16 @@ def build(spec: dict):
     from joeynmt.vocabulary import Vocabulary
 
     special = SimpleNamespace(
-        unk_token="<unk>", pad_token="<pad>", bos_token="<s>", eos_token="</s>",
-        unk_id=0, pad_id=1, bos_id=2, eos_id=3, sep_token=None, lang_tags=[],
+        unk_token="<unk>",
+        pad_token="<pad>",
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_id=0,
+        pad_id=1,
+        bos_id=2,
+        eos_id=3,
+        sep_token=None,
+        lang_tags=[],
     )
     vocab = Vocabulary([f"piece{i}" for i in range(spec["vocab_size"] - 4)], special)
     assert len(vocab) == spec["vocab_size"], len(vocab)
@@ -117,9 +125,13 @@ def main() -> None:
     model, pad = build(spec)
     model.to(device)
     model.train()
-    batches = [{k: (v.to(device) if torch.is_tensor(v) else v) for k, v in to_joey_batch(b, pad).items()}
-               for b in torch.load(sys.argv[2])]
-    optimizer = torch.optim.AdamW(model.parameters(), lr=spec.get("lr", 3e-4), betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0)
+    batches = [
+        {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in to_joey_batch(b, pad).items()}
+        for b in torch.load(sys.argv[2])
+    ]
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=spec.get("lr", 3e-4), betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0
+    )
 
     import contextlib
 
@@ -140,8 +152,17 @@ def main() -> None:
 
     import joeynmt
 
-    print(json.dumps({"ready": True, "params": sum(p.numel() for p in model.parameters()),
-                      "torch": torch.__version__, "joeynmt": getattr(joeynmt, "__version__", "?")}), flush=True)
+    print(
+        json.dumps(
+            {
+                "ready": True,
+                "params": sum(p.numel() for p in model.parameters()),
+                "torch": torch.__version__,
+                "joeynmt": getattr(joeynmt, "__version__", "?"),
+            }
+        ),
+        flush=True,
+    )
     done = 0
     for line in sys.stdin:
         command = line.split()

@@ -68,8 +68,10 @@ def main(argv=None) -> dict:
     ref_lengths = [len(ids) for ids in tokenizer([t for _, t in pairs])["input_ids"]]
     new_tokens = math.ceil(sum(ref_lengths) / len(ref_lengths))
     sources = [s for s, _ in pairs][: args.sentences]
-    batches = [tokenizer(sources[i : i + args.batch_size], padding=True, return_tensors="pt")
-               for i in range(0, len(sources), args.batch_size)]
+    batches = [
+        tokenizer(sources[i : i + args.batch_size], padding=True, return_tensors="pt")
+        for i in range(0, len(sources), args.batch_size)
+    ]
     ours, marian = build_ours(dims).eval(), build_marian(dims).eval()
     for model in (ours, marian):
         model.generation_config.eos_token_id = None
@@ -79,8 +81,9 @@ def main(argv=None) -> dict:
     def run(side: str, batch) -> None:
         model = marian if side == "marian" else ours
         with variant("all" if side == "marian" else side), torch.inference_mode():
-            out = model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                                 generation_config=config)
+            out = model.generate(
+                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], generation_config=config
+            )
         assert out.shape[1] == new_tokens + 1
 
     for side in sides:  # warm-up
@@ -100,17 +103,30 @@ def main(argv=None) -> dict:
     results = {}
     for side in sides:
         ratios = [m / s for m, s in zip(seconds["marian"], seconds[side])]  # speed(side) / speed(marian)
-        results[side] = {"sentences_per_s_median": statistics.median(len(sources) / s for s in seconds[side]),
-                         "ratio_over_marian_median": statistics.median(ratios), "ratios": ratios}
+        results[side] = {
+            "sentences_per_s_median": statistics.median(len(sources) / s for s in seconds[side]),
+            "ratio_over_marian_median": statistics.median(ratios),
+            "ratios": ratios,
+        }
     host = cpu_model()
-    print(f"host: {host}; {threads} threads; {len(sources)} sentences, batch {args.batch_size}, "
-          f"{new_tokens} new tokens, {args.rounds} rounds (paired, interleaved)")
+    print(
+        f"host: {host}; {threads} threads; {len(sources)} sentences, batch {args.batch_size}, "
+        f"{new_tokens} new tokens, {args.rounds} rounds (paired, interleaved)"
+    )
     for side in sides:
         res = results[side]
-        print(f"  {side:15s} {res['sentences_per_s_median']:7.1f} sent/s   ratio/marian "
-              f"{res['ratio_over_marian_median']:.3f}  ({', '.join(f'{x:.3f}' for x in res['ratios'])})")
-    payload = {"host": host, "threads": threads, "sentences": len(sources), "rounds": args.rounds,
-               "new_tokens": new_tokens, "results": results}
+        print(
+            f"  {side:15s} {res['sentences_per_s_median']:7.1f} sent/s   ratio/marian "
+            f"{res['ratio_over_marian_median']:.3f}  ({', '.join(f'{x:.3f}' for x in res['ratios'])})"
+        )
+    payload = {
+        "host": host,
+        "threads": threads,
+        "sentences": len(sources),
+        "rounds": args.rounds,
+        "new_tokens": new_tokens,
+        "results": results,
+    }
     write_result("probe_cpu_paths_custom", payload, False)
     return payload
 

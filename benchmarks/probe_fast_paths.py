@@ -110,8 +110,14 @@ def main(argv=None) -> dict:
             model.load_state_dict(initial)
             model.eval()
             model.generation_config.eos_token_id = None
-        kwargs = dict(attention_mask=mask, num_beams=beams, max_new_tokens=args.new_tokens, min_new_tokens=None,
-                      eos_token_id=None, do_sample=False)
+        kwargs = dict(
+            attention_mask=mask,
+            num_beams=beams,
+            max_new_tokens=args.new_tokens,
+            min_new_tokens=None,
+            eos_token_id=None,
+            do_sample=False,
+        )
         outputs = {}
         for r in range(args.rounds):
             order = names[r % 3 :] + names[: r % 3]

@@ -50,8 +50,8 @@ def loss_fn(side: str):
 
         return run
     if side == "torch_ce":
-        return lambda logits, labels: (
-            F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), label_smoothing=0.1, reduction="sum")
+        return lambda logits, labels: F.cross_entropy(
+            logits.flatten(0, 1).float(), labels.flatten(), label_smoothing=0.1, reduction="sum"
         )
     if side == "no_loss":
         return lambda logits, labels: logits[..., 0].float().sum()
@@ -76,15 +76,21 @@ def main(argv=None) -> dict:
     _, batches = load_batches(1024, num_batches)
     dims = TransformerDims(ffn=1024, dropout=0.3)
     torch.manual_seed(0)
-    config = TransformerSeq2SeqConfig(**shared_config_kwargs(dims), position_embedding_type="sinusoidal", norm_order="pre")
+    config = TransformerSeq2SeqConfig(
+        **shared_config_kwargs(dims), position_embedding_type="sinusoidal", norm_order="pre"
+    )
     model = TransformerSeq2SeqForConditionalGeneration(config).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), fused=True)
     losses = {side: loss_fn(side) for side in SIDES}
 
     def step(side: str, batch: dict) -> None:
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                           decoder_input_ids=batch["decoder_input_ids"], use_cache=False).logits
+            logits = model(
+                input_ids=batch["input_ids"],
+                attention_mask=batch["attention_mask"],
+                decoder_input_ids=batch["decoder_input_ids"],
+                use_cache=False,
+            ).logits
         (losses[side](logits, batch["labels"]) / (batch["labels"] != -100).sum()).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -103,9 +109,7 @@ def main(argv=None) -> dict:
         log(f"round {r}: " + ", ".join(f"{s} {seconds[s][-1]:.2f} s" for s in SIDES))
 
     ms = {side: 1000 * statistics.median(v) / len(batches) for side, v in seconds.items()}
-    ratios = {
-        side: statistics.median(a / b for a, b in zip(seconds[side], seconds["blocks"])) for side in SIDES
-    }
+    ratios = {side: statistics.median(a / b for a, b in zip(seconds[side], seconds["blocks"])) for side in SIDES}
     print(f"\nTraining step, {len(batches)} batches x {rounds} rounds, {threads} threads, bf16 autocast")
     print(f"{'side':<10} {'ms/step':>8} {'loss ms/step':>13} {'step time / blocks':>19}")
     for side in SIDES:
@@ -114,8 +118,12 @@ def main(argv=None) -> dict:
     # The loss alone, on one real batch's bf16 logits.
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         batch = max(batches, key=lambda b: b["labels"].numel())
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                       decoder_input_ids=batch["decoder_input_ids"], use_cache=False).logits
+        logits = model(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            decoder_input_ids=batch["decoder_input_ids"],
+            use_cache=False,
+        ).logits
     alone = {}
     for side in SIDES[:3]:
         times = []
@@ -125,10 +133,19 @@ def main(argv=None) -> dict:
             losses[side](leaf, batch["labels"]).backward()
             times.append(time.perf_counter() - start)
         alone[side] = 1000 * statistics.median(times[5:])
-    print(f"\nLoss alone, forward + backward, bf16 logits {tuple(logits.shape)}: "
-          + ", ".join(f"{s} {alone[s]:.1f} ms" for s in alone))
-    payload = {"threads": threads, "batches": len(batches), "rounds": rounds, "ms_per_step": ms,
-               "step_time_over_blocks": ratios, "loss_alone_ms": alone, "logits_shape": list(logits.shape)}
+    print(
+        f"\nLoss alone, forward + backward, bf16 logits {tuple(logits.shape)}: "
+        + ", ".join(f"{s} {alone[s]:.1f} ms" for s in alone)
+    )
+    payload = {
+        "threads": threads,
+        "batches": len(batches),
+        "rounds": rounds,
+        "ms_per_step": ms,
+        "step_time_over_blocks": ratios,
+        "loss_alone_ms": alone,
+        "logits_shape": list(logits.shape),
+    }
     write_result("loss_blocks_bf16", payload, args.quick)
     return payload
 

@@ -44,8 +44,12 @@ def make_step(model, mode: str):
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), fused=True)
 
     def forward_loss(m, batch):
-        logits = m(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                   decoder_input_ids=batch["decoder_input_ids"], use_cache=False).logits
+        logits = m(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            decoder_input_ids=batch["decoder_input_ids"],
+            use_cache=False,
+        ).logits
         return token_loss_sum(logits, batch["labels"], 0.1)
 
     if mode == "eager":
@@ -75,7 +79,9 @@ def main(argv=None) -> dict:
     parser = base_argparser(__doc__)
     parser.add_argument("--batches", type=int, default=24)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, from {MODES}; the first is the reference")
+    parser.add_argument(
+        "--modes", default=",".join(MODES), help=f"comma-separated, from {MODES}; the first is the reference"
+    )
     args = parser.parse_args(argv)
     modes = args.modes.split(",")
     unknown = [m for m in modes if m not in MODES]
@@ -86,7 +92,9 @@ def main(argv=None) -> dict:
 
     _, batches = load_batches(1024, batches_n, vocab_size=6000)
     tokens = sum(int((b["labels"] != -100).sum()) for b in batches)
-    log(f"{len(batches)} batches, {tokens} target tokens, source lengths {sorted(b['input_ids'].shape[1] for b in batches)}")
+    log(
+        f"{len(batches)} batches, {tokens} target tokens, source lengths {sorted(b['input_ids'].shape[1] for b in batches)}"
+    )
     base = build_ours(TransformerDims(vocab_size=6000, dropout=0.2))
 
     steps, warmup_s = {}, {}
@@ -110,10 +118,17 @@ def main(argv=None) -> dict:
     rows = {}
     for mode in modes:
         median = statistics.median(rates[mode])
-        rows[mode] = {"target_tokens_per_s": median, "rounds": rates[mode], "ratio_to_" + modes[0]: median / reference,
-                      "first_pass_s": warmup_s[mode]}
-        print(f"{mode:>14}: {median:7.0f} target tok/s   x{median / reference:.3f} of {modes[0]}   "
-              f"first pass {warmup_s[mode]:.0f} s", flush=True)
+        rows[mode] = {
+            "target_tokens_per_s": median,
+            "rounds": rates[mode],
+            "ratio_to_" + modes[0]: median / reference,
+            "first_pass_s": warmup_s[mode],
+        }
+        print(
+            f"{mode:>14}: {median:7.0f} target tok/s   x{median / reference:.3f} of {modes[0]}   "
+            f"first pass {warmup_s[mode]:.0f} s",
+            flush=True,
+        )
     result = {"threads": threads, "batches": len(batches), "rounds": rounds, "sides": rows}
     write_result("torch_compile_bf16", result, args.quick)
     return result

@@ -20,9 +20,15 @@ from common import DEFAULT_THREADS, machine_info, print_table, set_threads, writ
 
 BENCHMARKS = {  # name: (module, extra arguments); issue numbering in the comments; the longest one last
     "train_step": ("bench_train_step", []),  # 1 and 5
-    "train_step_bf16": ("bench_train_step", ["--mixed-precision", "bf16"]),  # 1 and 5 under CPU bf16 autocast (information)
+    "train_step_bf16": (
+        "bench_train_step",
+        ["--mixed-precision", "bf16"],
+    ),  # 1 and 5 under CPU bf16 autocast (information)
     "generate": ("bench_generate", []),  # 3
-    "generate_min_new_tokens": ("bench_generate", ["--force-length", "min-new-tokens", "--beams", "1"]),  # 3, the first method (information)
+    "generate_min_new_tokens": (
+        "bench_generate",
+        ["--force-length", "min-new-tokens", "--beams", "1"],
+    ),  # 3, the first method (information)
     "rnn": ("bench_rnn", []),  # 4
     "rnn_bf16": ("bench_rnn", ["--mixed-precision", "bf16"]),  # 4 with our step under CPU bf16 autocast (information)
     "memory": ("bench_memory", []),  # 6
@@ -55,8 +61,16 @@ def main() -> None:
             errors[name] = f"{type(exc).__name__}: {exc}"
         durations[name] = time.perf_counter() - start
 
-    rows = [[g["metric"], f"{g['ratio']:.3f}", f"{g['direction']} {g['goal']}", "met" if g["met"] else "NOT met", g.get("note", "")]
-            for g in goals]
+    rows = [
+        [
+            g["metric"],
+            f"{g['ratio']:.3f}",
+            f"{g['direction']} {g['goal']}",
+            "met" if g["met"] else "NOT met",
+            g.get("note", ""),
+        ]
+        for g in goals
+    ]
     rows += [[name, "-", "-", message, ""] for name, message in errors.items()]
     info = machine_info()
     print_table(
@@ -64,7 +78,9 @@ def main() -> None:
         ["metric", "value", "goal", "status", "note"],
         rows,
     )
-    write_result("summary", {"goals": goals, "errors": errors, "durations_s": durations, "threads": args.threads}, args.quick)
+    write_result(
+        "summary", {"goals": goals, "errors": errors, "durations_s": durations, "threads": args.threads}, args.quick
+    )
 
 
 if __name__ == "__main__":

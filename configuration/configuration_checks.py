@@ -15,10 +15,21 @@ import warnings
 # Keys a config.json (or transformers itself) hands to a config's constructor that no option of ours
 # reads: transformers' bookkeeping, exported folders' remote-code entries, arguments that
 # `PreTrainedConfig.__post_init__` consumes. They are never warned about.
-BOOKKEEPING_KEYS = frozenset({
-    "model_type", "name_or_path", "transformers_version", "torch_dtype", "auto_map", "custom_pipelines",
-    "attn_implementation", "experts_implementation", "output_attentions", "num_labels", "per_layer_config",
-})
+BOOKKEEPING_KEYS = frozenset(
+    {
+        "model_type",
+        "name_or_path",
+        "transformers_version",
+        "torch_dtype",
+        "auto_map",
+        "custom_pipelines",
+        "attn_implementation",
+        "experts_implementation",
+        "output_attentions",
+        "num_labels",
+        "per_layer_config",
+    }
+)
 
 
 def _accepts(kind: type, value: object) -> bool:
@@ -79,7 +90,11 @@ def generation_setting_names(generation_config_class: type, config: object) -> f
     """The settings of ``generation_config_class`` (transformers' ``GenerationConfig``) that are not
     also options of ``config`` (token ids, ``use_cache``) or transformers' own config arguments."""
     names = set(generation_config_class().to_dict())
-    shared = set(type(config).__dataclass_fields__) | {"transformers_version", "output_attentions", "output_hidden_states"}
+    shared = set(type(config).__dataclass_fields__) | {
+        "transformers_version",
+        "output_attentions",
+        "output_hidden_states",
+    }
     return frozenset(n for n in names if not n.startswith("_") and n not in shared)
 
 

@@ -150,8 +150,11 @@ class RNNSeq2SeqConfig(PreTrainedConfig):
 
     def __post_init__(self, **kwargs):
         generation_settings = sort_extra_options(
-            self, kwargs, foreign_names=FOREIGN_OPTION_NAMES,
-            generation_names=generation_setting_names(GenerationConfig, self), aliases=set(self.attribute_map),
+            self,
+            kwargs,
+            foreign_names=FOREIGN_OPTION_NAMES,
+            generation_names=generation_setting_names(GenerationConfig, self),
+            aliases=set(self.attribute_map),
         )
         check_field_types(self)
         self._resolve_and_validate()

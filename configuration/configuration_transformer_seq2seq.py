@@ -154,8 +154,11 @@ class TransformerSeq2SeqConfig(PreTrainedConfig):
 
     def __post_init__(self, **kwargs):
         generation_settings = sort_extra_options(
-            self, kwargs, foreign_names=FOREIGN_OPTION_NAMES,
-            generation_names=generation_setting_names(GenerationConfig, self), aliases=set(self.attribute_map),
+            self,
+            kwargs,
+            foreign_names=FOREIGN_OPTION_NAMES,
+            generation_names=generation_setting_names(GenerationConfig, self),
+            aliases=set(self.attribute_map),
         )
         check_field_types(self)
         _check_divisible(self.d_model, self.encoder_attention_heads, "encoder_attention_heads")

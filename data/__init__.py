@@ -19,8 +19,18 @@ import importlib
 # Public name -> the submodule that defines it, imported on first access (PEP 562): reading the
 # corpus presets (the model card does) imports neither torch nor datasets.
 _EXPORTS = {
-    **dict.fromkeys(("IGNORE_INDEX", "Seq2SeqCollator", "TokenBudgetBatchSampler", "batch_lengths",
-                     "epoch_padding_fraction", "padding_fraction", "tokenize_dataset"), ".batching"),
+    **dict.fromkeys(
+        (
+            "IGNORE_INDEX",
+            "Seq2SeqCollator",
+            "TokenBudgetBatchSampler",
+            "batch_lengths",
+            "epoch_padding_fraction",
+            "padding_fraction",
+            "tokenize_dataset",
+        ),
+        ".batching",
+    ),
     **dict.fromkeys(("CorpusFilters", "load_corpus"), ".corpora"),
     **dict.fromkeys(("CorpusError", "CorpusInfo", "CorpusSpec"), ".spec"),
     **dict.fromkeys(("SeparateTokenizers", "SubwordSampler", "train_tokenizer"), ".tokenization"),

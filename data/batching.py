@@ -114,8 +114,14 @@ def tokenize_dataset(
             ds = ds.filter(lambda flags: [not f for f in flags], input_columns="overlong", batched=True)
             stats = {"pairs": len(ds), "truncated": 0, "filtered": n_over}
         if n_over:
-            logger.info("%s: %d pairs over %d/%d tokens %s", split, n_over, max_source_length, max_target_length,
-                        "dropped" if stats["filtered"] else "truncated")
+            logger.info(
+                "%s: %d pairs over %d/%d tokens %s",
+                split,
+                n_over,
+                max_source_length,
+                max_target_length,
+                "dropped" if stats["filtered"] else "truncated",
+            )
         return ds.remove_columns("overlong"), stats
 
     if isinstance(dataset, datasets.Dataset):

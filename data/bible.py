@@ -68,9 +68,12 @@ DEFAULT_MODULE_FOR_LANGUAGE = {"es": "spaRV1909eb", "en": "engWEB2015eb"}
 DEFAULT_SOURCE, DEFAULT_TARGET = (DEFAULT_MODULE_FOR_LANGUAGE[lang] for lang in PRESETS["bible"].default_pair)
 LANGUAGE_ALIASES = {"spa": "es", "eng": "en"}
 DEBIAN_PACKAGES = {  # module name or abbreviation -> the Debian package that installs it
-    "sparv1909eb": "sword-text-sparv", "rv1909": "sword-text-sparv",
-    "engweb2015eb": "sword-text-web", "web": "sword-text-web",
-    "engkjv2006eb": "sword-text-kjv", "kjv": "sword-text-kjv",
+    "sparv1909eb": "sword-text-sparv",
+    "rv1909": "sword-text-sparv",
+    "engweb2015eb": "sword-text-web",
+    "web": "sword-text-web",
+    "engkjv2006eb": "sword-text-kjv",
+    "kjv": "sword-text-kjv",
 }
 SWORD_PATHS = ("/usr/share/sword", "~/.sword")  # unless $SWORD_PATH is set
 CLEANER_VERSION = 2  # bump when cleaning or pairing changes, to invalidate caches
@@ -84,8 +87,24 @@ CHAPTER_PERIOD, VALIDATION_PHASE, TEST_PHASE = 64, 21, 53
 _TAG = re.compile(r"<(/?)([A-Za-z]+)\b([^>]*?)(/?)>")
 _ATTR = re.compile(r'([A-Za-z]+)="([^"]*)"')
 # Elements whose words are the verse's own words: the tags go, the text stays, no space added.
-_INLINE = {"w", "transChange", "divineName", "hi", "foreign", "seg", "name", "reference", "abbr", "q",
-           "inscription", "mentioned", "salute", "signed", "closer", "a"}
+_INLINE = {
+    "w",
+    "transChange",
+    "divineName",
+    "hi",
+    "foreign",
+    "seg",
+    "name",
+    "reference",
+    "abbr",
+    "q",
+    "inscription",
+    "mentioned",
+    "salute",
+    "signed",
+    "closer",
+    "a",
+}
 # Elements removed together with their content.
 _DROPPED = {"note", "rdg", "rdgGroup", "catchWord", "index", "figure", "speaker"}
 # Milestone spans (<div sID=.. type=../> .. <div eID=.. />) removed with their content.
@@ -302,8 +321,18 @@ def split_of_unit(unit_number: int) -> str:
 
 # Gale & Church (1993) alignment moves (source verses, target verses) and their costs,
 # -log of prior probabilities close to the paper's (1-1 common, merges and gaps rare).
-_MOVES = {(1, 1): 0.1, (2, 1): 3.0, (1, 2): 3.0, (3, 1): 4.5, (1, 3): 4.5, (4, 1): 6.0, (1, 4): 6.0,
-          (1, 0): 5.5, (0, 1): 5.5, (2, 2): 4.5}
+_MOVES = {
+    (1, 1): 0.1,
+    (2, 1): 3.0,
+    (1, 2): 3.0,
+    (3, 1): 4.5,
+    (1, 3): 4.5,
+    (4, 1): 6.0,
+    (1, 4): 6.0,
+    (1, 0): 5.5,
+    (0, 1): 5.5,
+    (2, 2): 4.5,
+}
 _ORPHAN_COST = 0.5  # a verse whose slot is empty in the other module: dropping or merging it is expected
 _MISMATCH_COST = 0.5  # a pair that shares no verse reference: allowed, but equal numbering is preferred
 
@@ -394,13 +423,25 @@ def build_bible_pairs(source: SwordModule, target: SwordModule) -> tuple[dict[st
     started = time.perf_counter()
     source_chapters = _by_chapter(read_verses(source))
     target_chapters = _by_chapter(read_verses(target, {book for book, _ in source_chapters}))
-    counts = {"source_verses": sum(len(v) for v in source_chapters.values()), "missing_in_target": 0,
-              "empty_in_source": 0, "empty_in_target": 0, "empty_in_both": 0, "irregular_chapters": 0,
-              "merged_pairs": 0, "unaligned_source_verses": 0, "unaligned_target_verses": 0,
-              "paired_source_verses": 0}
+    counts = {
+        "source_verses": sum(len(v) for v in source_chapters.values()),
+        "missing_in_target": 0,
+        "empty_in_source": 0,
+        "empty_in_target": 0,
+        "empty_in_both": 0,
+        "irregular_chapters": 0,
+        "merged_pairs": 0,
+        "unaligned_source_verses": 0,
+        "unaligned_target_verses": 0,
+        "paired_source_verses": 0,
+    }
     units = _pairing_units(source_chapters, target_chapters, counts)
-    regular = [pair for unit in units if len(unit) == 1 and not _irregular(unit[0], source_chapters, target_chapters)
-               for pair in _pairs_by_reference(unit[0], source_chapters, target_chapters)]
+    regular = [
+        pair
+        for unit in units
+        if len(unit) == 1 and not _irregular(unit[0], source_chapters, target_chapters)
+        for pair in _pairs_by_reference(unit[0], source_chapters, target_chapters)
+    ]
     lengths = _length_model(regular)
 
     splits: dict[str, dict[str, list]] = {s: {"source": [], "target": [], "ref": [], "target_ref": []} for s in SPLITS}
@@ -474,8 +515,11 @@ def _pairing_units(source: Chapters, target: Chapters, counts: dict[str, int]) -
 def _pairs_by_reference(key: tuple[str, int], source: Chapters, target: Chapters) -> list[tuple[str, str, str, str]]:
     book, chapter = key
     tgt = dict(target.get(key, []))
-    return [(text, tgt[v], f"{book}.{chapter}.{v}", f"{book}.{chapter}.{v}")
-            for v, text in source[key] if text and tgt.get(v)]
+    return [
+        (text, tgt[v], f"{book}.{chapter}.{v}", f"{book}.{chapter}.{v}")
+        for v, text in source[key]
+        if text and tgt.get(v)
+    ]
 
 
 def _length_model(pairs: list[tuple[str, str, str, str]]) -> _LengthModel:
@@ -487,8 +531,9 @@ def _length_model(pairs: list[tuple[str, str, str, str]]) -> _LengthModel:
     return _LengthModel(mean, max(std, 0.05))
 
 
-def _pairs_by_alignment(unit: list[tuple[str, int]], source: Chapters, target: Chapters, lengths: _LengthModel,
-                        counts: dict[str, int]) -> list[tuple[str, str, str, str]]:
+def _pairs_by_alignment(
+    unit: list[tuple[str, int]], source: Chapters, target: Chapters, lengths: _LengthModel, counts: dict[str, int]
+) -> list[tuple[str, str, str, str]]:
     def side(mine: Chapters, other: Chapters) -> _Verses:
         verses = _Verses([], [], [])
         for book, chapter in unit:
@@ -509,8 +554,14 @@ def _pairs_by_alignment(unit: list[tuple[str, int]], source: Chapters, target: C
             continue
         counts["merged_pairs"] += len(s_idx) > 1 or len(t_idx) > 1
         counts["paired_source_verses"] += len(s_idx)
-        pairs.append((" ".join(src.texts[i] for i in s_idx), " ".join(tgt.texts[j] for j in t_idx),
-                      src.refs[s_idx[0]], tgt.refs[t_idx[0]]))
+        pairs.append(
+            (
+                " ".join(src.texts[i] for i in s_idx),
+                " ".join(tgt.texts[j] for j in t_idx),
+                src.refs[s_idx[0]],
+                tgt.refs[t_idx[0]],
+            )
+        )
     return pairs
 
 
@@ -520,8 +571,16 @@ def default_cache_dir() -> Path:
 
 
 def _cache_key(source: SwordModule, target: SwordModule) -> str:
-    parts = [source.name, source.version, target.name, target.version, CLEANER_VERSION,
-             CHAPTER_PERIOD, VALIDATION_PHASE, TEST_PHASE]
+    parts = [
+        source.name,
+        source.version,
+        target.name,
+        target.version,
+        CLEANER_VERSION,
+        CHAPTER_PERIOD,
+        VALIDATION_PHASE,
+        TEST_PHASE,
+    ]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:12]
 
 
@@ -569,8 +628,10 @@ def load_bible_pairs(
     if spec.target_lang and LANGUAGE_ALIASES.get(spec.target_lang, spec.target_lang) != tgt_lang:
         raise CorpusError(f"module {target.name} is in {tgt_lang!r}, not {spec.target_lang!r}")
     public = all("public domain" in m.conf.get("distributionlicense", "").lower() for m in (source, target))
-    license_ = "public domain" if public else "; ".join(
-        f"{m.name}: {m.conf.get('distributionlicense', 'unknown')}" for m in (source, target)
+    license_ = (
+        "public domain"
+        if public
+        else "; ".join(f"{m.name}: {m.conf.get('distributionlicense', 'unknown')}" for m in (source, target))
     )
     attribution = "; ".join(
         f"{m.conf.get('description', m.name)} (SWORD module {m.name} {m.version}, {m.conf.get('shortcopyright', '')})"

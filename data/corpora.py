@@ -305,12 +305,16 @@ def _pairs_from_rows(rows: Iterable[tuple[str, str]]) -> datasets.Dataset:
             if writer is None:
                 path = _spill_file("pairs")
                 writer = pa.ipc.new_stream(path, schema)
-            writer.write_batch(pa.record_batch([pa.array(sources, pa.string()), pa.array(targets, pa.string())], schema=schema))
+            writer.write_batch(
+                pa.record_batch([pa.array(sources, pa.string()), pa.array(targets, pa.string())], schema=schema)
+            )
             sources, targets = [], []
     if writer is None:
         return _pairs_dataset(sources, targets)
     if sources:
-        writer.write_batch(pa.record_batch([pa.array(sources, pa.string()), pa.array(targets, pa.string())], schema=schema))
+        writer.write_batch(
+            pa.record_batch([pa.array(sources, pa.string()), pa.array(targets, pa.string())], schema=schema)
+        )
     writer.close()
     return datasets.Dataset.from_file(path)
 

@@ -90,8 +90,15 @@ def micro_batches(loader, sampler, position, device, before_epoch=None) -> Itera
         position.batch_in_epoch = 0
 
 
-def eval_batches(input_ids: Sequence[list[int]], labels: Sequence[list[int]], collate: Collate, batch_size: int,
-                 rank: int = 0, world_size: int = 1, device="cpu") -> Iterator[tuple[list[int], dict]]:
+def eval_batches(
+    input_ids: Sequence[list[int]],
+    labels: Sequence[list[int]],
+    collate: Collate,
+    batch_size: int,
+    rank: int = 0,
+    world_size: int = 1,
+    device="cpu",
+) -> Iterator[tuple[list[int], dict]]:
     """This rank's share of length-sorted evaluation batches.
 
     Args:

@@ -146,7 +146,9 @@ class _SideWriter:
         np.save(self.folder / f"{self.side}_offsets.npy", offsets)
 
 
-def write_pairs(folder: str | os.PathLike, rows: Iterable[tuple[Sequence[Sequence[int]], Sequence[Sequence[int]]]]) -> int:
+def write_pairs(
+    folder: str | os.PathLike, rows: Iterable[tuple[Sequence[Sequence[int]], Sequence[Sequence[int]]]]
+) -> int:
     """Write chunks of ``(source rows, target rows)`` (lists of id lists) as a prepared folder.
 
     Returns the number of pairs written. The folder is created if needed.
@@ -240,7 +242,9 @@ class WordCacheEncoder:
         if self.to_verify > 0:
             k = min(self.to_verify, len(texts))
             ref_flat, ref_lengths = _flatten(encode_texts(self.backend, texts[:k]))
-            if not (np.array_equal(ref_lengths, lengths[:k]) and np.array_equal(ref_flat, flat[: int(ref_lengths.sum())])):
+            if not (
+                np.array_equal(ref_lengths, lengths[:k]) and np.array_equal(ref_flat, flat[: int(ref_lengths.sum())])
+            ):
                 logger.warning("word-cache tokenization differs from the tokenizer's on this text: using encode_batch")
                 self.usable = False
                 return _flatten(encode_texts(self.backend, texts))
@@ -328,7 +332,9 @@ def _encoded_chunks(batches: Iterable[Mapping[str, list[str]]], tokenizer, num_p
     # fork on Linux (as datasets.map's num_proc): a spawned worker would import torch and datasets
     # again (~0.4 GB each); the tokenizers library turns its thread pool off in a forked child.
     context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
-    with ProcessPoolExecutor(num_proc, mp_context=context, initializer=_worker_init, initargs=(tokenizer_file,)) as pool:
+    with ProcessPoolExecutor(
+        num_proc, mp_context=context, initializer=_worker_init, initargs=(tokenizer_file,)
+    ) as pool:
         pending: collections.deque = collections.deque()
         for batch in batches:
             pending.append(pool.submit(_worker_encode, {"source": batch["source"], "target": batch["target"]}))
@@ -361,7 +367,9 @@ def encode_training_pairs(
         ValueError: a limit below 2 (a piece and ``</s>``).
     """
     if min(max_source_length, max_target_length) < 2:
-        raise ValueError(f"max lengths must be at least 2 (a piece and </s>); got {max_source_length}, {max_target_length}")
+        raise ValueError(
+            f"max lengths must be at least 2 (a piece and </s>); got {max_source_length}, {max_target_length}"
+        )
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     stats = EncodeStats()
@@ -535,11 +543,16 @@ def prepare_corpus(
     spec = CorpusSpec.coerce(corpus)
     root = Path(root) if root is not None else cache_root()
     tokenizer_files = files_fingerprint(tokenizer_path) if tokenizer_path else []
-    corpus_key = digest({
-        "version": FORMAT_VERSION, "spec": str(spec), "filters": dict(filters or {}), "max_train_pairs": max_train_pairs,
-        "files": files_fingerprint(spec.location), "tokenizer": [tokenizer_type, vocab_size, tokenizer_path,
-        tokenizer_files, tokenizer_train_pairs],
-    })
+    corpus_key = digest(
+        {
+            "version": FORMAT_VERSION,
+            "spec": str(spec),
+            "filters": dict(filters or {}),
+            "max_train_pairs": max_train_pairs,
+            "files": files_fingerprint(spec.location),
+            "tokenizer": [tokenizer_type, vocab_size, tokenizer_path, tokenizer_files, tokenizer_train_pairs],
+        }
+    )
     entry = root / corpus_key
     raw_cache: dict = {}
 
@@ -551,8 +564,13 @@ def prepare_corpus(
             data, info = load_corpus(spec, filters=filters or None, return_info=True)
             if max_train_pairs is not None:
                 data["train"] = data["train"].select(range(min(max_train_pairs, len(data["train"]))))
-            logger.info("read and cleaned %s: %s pairs in %.1f s (%.1f CPU-s)", spec,
-                        {split: len(ds) for split, ds in data.items()}, time.perf_counter() - start, time.process_time() - cpu)
+            logger.info(
+                "read and cleaned %s: %s pairs in %.1f s (%.1f CPU-s)",
+                spec,
+                {split: len(ds) for split, ds in data.items()},
+                time.perf_counter() - start,
+                time.process_time() - cpu,
+            )
             raw_cache.update(data=data, info=info)
         return raw_cache["data"], raw_cache["info"]
 
@@ -570,17 +588,24 @@ def prepare_corpus(
                 train = train.select(sample)
             start, cpu = time.perf_counter(), time.process_time()
             tokenizer = train_tokenizer(train, vocab_size, model_type=tokenizer_type)
-            logger.info("trained a %s tokenizer (%d pieces) on %d of %d training pairs in %.1f s (%.1f CPU-s)",
-                        tokenizer_type, len(tokenizer), len(train), len(raw()[0]["train"]), time.perf_counter() - start,
-                        time.process_time() - cpu)
+            logger.info(
+                "trained a %s tokenizer (%d pieces) on %d of %d training pairs in %.1f s (%.1f CPU-s)",
+                tokenizer_type,
+                len(tokenizer),
+                len(train),
+                len(raw()[0]["train"]),
+                time.perf_counter() - start,
+                time.process_time() - cpu,
+            )
         tokenizer.save_pretrained(tmp)
 
     if tokenizer_dir is None or not (Path(tokenizer_dir) / "tokenizer.json").exists():
         build_once(entry / "tokenizer", build_tokenizer)
         tokenizer_dir = entry / "tokenizer"
     tokenizer_dir = Path(tokenizer_dir)
-    data_key = digest({"tokenizer": file_digest(tokenizer_dir / "tokenizer.json"),
-                       "lengths": [max_source_length, max_target_length]})
+    data_key = digest(
+        {"tokenizer": file_digest(tokenizer_dir / "tokenizer.json"), "lengths": [max_source_length, max_target_length]}
+    )
     folder = entry / f"prepared-{data_key}"
 
     def build_data(tmp: Path) -> None:
@@ -590,21 +615,50 @@ def prepare_corpus(
 
         data, info = raw()
         tokenizer = PreTrainedTokenizerFast.from_pretrained(tokenizer_dir)
-        workers = num_proc if num_proc is not None else (min(8, os.cpu_count() or 1) if len(data["train"]) >= PARALLEL_PAIRS else 1)
-        stats = encode_training_pairs(iter_text_batches(data["train"]), tokenizer, tmp / "train", max_source_length,
-                                      max_target_length, num_proc=workers, tokenizer_file=tokenizer_dir / "tokenizer.json")
-        logger.info("tokenized %d training pairs in %.1f s (%.0f pairs/s; %.1f CPU-s in %d process(es)); %d kept, "
-                    "%d over %d/%d tokens dropped", stats.read, stats.seconds, stats.read / max(stats.seconds, 1e-9),
-                    stats.cpu_seconds, workers, stats.kept, stats.filtered, max_source_length, max_target_length)
+        workers = (
+            num_proc
+            if num_proc is not None
+            else (min(8, os.cpu_count() or 1) if len(data["train"]) >= PARALLEL_PAIRS else 1)
+        )
+        stats = encode_training_pairs(
+            iter_text_batches(data["train"]),
+            tokenizer,
+            tmp / "train",
+            max_source_length,
+            max_target_length,
+            num_proc=workers,
+            tokenizer_file=tokenizer_dir / "tokenizer.json",
+        )
+        logger.info(
+            "tokenized %d training pairs in %.1f s (%.0f pairs/s; %.1f CPU-s in %d process(es)); %d kept, "
+            "%d over %d/%d tokens dropped",
+            stats.read,
+            stats.seconds,
+            stats.read / max(stats.seconds, 1e-9),
+            stats.cpu_seconds,
+            workers,
+            stats.kept,
+            stats.filtered,
+            max_source_length,
+            max_target_length,
+        )
         import datasets
 
         rest = datasets.DatasetDict({s: data[s] for s in data if s != "train"})
         rest = tokenize_dataset(rest, tokenizer, max_source_length, max_target_length, overlong="filter")
         rest.save_to_disk(str(tmp / "splits"))
         (tmp / "info.json").write_text(json.dumps(info.to_dict(), indent=1))
-        meta = {"spec": str(spec), "corpus_key": corpus_key, "data_key": data_key, "train_pairs_read": stats.read,
-                "train_pairs": stats.kept, "train_pairs_dropped": stats.filtered, "tokenize_seconds": stats.seconds,
-                "max_source_length": max_source_length, "max_target_length": max_target_length}
+        meta = {
+            "spec": str(spec),
+            "corpus_key": corpus_key,
+            "data_key": data_key,
+            "train_pairs_read": stats.read,
+            "train_pairs": stats.kept,
+            "train_pairs_dropped": stats.filtered,
+            "tokenize_seconds": stats.seconds,
+            "max_source_length": max_source_length,
+            "max_target_length": max_target_length,
+        }
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
 
     built = build_once(folder, build_data)

@@ -32,7 +32,9 @@ def kind_options() -> dict[str, tuple[str, ...]]:
     """Every spec kind and the options it takes: the presets of data/presets.py first (each with
     the common options of its format; the Bible: its modules), then the formats. Read from the
     tables at each call, so a preset added to ``PRESETS`` is a kind at once."""
-    presets = {kind: ("src", "tgt") if preset.format == "bible" else _COMMON_OPTIONS for kind, preset in PRESETS.items()}
+    presets = {
+        kind: ("src", "tgt") if preset.format == "bible" else _COMMON_OPTIONS for kind, preset in PRESETS.items()
+    }
     return {**presets, **FORMAT_OPTIONS}
 
 
@@ -94,7 +96,9 @@ class CorpusSpec:
         fields = [f.strip() for f in text.strip().split(":")]
         kind = fields.pop(0).lower()
         if kind not in kind_options():
-            raise CorpusError(f"unknown corpus kind {kind!r} in spec {text!r}; valid kinds: {', '.join(kind_options())}")
+            raise CorpusError(
+                f"unknown corpus kind {kind!r} in spec {text!r}; valid kinds: {', '.join(kind_options())}"
+            )
         options: dict[str, str] = {}
         if fields and "=" in fields[-1]:
             options = _parse_options(fields.pop(), text)
@@ -128,7 +132,9 @@ class CorpusSpec:
         try:
             kind = str(data.pop("kind")).lower()
         except KeyError:
-            raise CorpusError(f"a corpus dict needs a 'kind' ({', '.join(kind_options())}); got keys {sorted(data)}") from None
+            raise CorpusError(
+                f"a corpus dict needs a 'kind' ({', '.join(kind_options())}); got keys {sorted(data)}"
+            ) from None
         location = data.pop("location", None) or data.pop("path", None)
         options = dict(data.pop("options", None) or {})
         source_lang, target_lang = data.pop("source_lang", None), data.pop("target_lang", None)

@@ -217,7 +217,10 @@ def _add_byte_fallback(tokenizer: Tokenizer) -> Tokenizer:
         lowest_word = min((score for piece, score in learned if len(piece) > 1), default=float("inf"))
         spelling = [entry for entry in learned if len(entry[0]) == 1 and entry[1] < lowest_word]
         learned = [entry for entry in learned if not (len(entry[0]) == 1 and entry[1] < lowest_word)]
-        spelling = [[piece, score] for piece, score in zip(sorted(p for p, _ in spelling), sorted((s for _, s in spelling), reverse=True))]
+        spelling = [
+            [piece, score]
+            for piece, score in zip(sorted(p for p, _ in spelling), sorted((s for _, s in spelling), reverse=True))
+        ]
         model["vocab"] = special + sorted(learned, key=lambda entry: (-entry[1], entry[0])) + spelling
         known = {piece for piece, _ in model["vocab"]}
         floor = min(score for _, score in model["vocab"]) - 10.0
@@ -300,9 +303,13 @@ class SubwordSampler:
             raise ValueError(f"alpha must be > 0; got {alpha}")
         if alpha is not None and nbest_size is None and alpha > 1.0:
             # tokenizers 0.23's lattice sampler overflows (a Rust panic, not an exception) there
-            raise ValueError(f"alpha above 1 needs nbest_size (sampling over every segmentation takes alpha <= 1); got {alpha}")
+            raise ValueError(
+                f"alpha above 1 needs nbest_size (sampling over every segmentation takes alpha <= 1); got {alpha}"
+            )
         if nbest_size is not None and (alpha is None or nbest_size < 2):
-            raise ValueError(f"nbest_size needs alpha and must be at least 2 (or None: every segmentation); got {nbest_size}")
+            raise ValueError(
+                f"nbest_size needs alpha and must be at least 2 (or None: every segmentation); got {nbest_size}"
+            )
         if dropout is not None and not 0.0 < dropout < 1.0:
             raise ValueError(f"dropout must be in (0, 1); got {dropout}")
         pair = tokenizer if isinstance(tokenizer, SeparateTokenizers) else (tokenizer, tokenizer)
@@ -358,8 +365,10 @@ class SubwordSampler:
             )
         kept = 0
         new_sides = []
-        for texts, best, limit, side in ((sources, input_ids, max_source_length, "source"),
-                                         (targets, labels, max_target_length, "target")):
+        for texts, best, limit, side in (
+            (sources, input_ids, max_source_length, "source"),
+            (targets, labels, max_target_length, "target"),
+        ):
             sampled = self.encode(texts, side)
             for i, ids in enumerate(sampled):
                 if len(ids) > limit:

@@ -97,17 +97,23 @@ def resolve_sources(
     """
     src = Path(src)
     if (src / "model" / "config.json").is_file():
-        model_dir, found = src / "model", {
-            "metrics": src / "metrics.json",
-            "recipe": src / "recipe.yaml",
-            "heatmap": src / "plots" / "attention_test_0.png",
-        }
+        model_dir, found = (
+            src / "model",
+            {
+                "metrics": src / "metrics.json",
+                "recipe": src / "recipe.yaml",
+                "heatmap": src / "plots" / "attention_test_0.png",
+            },
+        )
     elif (src / "config.json").is_file():
-        model_dir, found = src, {
-            "metrics": src / "metrics.json",
-            "recipe": src / "recipe.yaml",
-            "heatmap": src / HEATMAP_NAME,
-        }
+        model_dir, found = (
+            src,
+            {
+                "metrics": src / "metrics.json",
+                "recipe": src / "recipe.yaml",
+                "heatmap": src / HEATMAP_NAME,
+            },
+        )
     else:
         raise ExportError(
             f"{src} is neither a training output folder (model/config.json) nor a model folder (config.json)"
@@ -435,9 +441,7 @@ def export_model(
     shipped = collect_shipped_code(family)
     metrics_data = _read_metrics(sources.metrics)
     recipe_data = _read_recipe(sources.recipe)
-    heatmap_bytes = (
-        strip_png_metadata(sources.heatmap.read_bytes(), str(sources.heatmap)) if sources.heatmap else None
-    )
+    heatmap_bytes = strip_png_metadata(sources.heatmap.read_bytes(), str(sources.heatmap)) if sources.heatmap else None
 
     model, tokenizer = _load_model_and_tokenizer(family, sources.model_dir)
     model.config.auto_map = auto_map(family)

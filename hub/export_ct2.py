@@ -61,7 +61,9 @@ def check_ct2_convertible(config: dict) -> None:
     """
     model_type = config.get("model_type")
     if model_type == "rnn_seq2seq":
-        raise CT2ExportRefused(f"model_type 'rnn_seq2seq' (the RNN family) has no CTranslate2 equivalent; {REMOTE_HINT}")
+        raise CT2ExportRefused(
+            f"model_type 'rnn_seq2seq' (the RNN family) has no CTranslate2 equivalent; {REMOTE_HINT}"
+        )
     if model_type != "transformer_seq2seq":
         raise CT2ExportRefused(f"model_type {model_type!r} is not this package's Transformer; {REMOTE_HINT}")
     if config.get("norm_type", "layer_norm") != "layer_norm":
@@ -74,9 +76,7 @@ def _import_ctranslate2():
     try:
         import ctranslate2
     except ImportError:
-        raise ExportError(
-            "--format ct2 needs the ctranslate2 package: pip install 'attention-seq2seq[ct2]'"
-        ) from None
+        raise ExportError("--format ct2 needs the ctranslate2 package: pip install 'attention-seq2seq[ct2]'") from None
     return ctranslate2
 
 

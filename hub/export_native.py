@@ -77,11 +77,17 @@ class NativeLayout:
 LAYOUTS = {
     "marian": NativeLayout("marian", "MarianConfig", "MarianMTModel", True, "post-norm, sinusoidal positions"),
     "pegasus": NativeLayout(
-        "pegasus", "PegasusConfig", "PegasusForConditionalGeneration", True,
+        "pegasus",
+        "PegasusConfig",
+        "PegasusForConditionalGeneration",
+        True,
         "pre-norm with a final LayerNorm per stack, sinusoidal positions",
     ),
     "blenderbot": NativeLayout(
-        "blenderbot", "BlenderbotConfig", "BlenderbotForConditionalGeneration", False,
+        "blenderbot",
+        "BlenderbotConfig",
+        "BlenderbotForConditionalGeneration",
+        False,
         "pre-norm with a final LayerNorm per stack, learned positions",
     ),
 }
@@ -351,7 +357,9 @@ def export_native(
             f"(> {CHECK_TOLERANCE}); {REMOTE_HINT}"
         )
     metrics = _read_metrics(sources.metrics)
-    card = render_native_card(model.config, layout, repo_id or f"<your-username>/{export_dir.name}", metrics, difference)
+    card = render_native_card(
+        model.config, layout, repo_id or f"<your-username>/{export_dir.name}", metrics, difference
+    )
 
     export_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{export_dir.name}.", suffix=".partial", dir=export_dir.parent))
@@ -392,7 +400,7 @@ def render_native_card(config, layout: NativeLayout, repo_id: str, metrics: dict
         corpus.get("source_lang"), "Ein Mann fährt Fahrrad."
     )
     scores = _test_scores(metrics)
-    body = f"""# {repo_id.split('/')[-1]}
+    body = f"""# {repo_id.split("/")[-1]}
 
 A Transformer encoder-decoder (Vaswani et al. 2017) trained with `attention_seq2seq`, exported as
 the native

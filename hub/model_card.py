@@ -315,8 +315,10 @@ def _rnn_architecture(config, num_parameters: int, lm_class: str) -> tuple[str, 
         tags.append("coverage")
         citations += ["tu2016", "see2017"]
     text = fill("\n\n".join(parts), values, "hub_cards/rnn_seq2seq.md")
-    limitation = ("- An RNN encoder-decoder degrades on long sentences (Bahdanau et al., 2015, figure 2); "
-                  "attention reduces but does not remove this.")
+    limitation = (
+        "- An RNN encoder-decoder degrades on long sentences (Bahdanau et al., 2015, figure 2); "
+        "attention reduces but does not remove this."
+    )
     return text, tags, citations, limitation
 
 
@@ -363,8 +365,10 @@ def _transformer_architecture(config, num_parameters: int, lm_class: str) -> tup
         parts.append(sections["fix_norm"])
         citations.append("nguyen2018")
     text = fill("\n\n".join(parts), values, "hub_cards/transformer_seq2seq.md")
-    limitation = (f"- Inputs and outputs are limited to {config.max_position_embeddings} tokens "
-                  "(the model raises an error beyond that).")
+    limitation = (
+        f"- Inputs and outputs are limited to {config.max_position_embeddings} tokens "
+        "(the model raises an error beyond that)."
+    )
     return text, ["transformer"], citations, limitation
 
 
@@ -433,9 +437,7 @@ def _training_procedure(metrics: dict | None, recipe: dict | None, generation_co
         )
     else:
         parts.append("The training hyperparameters were not recorded with this export.")
-    decoding = {
-        key: getattr(generation_config, key, None) for key in ("num_beams", "max_new_tokens", "length_penalty")
-    }
+    decoding = {key: getattr(generation_config, key, None) for key in ("num_beams", "max_new_tokens", "length_penalty")}
     rows = [f"| `{key}` | {_fmt(value)} |" for key, value in decoding.items() if value is not None]
     parts.append("Default decoding (`generation_config.json`):\n\n| option | value |\n|---|---|\n" + "\n".join(rows))
     return "\n\n".join(parts)
@@ -474,9 +476,7 @@ def _limitations(family_limitation: str, metrics: dict | None) -> str:
         "- It translates one sentence at a time; there is no document context.",
     ]
     lines.append(family_limitation)
-    lines.append(
-        "- Attention weights are an alignment aid, not a faithful explanation of the model's decisions."
-    )
+    lines.append("- Attention weights are an alignment aid, not a faithful explanation of the model's decisions.")
     if preset is not None and preset.limitation:
         lines.append(preset.limitation)
     return "\n".join(lines)

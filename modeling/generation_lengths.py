@@ -45,11 +45,22 @@ class Seq2SeqGenerationMixin(GenerationMixin):
         setattr(generation_config, _CALLER_SET_LENGTH, max_length is not None or max_new_tokens is not None)
         return generation_config, model_kwargs
 
-    def _prepare_generated_length(self, generation_config, has_default_max_length, has_default_min_length,
-                                  model_input_name, input_ids_length, inputs_tensor):
+    def _prepare_generated_length(
+        self,
+        generation_config,
+        has_default_max_length,
+        has_default_min_length,
+        model_input_name,
+        input_ids_length,
+        inputs_tensor,
+    ):
         generation_config = super()._prepare_generated_length(
-            generation_config, has_default_max_length, has_default_min_length, model_input_name,
-            input_ids_length, inputs_tensor,
+            generation_config,
+            has_default_max_length,
+            has_default_min_length,
+            model_input_name,
+            input_ids_length,
+            inputs_tensor,
         )
         limit = self._max_decoder_positions()
         if limit is None or generation_config.max_length is None:
@@ -57,8 +68,8 @@ class Seq2SeqGenerationMixin(GenerationMixin):
         if getattr(generation_config, _CALLER_SET_LENGTH, False):
             if generation_config.max_length > limit + 1:
                 asked = (
-                    f"max_new_tokens={generation_config.max_new_tokens} after {input_ids_length} decoder "
-                    f"token(s)" if generation_config.max_new_tokens is not None
+                    f"max_new_tokens={generation_config.max_new_tokens} after {input_ids_length} decoder token(s)"
+                    if generation_config.max_new_tokens is not None
                     else f"max_length={generation_config.max_length}"
                 )
                 raise ValueError(

@@ -38,6 +38,7 @@ from .generation_lengths import Seq2SeqGenerationMixin
 from .losses import seq2seq_lm_loss, shift_tokens_right
 from .saving import Seq2SeqSavingMixin
 from .rnn_attention import BahdanauAttention, LuongAttention, luong_attentional_state, maxout
+
 # Imported for its side effect on save_pretrained, which copies the model file and the flat
 # siblings it imports: a re-saved remote-code model then keeps the pipeline that
 # config.custom_pipelines names, and pipeline("translation", model=<re-saved folder>) still loads.

@@ -45,11 +45,13 @@ from transformers.modeling_outputs import (
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 
 from ..configuration.configuration_transformer_seq2seq import TransformerSeq2SeqConfig
+
 # `label_smoothed_cross_entropy` is re-exported for the trainer, which imports it from here.
 from .cpu_fast_paths import PaddingFreeLayout, fast_paths, label_smoothed_cross_entropy  # noqa: F401
 from .generation_lengths import Seq2SeqGenerationMixin
 from .losses import seq2seq_lm_loss, shift_tokens_right
 from .saving import Seq2SeqSavingMixin
+
 # Imported for its side effect on save_pretrained, which copies the model file and the flat
 # siblings it imports: a re-saved remote-code model then keeps the pipeline that
 # config.custom_pipelines names, and pipeline("translation", model=<re-saved folder>) still loads.
@@ -626,9 +628,7 @@ def check_source_rows(attention_mask: torch.Tensor | None) -> None:
     empty = ~attention_mask.bool().any(dim=-1)  # (batch,)
     if bool(empty.any()):
         rows = empty.nonzero().flatten().tolist()
-        raise ValueError(
-            f"attention_mask row(s) {rows} are all 0: every source sentence needs at least one real token"
-        )
+        raise ValueError(f"attention_mask row(s) {rows} are all 0: every source sentence needs at least one real token")
 
 
 def _check_output_attentions(config: TransformerSeq2SeqConfig, output_attentions: bool) -> None:

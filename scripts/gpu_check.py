@@ -72,11 +72,19 @@ def run_stage(name: str, command: list[str], timeout: float, logs: Path, env: di
     start = time.perf_counter()
     with open(logs / f"{name}.log", "w") as out:
         try:
-            proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                command,
+                cwd=REPO,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+            )
         except OSError as exc:  # e.g. no accelerate on PATH
             out.write(f"{exc}\n")
             return {"rc": 127, "seconds": 0.0, "timed_out": False, "last_line": str(exc)}
+
         # The stage's whole process group (accelerate's children too) goes at the deadline, even
         # while the stage prints nothing.
         def kill() -> None:
@@ -91,8 +99,12 @@ def run_stage(name: str, command: list[str], timeout: float, logs: Path, env: di
             for line in proc.stdout:  # streamed, so the session's own log shows progress
                 out.write(line)
                 out.flush()
-                if line.startswith(("|", "[bench]", "ratio", "matmul", "=", "FAILED", "ERROR")) or " passed" in line \
-                        or "updates/s" in line or "Traceback" in line:
+                if (
+                    line.startswith(("|", "[bench]", "ratio", "matmul", "=", "FAILED", "ERROR"))
+                    or " passed" in line
+                    or "updates/s" in line
+                    or "Traceback" in line
+                ):
                     print(f"  {name}> {line.rstrip()}", flush=True)
             proc.wait()
         finally:
@@ -115,8 +127,12 @@ def read_junit(path: Path) -> dict:
     suites = [root] if root.tag == "testsuite" else list(root)
     counts = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
     counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
-    failed = [f"{c.get('classname')}::{c.get('name')}" for s in suites for c in s.iter("testcase")
-              if c.find("failure") is not None or c.find("error") is not None]
+    failed = [
+        f"{c.get('classname')}::{c.get('name')}"
+        for s in suites
+        for c in s.iter("testcase")
+        if c.find("failure") is not None or c.find("error") is not None
+    ]
     return {**counts, "failed_tests": failed[:20]}
 
 
@@ -197,13 +213,20 @@ def joeynmt_python(dry_run: bool, env: dict) -> tuple[str | None, str]:
     for python in filter(None, candidates):
         if os.sep in python and not Path(python).exists():
             continue
-        probe = subprocess.run([python, "-c", "import joeynmt.model, joeynmt.vocabulary"], env=env, cwd=REPO,
-                               capture_output=True, text=True)
+        probe = subprocess.run(
+            [python, "-c", "import joeynmt.model, joeynmt.vocabulary"],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        )
         if probe.returncode == 0:
             return python, f"joeynmt imported by {python}"
-    return None, ("JoeyNMT is not importable here (no .venv-joeynmt, no $JOEYNMT_PYTHON): the RNN benchmark "
-                  "ran our side alone; `bash benchmarks/joeynmt_env.sh` makes it available (on the GPU it "
-                  "comes from the carried wheel)")
+    return None, (
+        "JoeyNMT is not importable here (no .venv-joeynmt, no $JOEYNMT_PYTHON): the RNN benchmark "
+        "ran our side alone; `bash benchmarks/joeynmt_env.sh` makes it available (on the GPU it "
+        "comes from the carried wheel)"
+    )
 
 
 def accelerate_launch() -> list[str]:
@@ -222,34 +245,150 @@ def commands(args, out: Path, env: dict, joey: str | None) -> dict:
     dry = args.dry_run
     device = "cpu" if dry else "cuda"
     bench = [py, "benchmarks/bench_train_step.py", "--device", device, "--mixed-precision", "bf16"]
-    bench += (["--max-tokens", "256", "--rounds", "1", "--batches", "1", "--peak-n", "512"] if dry
-              else ["--max-tokens", "16384", "--rounds", "5", "--batches", "4", "--peak-n", "8192"])
-    generate = [py, "benchmarks/bench_generate.py", "--device", device, "--beams", "5", "--result-name", "generate_beam5"]
+    bench += (
+        ["--max-tokens", "256", "--rounds", "1", "--batches", "1", "--peak-n", "512"]
+        if dry
+        else ["--max-tokens", "16384", "--rounds", "5", "--batches", "4", "--peak-n", "8192"]
+    )
+    generate = [
+        py,
+        "benchmarks/bench_generate.py",
+        "--device",
+        device,
+        "--beams",
+        "5",
+        "--result-name",
+        "generate_beam5",
+    ]
     generate += ["--sentences", "16", "--batch-size", "8", "--rounds", "1"] if dry else ["--rounds", "3"]
-    rnn = [py, "benchmarks/bench_rnn.py", "--device", device, "--result-name", "rnn", "--joeynmt-python", joey or "none"]
-    rnn += ["--max-tokens", "256", "--rounds", "1", "--batches", "1", "--attentions", "luong"] if dry else ["--rounds", "4", "--batches", "3"]
-    tests = [py, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "device", "--junitxml", str(out / "logs" / "tests.xml"),
-             "tests/test_device.py", "tests/test_training_train.py"]
+    rnn = [
+        py,
+        "benchmarks/bench_rnn.py",
+        "--device",
+        device,
+        "--result-name",
+        "rnn",
+        "--joeynmt-python",
+        joey or "none",
+    ]
+    rnn += (
+        ["--max-tokens", "256", "--rounds", "1", "--batches", "1", "--attentions", "luong"]
+        if dry
+        else ["--rounds", "4", "--batches", "3"]
+    )
+    tests = [
+        py,
+        "-P",
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-m",
+        "device",
+        "--junitxml",
+        str(out / "logs" / "tests.xml"),
+        "tests/test_device.py",
+        "tests/test_training_train.py",
+    ]
     run_dir = REPO / "runs" / "gpu-check" / ("train-dry-run" if dry else "train")
     corpus = f"multi30k:{Path(env['ATTN_SEQ2SEQ_SHARED_DATA']) / 'multi30k'}:de-en"
-    train = [*accelerate_launch(), "--num_processes", "1", "--num_machines", "1", "--mixed_precision", "bf16",
-             "--dynamo_backend", "no", *(["--cpu"] if dry else []),
-             "-m", "attention_seq2seq.training.train", "--recipe", "training/recipes/multi30k-transformer-small.yaml",
-             "--corpus", corpus, "--output_dir", str(run_dir), "--mixed_precision", "bf16",
-             "--num_plot_sentences", "0", "--test_greedy", "false", "--test_bootstrap", "null", "--keep_best_k", "1",
-             "--average_last_k", "0", "--log_with", "none"]
+    train = [
+        *accelerate_launch(),
+        "--num_processes",
+        "1",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "bf16",
+        "--dynamo_backend",
+        "no",
+        *(["--cpu"] if dry else []),
+        "-m",
+        "attention_seq2seq.training.train",
+        "--recipe",
+        "training/recipes/multi30k-transformer-small.yaml",
+        "--corpus",
+        corpus,
+        "--output_dir",
+        str(run_dir),
+        "--mixed_precision",
+        "bf16",
+        "--num_plot_sentences",
+        "0",
+        "--test_greedy",
+        "false",
+        "--test_bootstrap",
+        "null",
+        "--keep_best_k",
+        "1",
+        "--average_last_k",
+        "0",
+        "--log_with",
+        "none",
+    ]
     if dry:
-        train += ["--max_steps", "12", "--log_every", "3", "--eval_every", "12", "--save_every", "12", "--warmup_steps", "3",
-                  "--max_train_samples", "300", "--vocab_size", "500", "--max_eval_samples", "8", "--max_test_samples", "8",
-                  "--test_num_beams", "2", "--model_config.d_model", "32", "--model_config.encoder_ffn_dim", "64",
-                  "--model_config.decoder_ffn_dim", "64", "--model_config.encoder_attention_heads", "2",
-                  "--model_config.decoder_attention_heads", "2", "--model_config.encoder_layers", "1", "--model_config.decoder_layers", "1"]
+        train += [
+            "--max_steps",
+            "12",
+            "--log_every",
+            "3",
+            "--eval_every",
+            "12",
+            "--save_every",
+            "12",
+            "--warmup_steps",
+            "3",
+            "--max_train_samples",
+            "300",
+            "--vocab_size",
+            "500",
+            "--max_eval_samples",
+            "8",
+            "--max_test_samples",
+            "8",
+            "--test_num_beams",
+            "2",
+            "--model_config.d_model",
+            "32",
+            "--model_config.encoder_ffn_dim",
+            "64",
+            "--model_config.decoder_ffn_dim",
+            "64",
+            "--model_config.encoder_attention_heads",
+            "2",
+            "--model_config.decoder_attention_heads",
+            "2",
+            "--model_config.encoder_layers",
+            "1",
+            "--model_config.decoder_layers",
+            "1",
+        ]
     else:
         # ~1.5 minutes of updates on an H200 (an estimate: no GPU has run it yet); max_time_minutes caps the loop at 2
         # if the estimate is off, so tokenizer, loop and test fit the stage's limit.
-        train += ["--max_tokens", "4096", "--max_steps", "3000", "--warmup_steps", "500", "--log_every", "100", "--eval_every", "3000",
-                  "--save_every", "3000", "--max_eval_samples", "200", "--max_test_samples", "500", "--test_num_beams", "5",
-                  "--max_time_minutes", "2"]
+        train += [
+            "--max_tokens",
+            "4096",
+            "--max_steps",
+            "3000",
+            "--warmup_steps",
+            "500",
+            "--log_every",
+            "100",
+            "--eval_every",
+            "3000",
+            "--save_every",
+            "3000",
+            "--max_eval_samples",
+            "200",
+            "--max_test_samples",
+            "500",
+            "--test_num_beams",
+            "5",
+            "--max_time_minutes",
+            "2",
+        ]
     return {
         # Limits: on the GPU they sum to ~8 minutes with the install; a dry run on a busy shared CPU gets room.
         "tests": (tests, 240 if dry else 150),
@@ -275,50 +414,104 @@ def goal_rows(sections: dict) -> list[dict]:
 
     for model in ("small", "base"):
         s = sections.get(f"train_step_{model}", {}).get("figures", {})
-        add(f"Transformer-{model} bf16 step, ours/Marian tokens/s", s.get("ratio_ours_over_marian"), GOALS[f"train_step_{model}"], f"train_step_{model}")
+        add(
+            f"Transformer-{model} bf16 step, ours/Marian tokens/s",
+            s.get("ratio_ours_over_marian"),
+            GOALS[f"train_step_{model}"],
+            f"train_step_{model}",
+        )
     base = sections.get("train_step_base", {}).get("figures", {})
-    add("Transformer-base MFU (measured bf16 matmul peak)", base.get("mfu_peak_ours"), GOALS["mfu_peak_base"], "train_step_base")
+    add(
+        "Transformer-base MFU (measured bf16 matmul peak)",
+        base.get("mfu_peak_ours"),
+        GOALS["mfu_peak_base"],
+        "train_step_base",
+    )
     gen = sections.get("generate_beam5", {}).get("figures", {})
-    add("beam-5 translation, ours/Marian sentences/s", gen.get("ratio_ours_over_marian"), GOALS["generate_beam5"], "generate_beam5")
+    add(
+        "beam-5 translation, ours/Marian sentences/s",
+        gen.get("ratio_ours_over_marian"),
+        GOALS["generate_beam5"],
+        "generate_beam5",
+    )
     rnn = sections.get("rnn", {}).get("figures", {})
     for attention in ("luong", "bahdanau"):
-        add(f"RNN {attention} step, ours/JoeyNMT tokens/s", rnn.get(f"{attention}_ratio_ours_over_joeynmt"), GOALS["rnn"], "rnn")
+        add(
+            f"RNN {attention} step, ours/JoeyNMT tokens/s",
+            rnn.get(f"{attention}_ratio_ours_over_joeynmt"),
+            GOALS["rnn"],
+            "rnn",
+        )
     return rows
 
 
 def markdown(report: dict) -> str:
     m = report["machine"]
-    lines = [f"# GPU check{' (DRY RUN on the CPU: tiny sizes, figures not meaningful)' if report['dry_run'] else ''}", "",
-             f"{report['date_utc']} · {m['device_name']} · torch {m['torch']} · transformers {m['transformers']} · "
-             f"accelerate {m['accelerate']} · Python {m['python']} · {report['total_seconds']:.0f} s in all", "",
-             "| stage | status | seconds | figures |", "|---|---|---|---|"]
+    lines = [
+        f"# GPU check{' (DRY RUN on the CPU: tiny sizes, figures not meaningful)' if report['dry_run'] else ''}",
+        "",
+        f"{report['date_utc']} · {m['device_name']} · torch {m['torch']} · transformers {m['transformers']} · "
+        f"accelerate {m['accelerate']} · Python {m['python']} · {report['total_seconds']:.0f} s in all",
+        "",
+        "| stage | status | seconds | figures |",
+        "|---|---|---|---|",
+    ]
     for name in STAGES:
         s = report["sections"].get(name)
         if s is None:
             continue
         fig = s.get("figures", {})
         if name == "tests":
-            text = (f"{fig['passed']} passed, {fig['failures'] + fig['errors']} failed, {fig['skipped']} skipped"
-                    + (f" ({', '.join(fig['failed_tests'])})" if fig["failed_tests"] else "")) if fig else ""
+            text = (
+                (
+                    f"{fig['passed']} passed, {fig['failures'] + fig['errors']} failed, {fig['skipped']} skipped"
+                    + (f" ({', '.join(fig['failed_tests'])})" if fig["failed_tests"] else "")
+                )
+                if fig
+                else ""
+            )
         elif name.startswith("train_step"):
-            text = (f"ours {fig['tokens_per_s_ours']:,.0f} tok/s, Marian {fig['tokens_per_s_marian']:,.0f} tok/s, ratio "
+            text = (
+                (
+                    f"ours {fig['tokens_per_s_ours']:,.0f} tok/s, Marian {fig['tokens_per_s_marian']:,.0f} tok/s, ratio "
                     f"{fig['ratio_ours_over_marian']:.2f}x; MFU (peak {fig['matmul_peak_tflops']:.3g} TFLOP/s) ours "
-                    f"{100 * fig['mfu_peak_ours']:.1f}%, Marian {100 * fig['mfu_peak_marian']:.1f}%") if fig else ""
+                    f"{100 * fig['mfu_peak_ours']:.1f}%, Marian {100 * fig['mfu_peak_marian']:.1f}%"
+                )
+                if fig
+                else ""
+            )
         elif name == "generate_beam5":
-            text = (f"ours {fig['sentences_per_s_ours']:.1f} sent/s, Marian {fig['sentences_per_s_marian']:.1f} sent/s, "
-                    f"ratio {fig['ratio_ours_over_marian']:.2f}x") if fig else ""
+            text = (
+                (
+                    f"ours {fig['sentences_per_s_ours']:.1f} sent/s, Marian {fig['sentences_per_s_marian']:.1f} sent/s, "
+                    f"ratio {fig['ratio_ours_over_marian']:.2f}x"
+                )
+                if fig
+                else ""
+            )
         elif name == "rnn":
             parts = []
             for a in ("luong", "bahdanau"):
                 if f"{a}_tokens_per_s_ours" in fig:
-                    parts.append(f"{a}: ours {fig[f'{a}_tokens_per_s_ours']:,.0f} tok/s"
-                                 + (f", JoeyNMT {fig[f'{a}_tokens_per_s_joeynmt']:,.0f}, ratio {fig[f'{a}_ratio_ours_over_joeynmt']:.2f}x"
-                                    if f"{a}_ratio_ours_over_joeynmt" in fig else ", JoeyNMT skipped"))
+                    parts.append(
+                        f"{a}: ours {fig[f'{a}_tokens_per_s_ours']:,.0f} tok/s"
+                        + (
+                            f", JoeyNMT {fig[f'{a}_tokens_per_s_joeynmt']:,.0f}, ratio {fig[f'{a}_ratio_ours_over_joeynmt']:.2f}x"
+                            if f"{a}_ratio_ours_over_joeynmt" in fig
+                            else ", JoeyNMT skipped"
+                        )
+                    )
             text = "; ".join(parts)
         else:
-            text = (f"{fig['updates']} updates in {fig['train_time_s']:.0f} s = {fig['updates_per_s']:.1f} updates/s "
+            text = (
+                (
+                    f"{fig['updates']} updates in {fig['train_time_s']:.0f} s = {fig['updates_per_s']:.1f} updates/s "
                     f"({fig['target_tokens_per_s']:,.0f} target tok/s, {fig['mixed_precision']}); loss {fig['first_loss']:.3f} -> "
-                    f"{fig['last_loss']:.3f}; test BLEU {fig['test_bleu']} (beam {fig['test_num_beams']}, {fig['test_num_sentences']} sentences)") if fig else ""
+                    f"{fig['last_loss']:.3f}; test BLEU {fig['test_bleu']} (beam {fig['test_num_beams']}, {fig['test_num_sentences']} sentences)"
+                )
+                if fig
+                else ""
+            )
         note = s.get("note", "")
         lines.append(f"| {name} | {s['status']} | {s.get('seconds', 0):.0f} | {text}{(' · ' + note) if note else ''} |")
     if report["goals"]:
@@ -332,15 +525,22 @@ def markdown(report: dict) -> str:
 
 
 def machine(env: dict) -> dict:
-    probe = ("import json, platform, torch, transformers, accelerate\n"
-             "d = torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'cpu: ' + platform.processor()\n"
-             "print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, 'device_name': d,"
-             " 'transformers': transformers.__version__, 'accelerate': accelerate.__version__}))")
-    info = json.loads(subprocess.run([sys.executable, "-P", "-c", probe], env=env, cwd=REPO, capture_output=True, text=True,
-                                     check=True).stdout)
+    probe = (
+        "import json, platform, torch, transformers, accelerate\n"
+        "d = torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'cpu: ' + platform.processor()\n"
+        "print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, 'device_name': d,"
+        " 'transformers': transformers.__version__, 'accelerate': accelerate.__version__}))"
+    )
+    info = json.loads(
+        subprocess.run(
+            [sys.executable, "-P", "-c", probe], env=env, cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout
+    )
     if info["device_name"].startswith("cpu"):
         try:
-            model = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+            model = next(
+                line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")
+            )
             info["device_name"] = f"cpu: {model}"
         except (OSError, StopIteration):
             pass
@@ -352,47 +552,84 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dry-run", action="store_true", help="the same stages on the CPU with tiny sizes")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or REPO / "runs" / "gpu-check"))
-    parser.add_argument("--data", type=Path, default=None,
-                        help="folder holding multi30k/ (default: .gpu-check/data if prepared, else $ATTN_SEQ2SEQ_SHARED_DATA or ../shared/data)")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=None,
+        help="folder holding multi30k/ (default: .gpu-check/data if prepared, else $ATTN_SEQ2SEQ_SHARED_DATA or ../shared/data)",
+    )
     parser.add_argument("--only", nargs="+", choices=STAGES, default=list(STAGES))
-    parser.add_argument("--budget", type=float, default=None,
-                        help="seconds for all stages together (default 450 on a GPU: with the install, the 8 minutes "
-                             "of issue 33; none for a dry run); a stage gets at most what is left, and one with "
-                             "under 20 s left is skipped")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="seconds for all stages together (default 450 on a GPU: with the install, the 8 minutes "
+        "of issue 33; none for a dry run); a stage gets at most what is left, and one with "
+        "under 20 s left is skipped",
+    )
     args = parser.parse_args(argv)
 
     data = args.data
     if data is None:
-        candidates = [REPO / ".gpu-check" / "data", Path(os.environ.get("ATTN_SEQ2SEQ_SHARED_DATA") or REPO.parent / "shared" / "data")]
+        candidates = [
+            REPO / ".gpu-check" / "data",
+            Path(os.environ.get("ATTN_SEQ2SEQ_SHARED_DATA") or REPO.parent / "shared" / "data"),
+        ]
         data = next((c for c in candidates if (c / "multi30k" / "train.de").exists()), candidates[-1])
     if not (data / "multi30k" / "train.de").exists():
-        print(f"gpu-check: no Multi30k at {data / 'multi30k'} (train/val/test2016 .de/.en): give --data DIR, or run "
-              "`scripts/gpu_check.sh --prepare` to copy it into .gpu-check/data", file=sys.stderr)
+        print(
+            f"gpu-check: no Multi30k at {data / 'multi30k'} (train/val/test2016 .de/.en): give --data DIR, or run "
+            "`scripts/gpu_check.sh --prepare` to copy it into .gpu-check/data",
+            file=sys.stderr,
+        )
         return 2
     out = args.out.resolve()
     work = REPO / "runs" / "gpu-check"
     for folder in (out, work / "logs", work / "bench"):
         folder.mkdir(parents=True, exist_ok=True)
-    for old in [*(work / "logs").iterdir(), *(work / "bench").iterdir()]:  # no figure of an earlier run is read as this one's
+    for old in [
+        *(work / "logs").iterdir(),
+        *(work / "bench").iterdir(),
+    ]:  # no figure of an earlier run is read as this one's
         old.unlink()
-    env = dict(os.environ, ATTN_SEQ2SEQ_SHARED_DATA=str(data.resolve()), BENCH_RESULTS_DIR=str(work / "bench"),
-               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-               PYTHONUNBUFFERED="1", BENCH_CACHE=str(REPO / ".gpu-check" / "bench-cache"))
+    env = dict(
+        os.environ,
+        ATTN_SEQ2SEQ_SHARED_DATA=str(data.resolve()),
+        BENCH_RESULTS_DIR=str(work / "bench"),
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        PYTHONUNBUFFERED="1",
+        BENCH_CACHE=str(REPO / ".gpu-check" / "bench-cache"),
+    )
     if args.dry_run:
         # One thread: a rehearsal's figures mean nothing, and on a shared CPU two spinning OpenMP
         # threads per process slow everything down many times over.
         env["OMP_NUM_THREADS"] = env["BENCH_THREADS"] = "1"
-        env["BENCH_TOKENIZER_PAIRS"] = "3000"  # the benchmarks' tokenizer from 3,000 pairs, not 29,000 (--prepare trains the full one)
+        env["BENCH_TOKENIZER_PAIRS"] = (
+            "3000"  # the benchmarks' tokenizer from 3,000 pairs, not 29,000 (--prepare trains the full one)
+        )
 
     info = machine(env)
     if not args.dry_run and info["device_name"].startswith("cpu"):
-        print(f"gpu-check: torch {info['torch']} sees no CUDA device here; run it on a GPU machine, or "
-              "`scripts/gpu_check.sh --dry-run` for the CPU rehearsal", file=sys.stderr)
+        print(
+            f"gpu-check: torch {info['torch']} sees no CUDA device here; run it on a GPU machine, or "
+            "`scripts/gpu_check.sh --dry-run` for the CPU rehearsal",
+            file=sys.stderr,
+        )
         return 3
     joey, joey_note = joeynmt_python(args.dry_run, env)
     cmds, run_dir = commands(args, work, env, joey)
-    report = {"dry_run": args.dry_run, "date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": info,
-              "data": str(data), "sections": {}, "goals": [], "total_seconds": 0.0}
+    report = {
+        "dry_run": args.dry_run,
+        "date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": info,
+        "data": str(data),
+        "sections": {},
+        "goals": [],
+        "total_seconds": 0.0,
+    }
     start = time.perf_counter()
     log(f"{'DRY RUN on ' if args.dry_run else ''}{info['device_name']}; results -> {out}")
 
@@ -413,8 +650,12 @@ def main(argv=None) -> int:
         if budget is not None:
             left = budget - (time.perf_counter() - start)
             if left < 20:
-                report["sections"][name] = {"status": "skipped", "seconds": 0.0, "figures": {},
-                                            "note": f"skipped: the {budget:.0f} s budget was spent"}
+                report["sections"][name] = {
+                    "status": "skipped",
+                    "seconds": 0.0,
+                    "figures": {},
+                    "note": f"skipped: the {budget:.0f} s budget was spent",
+                }
                 log(f"{name}: skipped, {left:.0f} s of the budget left")
                 write()
                 continue
@@ -426,7 +667,11 @@ def main(argv=None) -> int:
             # installed package (its attention_seq2seq/ folder holds only part of it).
             stage_env = dict(env, PYTHONSAFEPATH="1")
         result = run_stage(name, command, timeout, work / "logs", stage_env)
-        section = {"status": "ok" if result["rc"] == 0 and not result["timed_out"] else "failed", **result, "command": command}
+        section = {
+            "status": "ok" if result["rc"] == 0 and not result["timed_out"] else "failed",
+            **result,
+            "command": command,
+        }
         try:
             if name == "tests":
                 section["figures"] = read_junit(work / "logs" / "tests.xml")
@@ -434,8 +679,13 @@ def main(argv=None) -> int:
                 section["figures"] = training_figures(run_dir)
             else:
                 payload = json.loads((work / "bench" / f"{name}.json").read_text())
-                section["figures"] = (train_step_figures(payload, name.split("_")[-1]) if name.startswith("train_step")
-                                      else generate_figures(payload) if name == "generate_beam5" else rnn_figures(payload))
+                section["figures"] = (
+                    train_step_figures(payload, name.split("_")[-1])
+                    if name.startswith("train_step")
+                    else generate_figures(payload)
+                    if name == "generate_beam5"
+                    else rnn_figures(payload)
+                )
             if name == "rnn" and joey is None:
                 section["note"] = joey_note
         except (OSError, KeyError, ValueError, ET.ParseError) as exc:

@@ -53,7 +53,10 @@ def read_pairs(n: int, split: str = "train", offset: int = 0) -> list[tuple[str,
     Multi30k de-en from ../shared/data when present, else the committed Bible es-en pairs."""
     root, src, tgt, stems = _pairs_source()
     stem = stems[split]
-    with open(root / f"{stem}.{src}", encoding="utf-8") as f_src, open(root / f"{stem}.{tgt}", encoding="utf-8") as f_tgt:
+    with (
+        open(root / f"{stem}.{src}", encoding="utf-8") as f_src,
+        open(root / f"{stem}.{tgt}", encoding="utf-8") as f_tgt,
+    ):
         pairs = [(s.rstrip("\n"), t.rstrip("\n")) for s, t in zip(f_src, f_tgt)]
     if offset + n > len(pairs):
         raise ValueError(f"{root} has {len(pairs)} {split} pairs; asked for {n} from {offset}")
@@ -74,8 +77,15 @@ def pairs_languages() -> tuple[str, str]:
 # The smallest model of each family the tests build; every builder states what it needs on top.
 TINY_SIZES = {
     "rnn_seq2seq": dict(embedding_size=8, hidden_size=8),
-    "transformer_seq2seq": dict(d_model=8, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-                                decoder_attention_heads=2, encoder_ffn_dim=16, decoder_ffn_dim=16),
+    "transformer_seq2seq": dict(
+        d_model=8,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=16,
+        decoder_ffn_dim=16,
+    ),
 }
 
 
@@ -116,7 +126,9 @@ def run_process_tree(command: list[str], timeout: float, **popen_kwargs) -> subp
         psutil.wait_procs(tree, timeout=30)
         stdout, stderr = launcher.communicate()
         if isinstance(error, subprocess.TimeoutExpired):
-            pytest.fail(f"{Path(command[0]).name} did not finish in {timeout} s (ranks hung in a collective?):\n{stderr[-3000:]}")
+            pytest.fail(
+                f"{Path(command[0]).name} did not finish in {timeout} s (ranks hung in a collective?):\n{stderr[-3000:]}"
+            )
         raise
     return subprocess.CompletedProcess(command, launcher.returncode, stdout, stderr)
 

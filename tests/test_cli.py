@@ -24,8 +24,18 @@ from attention_seq2seq.cli import build_parser, main
 from attention_seq2seq.metrics import corpus_scores
 
 SENTENCES = ["Ein Hund läuft durch den Schnee.", "Zwei Männer spielen Fußball.", "Eine Frau."]
-COMMANDS = ["train", "finetune", "translate", "evaluate", "plot-attention", "demo", "alignment-error-rate",
-            "average-checkpoints", "export", "push"]
+COMMANDS = [
+    "train",
+    "finetune",
+    "translate",
+    "evaluate",
+    "plot-attention",
+    "demo",
+    "alignment-error-rate",
+    "average-checkpoints",
+    "export",
+    "push",
+]
 
 
 @pytest.fixture(scope="session")
@@ -100,8 +110,9 @@ print(json.dumps(["rnn_seq2seq" in CONFIG_MAPPING, "transformer_seq2seq" in CONF
 
 def _run_python(code: str, *args: str) -> str:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    completed = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300,
-                               env=env)
+    completed = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300, env=env
+    )
     assert completed.returncode == 0, completed.stderr[-3000:]
     return completed.stdout.strip().splitlines()[-1]
 
@@ -111,13 +122,16 @@ def test_help_and_version_import_neither_torch_nor_transformers():
     assert json.loads(_run_python(_IMPORTS_AFTER)) == []
 
 
-@pytest.mark.parametrize("first_import", [
-    "import attention_seq2seq",
-    "import transformers; import attention_seq2seq",
-    "from attention_seq2seq.modeling.modeling_transformer_seq2seq import TransformerSeq2SeqModel",
-    "import attention_seq2seq.configuration.configuration_rnn_seq2seq",
-    "from attention_seq2seq import RNNSeq2SeqConfig",
-])
+@pytest.mark.parametrize(
+    "first_import",
+    [
+        "import attention_seq2seq",
+        "import transformers; import attention_seq2seq",
+        "from attention_seq2seq.modeling.modeling_transformer_seq2seq import TransformerSeq2SeqModel",
+        "import attention_seq2seq.configuration.configuration_rnn_seq2seq",
+        "from attention_seq2seq import RNNSeq2SeqConfig",
+    ],
+)
 def test_the_auto_classes_are_registered_whatever_is_imported_first(first_import):
     """The package imports lazily but still registers both families (and the remote-code writer)
     once transformers is loaded."""
@@ -163,10 +177,15 @@ BAD_ARGUMENTS = [
     (["average-checkpoints", "a", "--output", "o"], ["at least two"]),
     (["average-checkpoints", "--run", "r", "--last", "-1", "--output", "o"], ["--last", "positive integer"]),
     (["finetune", "--base-model", "b", "--output-dir", "o"], ["corpus", "train_file"]),
-    (["finetune", "--base-model", "b", "--output-dir", "o", "--train-file", "t", "--max-steps", "0"], ["max_steps", ">= 1"]),
+    (
+        ["finetune", "--base-model", "b", "--output-dir", "o", "--train-file", "t", "--max-steps", "0"],
+        ["max_steps", ">= 1"],
+    ),
     (["finetune", "--max-steps", "many"], ["--max-steps", "int"]),
-    (["finetune", "--base-model", "./no/such/run", "--output-dir", "o", "--train-file", "t"],
-     ["base_model: folder not found: ./no/such/run"]),
+    (
+        ["finetune", "--base-model", "./no/such/run", "--output-dir", "o", "--train-file", "t"],
+        ["base_model: folder not found: ./no/such/run"],
+    ),
     (["frobnicate"], ["invalid choice", "translate", "evaluate"]),
 ]
 
@@ -186,15 +205,28 @@ def test_unknown_recipe_field_is_named_with_the_valid_ones(tmp_path, capsys):
     assert "learning_rat" in line and "learning_rate" in line
 
 
-@pytest.mark.parametrize("recipe, expected", [
-    ("multi30k-transformer-small.yaml", "dropout must be float; got 'high'"),
-    ("bible-rnn-bahdanau.yaml", "dropout must be float or int; got 'high'"),
-])
+@pytest.mark.parametrize(
+    "recipe, expected",
+    [
+        ("multi30k-transformer-small.yaml", "dropout must be float; got 'high'"),
+        ("bible-rnn-bahdanau.yaml", "dropout must be float or int; got 'high'"),
+    ],
+)
 def test_a_model_config_value_of_the_wrong_type_is_named_with_its_type(recipe, expected, tmp_path, capsys):
     """Before: "'<=' not supported between instances of 'float' and 'str'" (RNN), or accepted (Transformer)."""
     recipe_path = Path(__file__).resolve().parents[1] / "training" / "recipes" / recipe
-    line = _one_line_error(capsys, ["train", "--recipe", str(recipe_path), "--model_config.dropout", "high",
-                                    "--output_dir", str(tmp_path / "run")])
+    line = _one_line_error(
+        capsys,
+        [
+            "train",
+            "--recipe",
+            str(recipe_path),
+            "--model_config.dropout",
+            "high",
+            "--output_dir",
+            str(tmp_path / "run"),
+        ],
+    )
     assert f"model_config: {expected}" in line
     assert not (tmp_path / "run").exists()
 
@@ -253,7 +285,9 @@ def test_unavailable_or_unknown_device_is_named(run, capsys):
     assert "--device cuda: CUDA is not available" in _one_line_error(
         capsys, ["translate", "-m", str(run), "Hallo", "--device", "cuda"]
     )
-    assert "--device: unknown device 'gpu'" in _one_line_error(capsys, ["translate", "-m", str(run), "Hallo", "--device", "gpu"])
+    assert "--device: unknown device 'gpu'" in _one_line_error(
+        capsys, ["translate", "-m", str(run), "Hallo", "--device", "gpu"]
+    )
 
 
 def test_push_offline_fails_in_one_line(run, tmp_path, capsys, monkeypatch):
@@ -280,7 +314,10 @@ def test_locate_model_tells_the_four_forms_apart(runs_root, tmp_path):
     run = build_tiny_run("transformer_seq2seq", runs_root)
     export = export_model(run, tmp_path / "export")
     assert (locate_model(run).kind, locate_model(run).model_path, locate_model(run).run_dir) == (
-        "training-run", str(run / "model"), run)
+        "training-run",
+        str(run / "model"),
+        run,
+    )
     assert locate_model(run / "model").kind == "model-folder"
     assert locate_model(export).kind == "export"
     assert (locate_model("someone/model").kind, locate_model("someone/model").model_path) == ("hub", "someone/model")
@@ -337,7 +374,10 @@ def test_translate_from_an_export_folder_with_installed_or_shipped_code(runs_roo
     capsys.readouterr()
     expected = _reference_translations(run, SENTENCES, num_beams=2, max_new_tokens=16)
     for extra in ([], ["--trust-remote-code"]):
-        assert main(["translate", "-m", str(export), *SENTENCES, "--num-beams", "2", "--max-new-tokens", "16", *extra]) == 0
+        assert (
+            main(["translate", "-m", str(export), *SENTENCES, "--num-beams", "2", "--max-new-tokens", "16", *extra])
+            == 0
+        )
         assert capsys.readouterr().out.splitlines() == expected
 
 
@@ -357,7 +397,18 @@ def test_translate_decoding_options_reach_generate(runs_root, capsys):
     assert beam == _reference_translations(run, SENTENCES[:1], num_beams=3, max_new_tokens=12)
 
     # the length penalty reaches generate (evaluate's JSON records it, see the evaluate test)
-    argv = ["translate", "-m", str(run), *SENTENCES, "--num-beams", "4", "--max-new-tokens", "12", "--length-penalty", "3"]
+    argv = [
+        "translate",
+        "-m",
+        str(run),
+        *SENTENCES,
+        "--num-beams",
+        "4",
+        "--max-new-tokens",
+        "12",
+        "--length-penalty",
+        "3",
+    ]
     assert main(argv) == 0
     assert capsys.readouterr().out.splitlines() == _reference_translations(
         run, SENTENCES, num_beams=4, max_new_tokens=12, length_penalty=3.0
@@ -371,8 +422,23 @@ def test_translate_decoding_options_reach_generate(runs_root, capsys):
 
     sampled = []
     for _ in range(2):
-        argv = ["translate", "-m", str(run), *SENTENCES, "--do-sample", "--top-k", "20", "--top-p", "0.9",
-                "--temperature", "1.5", "--seed", "7", "--max-new-tokens", "12"]
+        argv = [
+            "translate",
+            "-m",
+            str(run),
+            *SENTENCES,
+            "--do-sample",
+            "--top-k",
+            "20",
+            "--top-p",
+            "0.9",
+            "--temperature",
+            "1.5",
+            "--seed",
+            "7",
+            "--max-new-tokens",
+            "12",
+        ]
         assert main(argv) == 0
         sampled.append(capsys.readouterr().out)
     assert sampled[0] == sampled[1]  # --seed makes sampling repeatable
@@ -391,8 +457,21 @@ def _evaluate_val_files(run, tmp_path, *options: str):
     src.write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
     ref.write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
     output, hypotheses = tmp_path / "scores.json", tmp_path / "val.hyp"
-    argv = ["evaluate", "-m", str(run), "--src", str(src), "--ref", str(ref), "--output", str(output),
-            "--hypotheses", str(hypotheses), "--no-progress", *options]
+    argv = [
+        "evaluate",
+        "-m",
+        str(run),
+        "--src",
+        str(src),
+        "--ref",
+        str(ref),
+        "--output",
+        str(output),
+        "--hypotheses",
+        str(hypotheses),
+        "--no-progress",
+        *options,
+    ]
     assert main(argv) == 0
     return pairs, output, hypotheses
 
@@ -416,8 +495,9 @@ def test_evaluate_two_files_writes_json_and_prints_a_table(run, tmp_path, capsys
     assert signatures == [f"BLEU signature: {result['bleu_signature']}", f"chrF signature: {result['chrf_signature']}"]
 
 
-def test_evaluate_without_output_writes_into_the_run_folder_never_the_current_one(runs_root, tmp_path, monkeypatch,
-                                                                                 capsys):
+def test_evaluate_without_output_writes_into_the_run_folder_never_the_current_one(
+    runs_root, tmp_path, monkeypatch, capsys
+):
     """Before: eval_<name>.json landed in the current folder (a checkout: inside the repository)."""
     run = tmp_path / "run"
     shutil.copytree(build_tiny_run("rnn_seq2seq", runs_root), run)
@@ -429,8 +509,9 @@ def test_evaluate_without_output_writes_into_the_run_folder_never_the_current_on
     cwd.mkdir()
     monkeypatch.chdir(cwd)
     for model in (run, run / "model"):  # a training run, then a plain model folder
-        assert main(["evaluate", "-m", str(model), "--src", str(src), "--ref", str(ref), "--greedy",
-                     "--no-progress"]) == 0
+        assert (
+            main(["evaluate", "-m", str(model), "--src", str(src), "--ref", str(ref), "--greedy", "--no-progress"]) == 0
+        )
     assert list(cwd.iterdir()) == [] and not list((run / "model").glob("eval_*"))
     assert json.loads((run / "eval_val.json").read_text())["val"]["num_sentences"] == 4
     assert "no JSON written" in capsys.readouterr().err
@@ -446,16 +527,36 @@ def test_evaluate_bootstrap_interval_reaches_the_json_and_the_table(run, tmp_pat
     for key in ("bleu", "bleu_ci95", "chrf", "chrf_ci95", "bleu_signature"):
         assert result[key] == expected[key], key
     assert "|bs:200|" in result["bleu_signature"]
-    assert row.split()[3:] == [f"{result['bleu']:.2f}", "±", f"{result['bleu_ci95']:.2f}",
-                               f"{result['chrf']:.2f}", "±", f"{result['chrf_ci95']:.2f}"]
+    assert row.split()[3:] == [
+        f"{result['bleu']:.2f}",
+        "±",
+        f"{result['bleu_ci95']:.2f}",
+        f"{result['chrf']:.2f}",
+        "±",
+        f"{result['chrf_ci95']:.2f}",
+    ]
 
 
 def test_evaluate_a_corpus_split_and_update_the_run_metrics(runs_root, tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(build_tiny_run("rnn_seq2seq", runs_root), run)
     spec = pairs_corpus_spec()
-    argv = ["evaluate", "-m", str(run), "--corpus", spec, "--split", "validation", "--limit", "8",
-            "--output", str(tmp_path / "e.json"), "--update-metrics", "--greedy", "--no-progress"]
+    argv = [
+        "evaluate",
+        "-m",
+        str(run),
+        "--corpus",
+        spec,
+        "--split",
+        "validation",
+        "--limit",
+        "8",
+        "--output",
+        str(tmp_path / "e.json"),
+        "--update-metrics",
+        "--greedy",
+        "--no-progress",
+    ]
     assert main(argv) == 0
     name, result = next(iter(json.loads((tmp_path / "e.json").read_text()).items()))
     assert name.endswith("-validation") and " " not in name
@@ -470,8 +571,26 @@ def test_evaluate_picks_the_chinese_bleu_tokenizer_from_the_target_language(runs
     src, ref = tmp_path / "t.en", tmp_path / "t.zh"
     src.write_text("Hi.\nRun.\n", encoding="utf-8")
     ref.write_text("你好。\n你用跑的。\n", encoding="utf-8")
-    assert main(["evaluate", "-m", str(run), "--src", str(src), "--ref", str(ref), "-o", str(tmp_path / "zh.json"),
-                 "--greedy", "--max-new-tokens", "4", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "-m",
+                str(run),
+                "--src",
+                str(src),
+                "--ref",
+                str(ref),
+                "-o",
+                str(tmp_path / "zh.json"),
+                "--greedy",
+                "--max-new-tokens",
+                "4",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert "|tok:zh|" in json.loads((tmp_path / "zh.json").read_text())["t"]["bleu_signature"]
 
 
@@ -501,8 +620,18 @@ def test_plot_attention_of_a_translation_and_of_a_reference(run, tmp_path, capsy
         assert written[1:] == []
 
     forced = tmp_path / "forced.png"
-    argv = ["plot-attention", "-m", str(run), "--source", SENTENCES[0], "--reference", "A dog runs in the snow.",
-            "--output", str(forced), "--no-per-head"]
+    argv = [
+        "plot-attention",
+        "-m",
+        str(run),
+        "--source",
+        SENTENCES[0],
+        "--reference",
+        "A dog runs in the snow.",
+        "--output",
+        str(forced),
+        "--no-per-head",
+    ]
     assert main(argv) == 0
     assert capsys.readouterr().out.split() == [str(forced)]
     _read_png(forced)
@@ -533,8 +662,15 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
 def test_averaging_two_identical_checkpoints_gives_the_same_weights(run, tmp_path, capsys):
     checkpoint = run / "checkpoints" / f"step_{CHECKPOINT_STEPS[0]}"
     out = tmp_path / "avg"
-    argv = ["average-checkpoints", str(checkpoint), str(checkpoint), "--config-from", str(run / "model"),
-            "--output", str(out)]
+    argv = [
+        "average-checkpoints",
+        str(checkpoint),
+        str(checkpoint),
+        "--config-from",
+        str(run / "model"),
+        "--output",
+        str(out),
+    ]
     assert main(argv) == 0
     averaged, original = _weights(out), _weights(checkpoint)
     for name, tensor in original.items():
@@ -578,7 +714,11 @@ def test_console_script_translates_from_stdin(runs_root):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     result = subprocess.run(
         [_console_script(), "translate", "-m", str(run), "--greedy", "--max-new-tokens", "16"],
-        input="".join(s + "\n" for s in SENTENCES), capture_output=True, text=True, env=env, timeout=300,
+        input="".join(s + "\n" for s in SENTENCES),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     expected = _reference_translations(run, SENTENCES, num_beams=1, do_sample=False, max_new_tokens=16)
@@ -586,8 +726,12 @@ def test_console_script_translates_from_stdin(runs_root):
 
 
 def test_console_script_bad_argument_exits_2_without_traceback():
-    result = subprocess.run([_console_script(), "translate", "-m", "m", "--num-beams", "zero", "x"],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [_console_script(), "translate", "-m", "m", "--num-beams", "zero", "x"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "attention-seq2seq translate: error: argument --num-beams: must be a positive integer; got 'zero'"
@@ -601,15 +745,57 @@ def test_console_script_bad_argument_exits_2_without_traceback():
 @pytest.mark.slow
 def test_commands_on_a_run_of_the_training_script(tmp_path, capsys):
     run = tmp_path / "run"
-    argv = ["train", "--recipe", str(Path(__file__).parents[1] / "training/recipes/multi30k-transformer-small.yaml"),
-            "--corpus", pairs_corpus_spec(), "--max_train_examples", "300",
-            "--vocab_size", "400", "--model_config.d_model", "32", "--model_config.encoder_layers", "1",
-            "--model_config.decoder_layers", "1", "--model_config.encoder_attention_heads", "2",
-            "--model_config.decoder_attention_heads", "2", "--model_config.encoder_ffn_dim", "64",
-            "--model_config.decoder_ffn_dim", "64", "--max_steps", "20", "--eval_every", "10", "--save_every", "10",
-            "--eval_max_examples", "4", "--test_max_examples", "4", "--max_tokens", "800", "--warmup_steps", "5",
-            "--keep_last_checkpoints", "2", "--average_last_k", "0", "--eval_num_beams", "1", "--test_num_beams", "1", "--log_with", "none",
-            "--output_dir", str(run)]
+    argv = [
+        "train",
+        "--recipe",
+        str(Path(__file__).parents[1] / "training/recipes/multi30k-transformer-small.yaml"),
+        "--corpus",
+        pairs_corpus_spec(),
+        "--max_train_examples",
+        "300",
+        "--vocab_size",
+        "400",
+        "--model_config.d_model",
+        "32",
+        "--model_config.encoder_layers",
+        "1",
+        "--model_config.decoder_layers",
+        "1",
+        "--model_config.encoder_attention_heads",
+        "2",
+        "--model_config.decoder_attention_heads",
+        "2",
+        "--model_config.encoder_ffn_dim",
+        "64",
+        "--model_config.decoder_ffn_dim",
+        "64",
+        "--max_steps",
+        "20",
+        "--eval_every",
+        "10",
+        "--save_every",
+        "10",
+        "--eval_max_examples",
+        "4",
+        "--test_max_examples",
+        "4",
+        "--max_tokens",
+        "800",
+        "--warmup_steps",
+        "5",
+        "--keep_last_checkpoints",
+        "2",
+        "--average_last_k",
+        "0",
+        "--eval_num_beams",
+        "1",
+        "--test_num_beams",
+        "1",
+        "--log_with",
+        "none",
+        "--output_dir",
+        str(run),
+    ]
     assert main(argv) == 0
     capsys.readouterr()
 
@@ -626,17 +812,58 @@ def test_commands_on_a_run_of_the_training_script(tmp_path, capsys):
     assert main(["plot-attention", "-m", str(run), "--source", SENTENCES[0], "--output", str(png)]) == 0
     _read_png(png)
 
-    assert main(["evaluate", "-m", str(run), "--corpus", pairs_corpus_spec(), "--limit", "4",
-                 "--greedy", "--no-progress", "--output", str(tmp_path / "eval.json")]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "-m",
+                str(run),
+                "--corpus",
+                pairs_corpus_spec(),
+                "--limit",
+                "4",
+                "--greedy",
+                "--no-progress",
+                "--output",
+                str(tmp_path / "eval.json"),
+            ]
+        )
+        == 0
+    )
     assert "BLEU signature: nrefs:1" in capsys.readouterr().out
 
     # Fine-tune it on a corpus spec, then export: the card names the base model.
     finetuned, export = tmp_path / "finetuned", tmp_path / "export"
-    assert main(["finetune", "--base-model", str(run), "--base-model-id", "someone/base",
-                 "--corpus", pairs_corpus_spec(), "--max-train-samples", "64",
-                 "--max-eval-samples", "4", "--max-test-samples", "4", "--max-steps", "4", "--eval-steps", "4",
-                 "--per-device-train-batch-size", "16", "--generation-max-new-tokens", "8",
-                 "--output-dir", str(finetuned)]) == 0
+    assert (
+        main(
+            [
+                "finetune",
+                "--base-model",
+                str(run),
+                "--base-model-id",
+                "someone/base",
+                "--corpus",
+                pairs_corpus_spec(),
+                "--max-train-samples",
+                "64",
+                "--max-eval-samples",
+                "4",
+                "--max-test-samples",
+                "4",
+                "--max-steps",
+                "4",
+                "--eval-steps",
+                "4",
+                "--per-device-train-batch-size",
+                "16",
+                "--generation-max-new-tokens",
+                "8",
+                "--output-dir",
+                str(finetuned),
+            ]
+        )
+        == 0
+    )
     metrics = json.loads((finetuned / "metrics.json").read_text())
     assert (metrics["corpus"]["source_lang"], metrics["corpus"]["target_lang"]) == pairs_languages()
     assert metrics["train"]["train_samples"] == 64
@@ -652,8 +879,17 @@ def test_every_command_takes_both_spellings_of_an_option():
     from attention_seq2seq.cli import dashed
 
     words = ["translate", "-m", "run_1", "--num_beams", "3", "--max_new_tokens=7", "--batch-size", "4", "a_b --x"]
-    assert dashed(words) == ["translate", "-m", "run_1", "--num-beams", "3", "--max-new-tokens=7", "--batch-size", "4",
-                             "a_b --x"]
+    assert dashed(words) == [
+        "translate",
+        "-m",
+        "run_1",
+        "--num-beams",
+        "3",
+        "--max-new-tokens=7",
+        "--batch-size",
+        "4",
+        "a_b --x",
+    ]
     args, unknown = build_parser().parse_known_args(dashed(words))
     assert (args.num_beams, args.max_new_tokens, args.batch_size, args.model, unknown) == (3, 7, 4, "run_1", [])
     args, _ = build_parser().parse_known_args(dashed(["evaluate", "-m", "m", "--target_lang", "zh", "--no_progress"]))

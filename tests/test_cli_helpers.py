@@ -41,17 +41,25 @@ def tiny_tokenizer(root: Path):
 
 def tiny_config(family: str, vocab_size: int):
     if family == "rnn_seq2seq":
-        return tiny_model_config(family, vocab_size, embedding_size=32, hidden_size=32, cell_type="gru",
-                                 attention="bahdanau", dropout=0.0)
-    return tiny_model_config(family, vocab_size, d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64, dropout=0.0,
-                             max_position_embeddings=128)
+        return tiny_model_config(
+            family, vocab_size, embedding_size=32, hidden_size=32, cell_type="gru", attention="bahdanau", dropout=0.0
+        )
+    return tiny_model_config(
+        family, vocab_size, d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64, dropout=0.0, max_position_embeddings=128
+    )
 
 
 def _batches(tokenizer, pairs, batch_size: int):
     for start in range(0, len(pairs), batch_size):
         chunk = pairs[start : start + batch_size]
-        batch = tokenizer([s for s, _ in chunk], text_target=[t for _, t in chunk], padding=True,
-                          truncation=True, max_length=64, return_tensors="pt")
+        batch = tokenizer(
+            [s for s, _ in chunk],
+            text_target=[t for _, t in chunk],
+            padding=True,
+            truncation=True,
+            max_length=64,
+            return_tensors="pt",
+        )
         batch["labels"] = batch["labels"].masked_fill(batch["labels"] == tokenizer.pad_token_id, -100)
         yield batch
 
@@ -95,10 +103,21 @@ def build_tiny_run(family: str, root: Path) -> Path:
     source_lang, target_lang = pairs_languages()
     metrics = {
         "model_family": family,
-        "corpus": {"spec": "multi30k", "name": "Multi30k", "source_lang": source_lang, "target_lang": target_lang,
-                   "license": "custom", "attribution": "Elliott et al. 2016"},
-        "train": {"steps": TRAIN_STEPS, "epochs": TRAIN_STEPS * 20 / NUM_PAIRS, "wall_time_s": 1.0,
-                  "target_tokens_per_s": 1.0, "final_train_loss": losses[-1]},
+        "corpus": {
+            "spec": "multi30k",
+            "name": "Multi30k",
+            "source_lang": source_lang,
+            "target_lang": target_lang,
+            "license": "custom",
+            "attribution": "Elliott et al. 2016",
+        },
+        "train": {
+            "steps": TRAIN_STEPS,
+            "epochs": TRAIN_STEPS * 20 / NUM_PAIRS,
+            "wall_time_s": 1.0,
+            "target_tokens_per_s": 1.0,
+            "final_train_loss": losses[-1],
+        },
         "validation": [],
         "test": {},
     }

@@ -33,8 +33,12 @@ def test_invalid_config_raises_naming_valid_values(overrides, message):
 
 @pytest.mark.parametrize(
     "foreign, ours",
-    [("normalize_before", "norm_order='pre'"), ("encoder_normalize_before", "norm_order='pre'"),
-     ("share_all_embeddings", "share_encoder_decoder_embeddings"), ("activation_fn", "activation_function")],
+    [
+        ("normalize_before", "norm_order='pre'"),
+        ("encoder_normalize_before", "norm_order='pre'"),
+        ("share_all_embeddings", "share_encoder_decoder_embeddings"),
+        ("activation_fn", "activation_function"),
+    ],
 )
 def test_another_toolkits_option_name_is_refused_naming_ours(foreign, ours):
     """fairseq's normalize_before=True used to build a post-norm model without a word."""
@@ -62,7 +66,9 @@ def test_generation_settings_given_to_the_config_move_into_generation_config(tmp
     in config.json, and generate() ran 5 beams for up to 128 tokens)."""
     import json
 
-    with pytest.warns(UserWarning, match="num_beams=3, max_new_tokens=7, length_penalty=0.8.*generation_config") as caught:
+    with pytest.warns(
+        UserWarning, match="num_beams=3, max_new_tokens=7, length_penalty=0.8.*generation_config"
+    ) as caught:
         config = tiny_config(num_beams=3, max_new_tokens=7, length_penalty=0.8)
     assert len(caught) == 1
     model = TransformerSeq2SeqForConditionalGeneration(config).eval()

@@ -80,17 +80,20 @@ def test_transformer_logits_loss_gradients_and_generate_are_the_same_without_fas
     calls = count_fast_paths(monkeypatch)
     on_out = {}
     with torch.no_grad():
-        on_out["logits"] = on.eval()(input_ids=input_ids, attention_mask=attention_mask,
-                                     decoder_input_ids=decoder_input_ids).logits
+        on_out["logits"] = on.eval()(
+            input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids
+        ).logits
         on_out["greedy"] = on.generate(input_ids, attention_mask=attention_mask, num_beams=1, max_new_tokens=8)
         on_out["beam"] = on.generate(input_ids, attention_mask=attention_mask, num_beams=3, max_new_tokens=8)
-    on_out["loss"], on_out["grads"] = _loss_and_grads(on, input_ids=input_ids, attention_mask=attention_mask,
-                                                      labels=labels)
+    on_out["loss"], on_out["grads"] = _loss_and_grads(
+        on, input_ids=input_ids, attention_mask=attention_mask, labels=labels
+    )
     assert all(calls.values()), calls  # the default reached every fast path
     refuse_fast_paths(monkeypatch)
     with torch.no_grad():
-        logits = off.eval()(input_ids=input_ids, attention_mask=attention_mask,
-                            decoder_input_ids=decoder_input_ids).logits
+        logits = off.eval()(
+            input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids
+        ).logits
         greedy = off.generate(input_ids, attention_mask=attention_mask, num_beams=1, max_new_tokens=8)
         beam = off.generate(input_ids, attention_mask=attention_mask, num_beams=3, max_new_tokens=8)
     loss, grads = _loss_and_grads(off, input_ids=input_ids, attention_mask=attention_mask, labels=labels)

@@ -258,7 +258,10 @@ def test_ranks_see_the_batches_of_one_process_accumulating_as_many_micro_batches
     for max_tokens in (400, 500, 600, 700, 900, 1024, 1300, 1500):
         uneven += len(TokenBudgetBatchSampler(lengths, max_tokens).global_batches()) % world != 0
         one = TokenBudgetBatchSampler(lengths, max_tokens, seed=max_tokens, accumulation=world)
-        ranks = [TokenBudgetBatchSampler(lengths, max_tokens, seed=max_tokens, num_replicas=world, rank=r) for r in range(world)]
+        ranks = [
+            TokenBudgetBatchSampler(lengths, max_tokens, seed=max_tokens, num_replicas=world, rank=r)
+            for r in range(world)
+        ]
         single = list(one)
         assert one.global_batches() == ranks[0].global_batches() and len(single) % world == 0
         for r, sampler in enumerate(ranks):

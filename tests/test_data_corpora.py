@@ -67,11 +67,21 @@ def multi30k_slice(tmp_path) -> Path:
     [
         ("bible", "bible", None, (None, None), {}),
         ("bible:es-en", "bible", None, ("es", "en"), {}),
-        ("bible:src=spaRV1909eb,tgt=engKJV2006eb", "bible", None, (None, None),
-         {"src": "spaRV1909eb", "tgt": "engKJV2006eb"}),
+        (
+            "bible:src=spaRV1909eb,tgt=engKJV2006eb",
+            "bible",
+            None,
+            (None, None),
+            {"src": "spaRV1909eb", "tgt": "engKJV2006eb"},
+        ),
         ("multi30k:../shared/data/multi30k:de-en", "multi30k", "../shared/data/multi30k", ("de", "en"), {}),
-        ("tsv:data/cmn.txt:zh-en:src_col=1,tgt_col=0", "tsv", "data/cmn.txt", ("zh", "en"),
-         {"src_col": "1", "tgt_col": "0"}),
+        (
+            "tsv:data/cmn.txt:zh-en:src_col=1,tgt_col=0",
+            "tsv",
+            "data/cmn.txt",
+            ("zh", "en"),
+            {"src_col": "1", "tgt_col": "0"},
+        ),
         ("jsonl:data:de-en:src_key=de,tgt_key=en", "jsonl", "data", ("de", "en"), {"src_key": "de", "tgt_key": "en"}),
         ("hf:wmt16:de-en", "hf", "wmt16", ("de", "en"), {"config": "de-en"}),
         ("hf:org/two_col::zh-en:src_key=zh", "hf", "org/two_col", ("zh", "en"), {"src_key": "zh"}),
@@ -81,7 +91,10 @@ def multi30k_slice(tmp_path) -> Path:
 def test_spec_parse_and_round_trip(text, kind, location, pair, options):
     spec = CorpusSpec.parse(text)
     assert (spec.kind, spec.location, (spec.source_lang, spec.target_lang), dict(spec.options)) == (
-        kind, location, pair, options,
+        kind,
+        location,
+        pair,
+        options,
     )
     assert CorpusSpec.parse(str(spec)) == spec
 
@@ -96,7 +109,10 @@ def test_spec_dict_form_equals_string_form():
 @pytest.mark.parametrize(
     "text, expected",
     [
-        ("wikipedia:foo", r"unknown corpus kind 'wikipedia'.*valid kinds: bible, multi30k, tatoeba, text, tsv, jsonl, hf"),
+        (
+            "wikipedia:foo",
+            r"unknown corpus kind 'wikipedia'.*valid kinds: bible, multi30k, tatoeba, text, tsv, jsonl, hf",
+        ),
         ("tsv:data:zh-en:column=2", r"unknown option\(s\) column .*valid options: .*src_col, tgt_col"),
         ("tsv", r"needs a location"),
         ("text:data:german", r"expected a language pair"),
@@ -167,13 +183,24 @@ def test_tatoeba_kind_both_directions_with_license():
 
 
 def test_dict_spec_carries_card_metadata():
-    spec = {"kind": "tsv", "location": str(tatoeba_dir()), "source_lang": "zh", "target_lang": "en",
-            "name": "Tatoeba zh-en", "license": "CC-BY 2.0 FR",
-            "attribution": "Attribution: www.manythings.org/anki and tatoeba.org"}
+    spec = {
+        "kind": "tsv",
+        "location": str(tatoeba_dir()),
+        "source_lang": "zh",
+        "target_lang": "en",
+        "name": "Tatoeba zh-en",
+        "license": "CC-BY 2.0 FR",
+        "attribution": "Attribution: www.manythings.org/anki and tatoeba.org",
+    }
     _, info = load_corpus(spec, return_info=True)
-    assert info.summary() == {"spec": str(CorpusSpec.coerce(spec)), "name": "Tatoeba zh-en", "source_lang": "zh",
-                              "target_lang": "en", "license": "CC-BY 2.0 FR",
-                              "attribution": "Attribution: www.manythings.org/anki and tatoeba.org"}
+    assert info.summary() == {
+        "spec": str(CorpusSpec.coerce(spec)),
+        "name": "Tatoeba zh-en",
+        "source_lang": "zh",
+        "target_lang": "en",
+        "license": "CC-BY 2.0 FR",
+        "attribution": "Attribution: www.manythings.org/anki and tatoeba.org",
+    }
 
 
 def test_tatoeba_cmn_txt_columns_chosen(tmp_path):
@@ -308,10 +335,10 @@ def test_missing_location_is_reported(tmp_path):
 @pytest.fixture
 def messy_corpus(tmp_path) -> str:
     train = [
-        ("ＡＢＣ  café", "abc café"),          # full-width letters, double space
+        ("ＡＢＣ  café", "abc café"),  # full-width letters, double space
         ("Ein Hund.", "A dog."),
-        ("Ein Hund.", "A dog."),                # duplicate
-        ("", "empty source"),                   # empty side
+        ("Ein Hund.", "A dog."),  # duplicate
+        ("", "empty source"),  # empty side
         ("eins zwei drei vier fünf sechs", "one"),  # ratio 6
         ("kurz", "short"),
         ("a b c d e f g h i j", "k l m n o p q r s t"),  # 10 words
@@ -333,7 +360,13 @@ def test_filters_report_counts(messy_corpus):
     filters = CorpusFilters(normalize="NFKC", dedup=True, min_length=1, max_length=8, max_ratio=3.0)
     corpus, info = load_corpus(messy_corpus, filters, return_info=True)
     assert info.counts["train"] == {
-        "read": 7, "empty": 1, "duplicate": 1, "too_short": 0, "too_long": 1, "bad_ratio": 1, "kept": 3,
+        "read": 7,
+        "empty": 1,
+        "duplicate": 1,
+        "too_short": 0,
+        "too_long": 1,
+        "bad_ratio": 1,
+        "kept": 3,
     }
     assert corpus["train"]["source"] == ["ABC café", "Ein Hund.", "kurz"]
     # Only normalization reaches the evaluation splits: the duplicate stays in validation.
@@ -369,17 +402,25 @@ def test_bad_filter_values_are_errors():
     "raw, expected",
     [
         # WEB Gen 1:1: a footnote between two words must leave a space.
-        ('<w lemma="strong:H0430">God</w><note placement="foot"><reference type="annotateRef">1:1 </reference>'
-         'The Hebrew word</note><w lemma="strong:H1254">created</w> the earth. ', "God created the earth."),
+        (
+            '<w lemma="strong:H0430">God</w><note placement="foot"><reference type="annotateRef">1:1 </reference>'
+            'The Hebrew word</note><w lemma="strong:H1254">created</w> the earth. ',
+            "God created the earth.",
+        ),
         # RV1909 Judg 4:2: inline elements back to back are separate words.
-        ('<w lemma="strong:H6635">ejército</w><transChange type="added">se llamaba</transChange>'
-         '<w lemma="strong:H5516">Sísara</w>, y', "ejército se llamaba Sísara, y"),
+        (
+            '<w lemma="strong:H6635">ejército</w><transChange type="added">se llamaba</transChange>'
+            '<w lemma="strong:H5516">Sísara</w>, y',
+            "ejército se llamaba Sísara, y",
+        ),
         # WEB Matt 3:15: the end of a quotation before the next word.
         ('<w>righteousness</w>.”</q><w lemma="strong:G5119">Then</w> he', "righteousness.” Then he"),
         # A note before punctuation leaves no space; headings go, canonical Psalm titles stay.
         ('assaria coins</q> <note placement="foot">An assarion</note> <q marker="">? Not', "assaria coins? Not"),
-        ('<title type="x-section">Heading</title><div type="x-p"/>Text <title canonical="true">A Psalm.</title>',
-         "Text A Psalm."),
+        (
+            '<title type="x-section">Heading</title><div type="x-p"/>Text <title canonical="true">A Psalm.</title>',
+            "Text A Psalm.",
+        ),
         # The end-of-book marker cuts an appended glossary; KJV's USFM leftovers go.
         ('Amen. <div canonical="true" eID="g1" osisID="Rev" type="book"/> <div type="glossary"/>Aaron: ...', "Amen."),
         ("¶ the \\nd LORD &amp; <divineName>LORD\\+nd*</divineName>:", "the LORD & LORD:"),
@@ -440,14 +481,22 @@ def test_bible_pair_counts_and_report(bible_with_refs, bible_cache):
     # Every source verse is in a pair (maybe merged with a neighbour) or counted as dropped.
     assert verses["source_verses"] == 31102 and verses["pairs"] == total
     assert verses["empty_in_source"] > 0 and verses["empty_in_target"] > 0
-    dropped = (verses["empty_in_source"] + verses["empty_in_both"] + verses["missing_in_target"]
-               + verses["unaligned_source_verses"])
+    dropped = (
+        verses["empty_in_source"]
+        + verses["empty_in_both"]
+        + verses["missing_in_target"]
+        + verses["unaligned_source_verses"]
+    )
     assert verses["dropped_source_verses"] == dropped
     assert verses["paired_source_verses"] + dropped == verses["source_verses"]
     assert total <= verses["paired_source_verses"] <= total + 3 * verses["merged_pairs"]
     assert info.summary() == {
-        "spec": "bible", "name": "Bible RV1909-WEB", "source_lang": "es", "target_lang": "en",
-        "license": "public domain", "attribution": info.attribution,
+        "spec": "bible",
+        "name": "Bible RV1909-WEB",
+        "source_lang": "es",
+        "target_lang": "en",
+        "license": "public domain",
+        "attribution": info.attribution,
     }
     assert "Reina Valera 1909" in info.attribution and "World English Bible" in info.attribution
 
@@ -501,14 +550,15 @@ def test_bible_known_verses(bible_with_refs):
     by_ref = {}
     for d in corpus.values():
         by_ref.update({r: (s, t, tr) for r, s, t, tr in zip(d["ref"], d["source"], d["target"], d["target_ref"])})
-    assert by_ref["Gen.1.1"][:2] == ("EN el principio crió Dios los cielos y la tierra.",
-                                      "In the beginning, God created the heavens and the earth.")
+    assert by_ref["Gen.1.1"][:2] == (
+        "EN el principio crió Dios los cielos y la tierra.",
+        "In the beginning, God created the heavens and the earth.",
+    )
     assert "ejército se llamaba Sísara" in by_ref["Judg.4.2"][0]
     assert by_ref["Rev.22.21"][1] == "The grace of the Lord Jesus Christ be with all the saints. Amen."  # no glossary
     assert by_ref["Ps.3.1"][1].startswith("A Psalm by David, when he fled from Absalom his son.")
     # RV1909 numbers Numbers 13 one verse later than WEB: re-aligned, not paired by number.
-    assert by_ref["Num.13.2"] == ("Y Jehová habló á Moisés, diciendo:", "Yahweh spoke to Moses, saying,",
-                                  "Num.13.1")
+    assert by_ref["Num.13.2"] == ("Y Jehová habló á Moisés, diciendo:", "Yahweh spoke to Moses, saying,", "Num.13.1")
     assert by_ref["Num.13.1"][2] == "Num.12.16" and "Hazeroth" in by_ref["Num.13.1"][1]
     assert by_ref["Jonah.2.1"][2] == "Jonah.1.17"
     # WEB leaves out Acts 8:37: the Spanish verse is dropped and 8:38 still pairs with 8:38.
@@ -555,23 +605,44 @@ def test_a_new_named_corpus_is_one_preset_entry_read_by_the_loader_and_the_card(
     from attention_seq2seq.data.presets import PRESETS, CorpusPreset
     from attention_seq2seq.hub.model_card import render_model_card
 
-    monkeypatch.setitem(PRESETS, "europarl", CorpusPreset(
-        kind="europarl", format="text", default_pair=("fr", "en"), name="Europarl {src}-{tgt}",
-        license="public (EU reuse notice)", attribution="Koehn (2005)", card_section="europarl",
-        card_license={"license": "cc-by-4.0"}, limitation="- Parliament proceedings only.",
-    ))
+    monkeypatch.setitem(
+        PRESETS,
+        "europarl",
+        CorpusPreset(
+            kind="europarl",
+            format="text",
+            default_pair=("fr", "en"),
+            name="Europarl {src}-{tgt}",
+            license="public (EU reuse notice)",
+            attribution="Koehn (2005)",
+            card_section="europarl",
+            card_license={"license": "cc-by-4.0"},
+            limitation="- Parliament proceedings only.",
+        ),
+    )
     for split in ("train", "dev", "test"):
         write_lines(tmp_path / f"{split}.fr", [f"phrase {i}" for i in range(5)])
         write_lines(tmp_path / f"{split}.en", [f"sentence {i}" for i in range(5)])
     corpus, info = load_corpus(f"europarl:{tmp_path}", return_info=True)
     assert len(corpus["train"]) == 5 and corpus["validation"][0] == {"source": "phrase 0", "target": "sentence 0"}
     assert (info.name, info.source_lang, info.target_lang, info.license, info.attribution, info.preset) == (
-        "Europarl fr-en", "fr", "en", "public (EU reuse notice)", "Koehn (2005)", "europarl")
+        "Europarl fr-en",
+        "fr",
+        "en",
+        "public (EU reuse notice)",
+        "Koehn (2005)",
+        "europarl",
+    )
     with pytest.raises(CorpusError, match="valid options: train, validation, test, holdout, seed, name"):
         load_corpus(f"europarl:{tmp_path}:fr-en:src_col=1")
     metrics = {"corpus": {k: v for k, v in info.to_dict().items() if k not in ("counts", "extra")}}
-    card = render_model_card(RNNSeq2SeqConfig(vocab_size=40, embedding_size=8, hidden_size=8),
-                             GenerationConfig(num_beams=2), metrics, None, "someone/model")
+    card = render_model_card(
+        RNNSeq2SeqConfig(vocab_size=40, embedding_size=8, hidden_size=8),
+        GenerationConfig(num_beams=2),
+        metrics,
+        None,
+        "someone/model",
+    )
     # no corpora.md section of its own yet: the generic one, with the preset's terms and limitation
     assert "license: cc-by-4.0" in card and "Parliament proceedings only." in card
     assert "Its license, as recorded at training time: public (EU reuse notice)." in card

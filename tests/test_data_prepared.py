@@ -60,7 +60,9 @@ def test_write_and_read_pairs(tmp_path):
     assert write_pairs(tmp_path, [(source[:2], target[:2]), (source[2:], target[2:])]) == 3
     pairs = PreparedPairs(tmp_path)
     assert len(pairs) == 3
-    assert [pairs[i] for i in range(3)] == [{"input_ids": s, "labels": t, "id": i} for i, (s, t) in enumerate(zip(source, target))]
+    assert [pairs[i] for i in range(3)] == [
+        {"input_ids": s, "labels": t, "id": i} for i, (s, t) in enumerate(zip(source, target))
+    ]
     assert pairs[-1]["id"] == 2
     np.testing.assert_array_equal(pairs.lengths(), [[3, 2], [2, 4], [1, 2]])
     assert pairs.column("target") == target
@@ -75,8 +77,13 @@ def test_write_and_read_pairs(tmp_path):
 
 def test_prepared_pairs_match_the_in_memory_route(corpus_dir, tokenizer_dir, tmp_path):
     old, old_data, tokenizer = old_route(corpus_dir, tokenizer_dir)
-    new = prepare_corpus(spec(corpus_dir), tokenizer_path=str(tokenizer_dir), max_source_length=MAX_LEN,
-                         max_target_length=MAX_LEN, root=tmp_path)
+    new = prepare_corpus(
+        spec(corpus_dir),
+        tokenizer_path=str(tokenizer_dir),
+        max_source_length=MAX_LEN,
+        max_target_length=MAX_LEN,
+        root=tmp_path,
+    )
     train = new.train
     assert 0 < len(train) == len(old) < 1500  # some pairs were over the limit and dropped
     assert new.meta["train_pairs_dropped"] == 1500 - len(old)
@@ -88,11 +95,15 @@ def test_prepared_pairs_match_the_in_memory_route(corpus_dir, tokenizer_dir, tmp
 
     # same sampler batches for the first epochs, and the same collated tensors
     collate = Collate(tokenizer.pad_token_id, tokenizer.bos_token_id)
-    samplers = [TokenBudgetBatchSampler(d.lengths(), max_tokens=400, seed=3, num_replicas=2, rank=1) for d in (old, train)]
+    samplers = [
+        TokenBudgetBatchSampler(d.lengths(), max_tokens=400, seed=3, num_replicas=2, rank=1) for d in (old, train)
+    ]
     for epoch in range(3):
         batches = [s.global_batches(epoch) for s in samplers]
         assert batches[0] == batches[1]
-        loaders = [torch.utils.data.DataLoader(d, batch_sampler=s, collate_fn=collate) for d, s in zip((old, train), samplers)]
+        loaders = [
+            torch.utils.data.DataLoader(d, batch_sampler=s, collate_fn=collate) for d, s in zip((old, train), samplers)
+        ]
         for s in samplers:
             s.set_epoch(epoch)
         for a, b in zip(*loaders):
@@ -102,7 +113,9 @@ def test_prepared_pairs_match_the_in_memory_route(corpus_dir, tokenizer_dir, tmp
 
 
 def test_training_tokenizer_is_the_same_as_training_it_directly(corpus_dir, tmp_path):
-    new = prepare_corpus(spec(corpus_dir), vocab_size=500, max_source_length=MAX_LEN, max_target_length=MAX_LEN, root=tmp_path)
+    new = prepare_corpus(
+        spec(corpus_dir), vocab_size=500, max_source_length=MAX_LEN, max_target_length=MAX_LEN, root=tmp_path
+    )
     direct = train_tokenizer(load_corpus(spec(corpus_dir))["train"], 500)
     from transformers import PreTrainedTokenizerFast
 
@@ -111,7 +124,9 @@ def test_training_tokenizer_is_the_same_as_training_it_directly(corpus_dir, tmp_
 
 
 def test_cache_is_reused_and_rebuilt_on_change(corpus_dir, tokenizer_dir, tmp_path):
-    kwargs = dict(tokenizer_path=str(tokenizer_dir), max_source_length=MAX_LEN, max_target_length=MAX_LEN, root=tmp_path)
+    kwargs = dict(
+        tokenizer_path=str(tokenizer_dir), max_source_length=MAX_LEN, max_target_length=MAX_LEN, root=tmp_path
+    )
     first = prepare_corpus(spec(corpus_dir), **kwargs)
     assert first.built
     again = prepare_corpus(spec(corpus_dir), **kwargs)
@@ -146,8 +161,15 @@ def test_concurrent_preparations_build_once(corpus_dir, tokenizer_dir, tmp_path,
     results = []
 
     def run():
-        results.append(prepare_corpus(spec(corpus_dir), tokenizer_path=str(tokenizer_dir), max_source_length=MAX_LEN,
-                                      max_target_length=MAX_LEN, root=tmp_path))
+        results.append(
+            prepare_corpus(
+                spec(corpus_dir),
+                tokenizer_path=str(tokenizer_dir),
+                max_source_length=MAX_LEN,
+                max_target_length=MAX_LEN,
+                root=tmp_path,
+            )
+        )
 
     threads = [threading.Thread(target=run) for _ in range(3)]
     for t in threads:
@@ -203,10 +225,14 @@ def test_large_splits_are_streamed_to_arrow_files_with_the_same_pairs(kind, tmp_
         (tmp_path / "train.en").write_text("\n".join(targets) + "\n", encoding="utf-8")
         corpus = f"text:{tmp_path}:es-en"
     elif kind == "tsv":
-        (tmp_path / "train.tsv").write_text("".join(f"{s.replace(chr(9), ' ')}\t{t}\n" for s, t in zip(sources, targets)), encoding="utf-8")
+        (tmp_path / "train.tsv").write_text(
+            "".join(f"{s.replace(chr(9), ' ')}\t{t}\n" for s, t in zip(sources, targets)), encoding="utf-8"
+        )
         corpus = f"tsv:{tmp_path}:es-en"
     else:
-        (tmp_path / "train.jsonl").write_text("".join(json.dumps({"es": s, "en": t}) + "\n" for s, t in zip(sources, targets)), encoding="utf-8")
+        (tmp_path / "train.jsonl").write_text(
+            "".join(json.dumps({"es": s, "en": t}) + "\n" for s, t in zip(sources, targets)), encoding="utf-8"
+        )
         corpus = f"jsonl:{tmp_path}:es-en"
     filters = {"max_length": 30, "overlong": "truncate"}
     small = load_corpus(corpus, filters=filters, return_info=True)
@@ -269,8 +295,15 @@ def test_worker_processes_give_the_same_prepared_pairs(corpus_dir, tokenizer_dir
 
     tokenizer = PreTrainedTokenizerFast.from_pretrained(tokenizer_dir)
     one = encode_training_pairs(iter_text_batches(train, 300), tokenizer, tmp_path / "one", MAX_LEN, MAX_LEN)
-    two = encode_training_pairs(iter_text_batches(train, 300), tokenizer, tmp_path / "two", MAX_LEN, MAX_LEN, num_proc=2,
-                                tokenizer_file=tokenizer_dir / "tokenizer.json")
+    two = encode_training_pairs(
+        iter_text_batches(train, 300),
+        tokenizer,
+        tmp_path / "two",
+        MAX_LEN,
+        MAX_LEN,
+        num_proc=2,
+        tokenizer_file=tokenizer_dir / "tokenizer.json",
+    )
     assert (one.read, one.kept) == (two.read, two.kept) == (1500, one.kept) and one.filtered > 0
     for name in ("source_tokens.bin", "target_tokens.bin", "source_offsets.npy", "target_offsets.npy", "kept.npy"):
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes(), name
@@ -290,8 +323,17 @@ def test_runs_share_the_cache_and_no_cache_keeps_it_in_the_run(corpus_dir, tmp_p
     accelerator = __import__("accelerate").Accelerator(cpu=True)
 
     def config(out, **kw):
-        return config_from_dict(TrainConfig, dict(corpus=spec(corpus_dir), vocab_size=500, max_source_length=MAX_LEN,
-                                                  max_target_length=MAX_LEN, output_dir=str(out), **kw))
+        return config_from_dict(
+            TrainConfig,
+            dict(
+                corpus=spec(corpus_dir),
+                vocab_size=500,
+                max_source_length=MAX_LEN,
+                max_target_length=MAX_LEN,
+                output_dir=str(out),
+                **kw,
+            ),
+        )
 
     calls = []
     real = prep.encode_training_pairs
@@ -305,7 +347,9 @@ def test_runs_share_the_cache_and_no_cache_keeps_it_in_the_run(corpus_dir, tmp_p
     assert first["train"].folder == second["train"].folder == again["train"].folder
     assert str(tmp_path / "cache" / "corpora") in str(first["train"].folder)
     assert tok_a.get_vocab() == tok_b.get_vocab()
-    assert (tmp_path / "a" / "model" / "tokenizer.json").read_bytes() == (tmp_path / "b" / "model" / "tokenizer.json").read_bytes()
+    assert (tmp_path / "a" / "model" / "tokenizer.json").read_bytes() == (
+        tmp_path / "b" / "model" / "tokenizer.json"
+    ).read_bytes()
 
     own, _, _ = load_data(config(tmp_path / "c", no_cache=True), accelerator, tmp_path / "c")
     assert own["train"].folder.is_relative_to(tmp_path / "c" / "corpus_cache") and len(calls) == 2
@@ -330,8 +374,9 @@ def test_sorted_cut_gives_the_example_by_example_batches(seed):
     time) on sorted orders: random lengths, budgets, caps, single pairs over the budget."""
     rng = np.random.default_rng(seed)
     lengths = rng.integers(1, 90, size=(int(rng.integers(1, 3000)), 2))
-    sampler = TokenBudgetBatchSampler(lengths, max_tokens=int(rng.integers(40, 2000)), seed=seed,
-                                      max_batch_size=[None, 7][seed % 2])
+    sampler = TokenBudgetBatchSampler(
+        lengths, max_tokens=int(rng.integers(40, 2000)), seed=seed, max_batch_size=[None, 7][seed % 2]
+    )
     order = np.lexsort((rng.permutation(len(lengths)), lengths.min(axis=1), sampler.size))
     assert sampler._cut_sorted(order) == sampler._cut(order)
 
@@ -347,8 +392,9 @@ def test_tokenizer_train_pairs_below_1_is_refused():
 
 def _prepare_in_process(args):
     folder, tokenizer_dir, root = args
-    result = prepare_corpus(spec(folder), tokenizer_path=str(tokenizer_dir), max_source_length=MAX_LEN,
-                            max_target_length=MAX_LEN, root=root)
+    result = prepare_corpus(
+        spec(folder), tokenizer_path=str(tokenizer_dir), max_source_length=MAX_LEN, max_target_length=MAX_LEN, root=root
+    )
     return result.built, str(result.folder), len(result.train)
 
 

@@ -132,7 +132,9 @@ def test_chinese_is_segmented_by_the_subword_model(corpora, tokenizers):
     words = {p.lstrip("▁") for row in pieces for p in row if not p.startswith("<0x")}
     multi_char = {w for w in words if len(w) >= 2}
     # A tokenizer fed pre-split characters learns none; 300 shared test sentences show over 50 (1 in 6).
-    assert len(multi_char) > len(chinese) / 6, "no multi-character Chinese pieces learned: the text was pre-split into characters"
+    assert len(multi_char) > len(chinese) / 6, (
+        "no multi-character Chinese pieces learned: the text was pre-split into characters"
+    )
     # Words of several characters are single pieces: the text the vocabulary covers (all pieces but
     # byte fallbacks, which spell one character in three pieces: many on the 300-pair fixture) takes
     # fewer pieces than it has characters.
@@ -262,7 +264,9 @@ def test_resample_keeps_the_best_segmentation_of_a_side_over_its_limit(corpora, 
     sources, targets = [p[0] for p in pairs], [p[1] for p in pairs]
     best_src, best_tgt = [tok(s)["input_ids"] for s in sources], [tok(t)["input_ids"] for t in targets]
     limit = max(len(i) for i in best_src + best_tgt)  # every best segmentation fits, many samples do not
-    input_ids, labels, kept = SubwordSampler(tok, alpha=0.1).resample(sources, targets, best_src, best_tgt, limit, limit)
+    input_ids, labels, kept = SubwordSampler(tok, alpha=0.1).resample(
+        sources, targets, best_src, best_tgt, limit, limit
+    )
     assert all(len(i) <= limit for i in input_ids + labels)
     fallbacks = sum(a is b for a, b in zip(input_ids + labels, best_src + best_tgt))
     assert kept == fallbacks > 0
@@ -293,8 +297,10 @@ def test_subword_sampling_options_must_fit_the_tokenizer(tokenizers, latin):
 
 
 @pytest.mark.bible
-@pytest.mark.skipif(not {"spaRV1909eb", "engWEB2015eb"} <= set(installed_modules()),
-                    reason="needs Debian's sword-text-sparv and sword-text-web (scripts/install.sh installs them)")
+@pytest.mark.skipif(
+    not {"spaRV1909eb", "engWEB2015eb"} <= set(installed_modules()),
+    reason="needs Debian's sword-text-sparv and sword-text-web (scripts/install.sh installs them)",
+)
 @pytest.mark.parametrize("model_type", ["unigram", "bpe"])
 def test_training_twice_on_the_same_text_gives_the_same_tokenizer(model_type):
     # The unigram trainer's threads sum scores in no fixed order (last-bit differences) and

@@ -44,6 +44,7 @@ def _family_cases():
     """(id, builder, batch) for each model checked: a few RNN decoders and both Transformer norm orders."""
     cases = []
     for variant in RNN_VARIANTS:
+
         def build(variant=variant):
             return make_model(variant)
 
@@ -52,10 +53,13 @@ def _family_cases():
             decoder_input_ids, decoder_mask = target_batch()
             labels = torch.cat([decoder_input_ids[:, 1:], torch.full_like(decoder_input_ids[:, :1], 0)], 1)
             labels = labels.masked_fill(torch.cat([decoder_mask[:, 1:], decoder_mask[:, :1] * 0], 1) == 0, -100)
-            return dict(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids, labels=labels)
+            return dict(
+                input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids, labels=labels
+            )
 
         cases.append(pytest.param(build, batch, id=f"rnn-{variant}"))
     for overrides in TRANSFORMER_VARIANTS:
+
         def build(overrides=overrides):
             torch.manual_seed(0)
             return tiny_model("sdpa", **overrides)
@@ -64,7 +68,9 @@ def _family_cases():
             torch.manual_seed(1)
             input_ids, attention_mask, decoder_input_ids = padded_batch()
             labels = torch.cat([decoder_input_ids[:, 1:], torch.full_like(decoder_input_ids[:, :1], 2)], 1)
-            return dict(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids, labels=labels)
+            return dict(
+                input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids, labels=labels
+            )
 
         cases.append(pytest.param(build, batch, id=f"transformer-{overrides['norm_order']}"))
     return cases
@@ -95,14 +101,18 @@ def test_forward_and_backward_on_the_device_equal_the_cpu(device, build, make_ba
     assert grads_dev.keys() == grads_cpu.keys() and grads_cpu
     for name in grads_cpu:
         scale = grads_cpu[name].abs().max().clamp_min(1e-6)
-        torch.testing.assert_close(grads_dev[name] / scale, grads_cpu[name] / scale, atol=1e-3, rtol=0, msg=lambda m, n=name: f"{n}: {m}")
+        torch.testing.assert_close(
+            grads_dev[name] / scale, grads_cpu[name] / scale, atol=1e-3, rtol=0, msg=lambda m, n=name: f"{n}: {m}"
+        )
 
 
 @pytest.mark.parametrize("num_beams", [1, 5])
 @pytest.mark.parametrize("build, make_batch", _family_cases())
 def test_generate_on_the_device_gives_the_cpus_tokens(device, build, make_batch, num_beams):
     batch = make_batch()
-    kwargs = dict(num_beams=num_beams, do_sample=False, max_new_tokens=8, return_dict_in_generate=True, output_scores=True)
+    kwargs = dict(
+        num_beams=num_beams, do_sample=False, max_new_tokens=8, return_dict_in_generate=True, output_scores=True
+    )
     cpu_model, device_model = build().eval(), build().to(device).eval()
     inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
     with torch.inference_mode():
@@ -122,8 +132,11 @@ def test_eager_and_sdpa_attention_agree_on_the_device(device, overrides):
         torch.manual_seed(0)
         model = tiny_model(implementation, **overrides).to(device)
         with torch.inference_mode():
-            logits[implementation] = model(input_ids=input_ids, attention_mask=attention_mask,
-                                           decoder_input_ids=decoder_input_ids).logits.float().cpu()
+            logits[implementation] = (
+                model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
+                .logits.float()
+                .cpu()
+            )
     torch.testing.assert_close(logits["sdpa"], logits["eager"], atol=1e-4, rtol=1e-4)
 
 
@@ -150,7 +163,11 @@ def test_save_on_the_device_and_load_back_give_identical_logits(device, build, m
     batch = _on(make_batch(), device)
     model = build().to(device).eval()
     model.save_pretrained(tmp_path)
-    cls = RNNSeq2SeqForConditionalGeneration if isinstance(model, RNNSeq2SeqForConditionalGeneration) else TransformerSeq2SeqForConditionalGeneration
+    cls = (
+        RNNSeq2SeqForConditionalGeneration
+        if isinstance(model, RNNSeq2SeqForConditionalGeneration)
+        else TransformerSeq2SeqForConditionalGeneration
+    )
     loaded = cls.from_pretrained(tmp_path).to(device).eval()
     with torch.inference_mode():
         before, after = model(**batch).logits, loaded(**batch).logits

@@ -74,8 +74,13 @@ def _test_sets():
     multi30k = shared_data_dir() / "multi30k" / "test2016.en"
     tatoeba = tatoeba_dir() / "test.tsv"
     return [
-        pytest.param(multi30k, "en", "13a", id="multi30k-test2016",
-                     marks=pytest.mark.skipif(not multi30k.exists(), reason=f"{multi30k} not found")),
+        pytest.param(
+            multi30k,
+            "en",
+            "13a",
+            id="multi30k-test2016",
+            marks=pytest.mark.skipif(not multi30k.exists(), reason=f"{multi30k} not found"),
+        ),
         pytest.param(FIXTURE_PAIRS / "test.en", "en", "13a", id="bible-test"),
         pytest.param(tatoeba, "zh", "zh", id="tatoeba-zh-test"),
     ]
@@ -137,7 +142,9 @@ def test_the_folder_imports_one_library_per_line_and_nothing_of_the_package():
     assert computation == {("library", "json"), ("library", "sacrebleu")}
     for path in (MODULE_FILE, MODULE_FILE.parent / "compute_scores.py"):
         code_lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
-        assert not [line for line in code_lines if line.startswith(("import ", "from ")) and "attention_seq2seq" in line]
+        assert not [
+            line for line in code_lines if line.startswith(("import ", "from ")) and "attention_seq2seq" in line
+        ]
     card = (MODULE_FILE.parent / "README.md").read_text(encoding="utf-8")
     assert card.startswith("---\n") and "tags:\n- evaluate\n- metric" in card
 
@@ -184,11 +191,15 @@ print(json.dumps(metric.compute(predictions=["a man rides a horse ."], reference
 def test_loading_needs_no_network_even_without_the_offline_variables(tmp_path):
     """A fresh modules cache, HF_HUB_OFFLINE unset, every socket refused: evaluate.load of the
     package's folder and compute still work (nothing is looked up on the Hub)."""
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
+    }
     env.update(HF_MODULES_CACHE=str(tmp_path / "modules"), HF_HOME=str(tmp_path / "hf-home"))
-    out = subprocess.run([sys.executable, "-c", _WITHOUT_NETWORK], capture_output=True, text=True, env=env,
-                         timeout=300, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_NETWORK], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result == corpus_scores(["a man rides a horse ."], ["a man rides a brown horse ."])
@@ -209,21 +220,45 @@ def test_a_non_editable_install_ships_the_module(tmp_path):
     """The wheel holds the metric folder (script and card) and `evaluate.load` finds it there."""
     wheels = tmp_path / "wheels"
     build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
-         "-w", str(wheels), str(REPO_ROOT)],
-        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-q",
+            "-w",
+            str(wheels),
+            str(REPO_ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
     )
     assert build.returncode == 0, build.stderr[-3000:]
     (wheel,) = wheels.glob("attention_seq2seq-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     folder = "attention_seq2seq/evaluate_modules/translation_scores/"
-    assert {folder + "translation_scores.py", folder + "compute_scores.py", folder + "README.md",
-            folder + "requirements.txt"} <= names
+    assert {
+        folder + "translation_scores.py",
+        folder + "compute_scores.py",
+        folder + "README.md",
+        folder + "requirements.txt",
+    } <= names
     target = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(target)  # what pip puts in site-packages
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
-    out = subprocess.run([sys.executable, "-c", _FROM_WHEEL, str(target)], capture_output=True, text=True,
-                         env=env, timeout=300, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-c", _FROM_WHEEL, str(target)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     path, result = json.loads(out.stdout.strip().splitlines()[-1])
     assert Path(path).is_relative_to(target)
@@ -273,8 +308,14 @@ def test_pipeline_then_metric_is_the_evaluator_in_two_lines(family, metric, tmp_
         one_by_one.append(tokenizer.decode(ids[0], skip_special_tokens=True))
     assert predictions == one_by_one
     assert scores == corpus_scores(one_by_one, list(data["label"]), target_lang="en")
-    assert set(scores) == {"bleu", "bleu_lowercase", "chrf", "bleu_signature", "bleu_lowercase_signature",
-                           "chrf_signature"}
+    assert set(scores) == {
+        "bleu",
+        "bleu_lowercase",
+        "chrf",
+        "bleu_signature",
+        "bleu_lowercase_signature",
+        "chrf_signature",
+    }
 
 
 # ------------------------------------------------------------------------------------------------

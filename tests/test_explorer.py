@@ -22,8 +22,20 @@ from test_cli_helpers import FAMILIES, build_tiny_run, tiny_tokenizer
 
 from attention_seq2seq.bertviz_adapter import bertviz_inputs
 from attention_seq2seq.explorer import (
-    ALL_STEPS, CROSS, DECODER_SELF, ENCODER_SELF, MEAN_OVER_HEADS, WORDS, Explanation, HeatMap, explain,
-    heatmap_html, render_attention, select, to_words, word_groups,
+    ALL_STEPS,
+    CROSS,
+    DECODER_SELF,
+    ENCODER_SELF,
+    MEAN_OVER_HEADS,
+    WORDS,
+    Explanation,
+    HeatMap,
+    explain,
+    heatmap_html,
+    render_attention,
+    select,
+    to_words,
+    word_groups,
 )
 from attention_seq2seq.inference import load_for_inference
 
@@ -62,8 +74,9 @@ def rnn_model(tokenizer, variant: str):
     from attention_seq2seq import RNNSeq2SeqConfig, RNNSeq2SeqForConditionalGeneration
 
     torch.manual_seed(0)
-    config = RNNSeq2SeqConfig(vocab_size=len(tokenizer), embedding_size=16, hidden_size=16, dropout=0.0,
-                              **RNN_VARIANTS[variant])
+    config = RNNSeq2SeqConfig(
+        vocab_size=len(tokenizer), embedding_size=16, hidden_size=16, dropout=0.0, **RNN_VARIANTS[variant]
+    )
     model = RNNSeq2SeqForConditionalGeneration(config).eval()
     model.generation_config.max_new_tokens = 8
     return model
@@ -104,7 +117,10 @@ def test_explain_gives_generates_translation_and_the_models_attentions(trained, 
     for layer, weights in enumerate(expected.cross_attentions):
         torch.testing.assert_close(torch.from_numpy(e.cross[layer]), weights[0])
     if model.config.model_type == "transformer_seq2seq":
-        for mine, theirs in ((e.encoder_self, expected.encoder_attentions), (e.decoder_self, expected.decoder_attentions)):
+        for mine, theirs in (
+            (e.encoder_self, expected.encoder_attentions),
+            (e.decoder_self, expected.decoder_attentions),
+        ):
             for layer, weights in enumerate(theirs):
                 torch.testing.assert_close(torch.from_numpy(mine[layer]), weights[0])
         assert len(e.decoder_tokens) == len(e.tgt_tokens) == e.decoder_self.shape[-1]
@@ -121,7 +137,8 @@ def test_teacher_forced_target_and_empty_source(trained):
     e = explain(trained.model, trained.tokenizer, SOURCE, target="And there was light.")
     assert e.translation == "And there was light."
     assert e.tgt_tokens == trained.tokenizer.convert_ids_to_tokens(
-        trained.tokenizer(text_target=["And there was light."])["input_ids"][0])
+        trained.tokenizer(text_target=["And there was light."])["input_ids"][0]
+    )
     with pytest.raises(ValueError, match="source sentence is empty"):
         explain(trained.model, trained.tokenizer, "  ")
 
@@ -203,8 +220,9 @@ def test_heatmap_html_holds_the_plotted_array_and_labels():
 
 
 def test_transformer_pickers_select_layer_head_and_mean(runs_root):
-    trained = load_for_inference(build_tiny_run("transformer_seq2seq", runs_root), device="cpu",
-                                 attn_implementation="eager")
+    trained = load_for_inference(
+        build_tiny_run("transformer_seq2seq", runs_root), device="cpu", attn_implementation="eager"
+    )
     e = explain(trained.model, trained.tokenizer, SOURCE)
     data = e.to_json()
     pages = {}
@@ -215,7 +233,10 @@ def test_transformer_pickers_select_layer_head_and_mean(runs_root):
     np.testing.assert_allclose(pages["2"], e.cross[0, 1], atol=1e-6)
     np.testing.assert_allclose(pages[MEAN_OVER_HEADS], e.cross[0].mean(0), atol=1e-6)
     assert not np.allclose(pages["1"], pages["2"])
-    for view, array, labels in ((ENCODER_SELF, e.encoder_self, e.src_tokens), (DECODER_SELF, e.decoder_self, e.decoder_tokens)):
+    for view, array, labels in (
+        (ENCODER_SELF, e.encoder_self, e.src_tokens),
+        (DECODER_SELF, e.decoder_self, e.decoder_tokens),
+    ):
         page = render_attention(trained.model.config, data, view, "1", "2", "subwords", ALL_STEPS)
         np.testing.assert_allclose(json.loads(_attribute(page, "data-weights")), array[0, 1], atol=1e-6)
         assert json.loads(_attribute(page, "data-rows")) == labels
@@ -225,8 +246,7 @@ def test_transformer_pickers_select_layer_head_and_mean(runs_root):
 
 def test_subwords_group_into_words_by_hand():
     tokens = ["▁Ein", "▁Hund", "e", "s", "▁lä", "uft", ".", "</s>"]
-    assert word_groups(tokens, {"</s>"}) == [
-        ("Ein", [0]), ("Hundes", [1, 2, 3]), ("läuft.", [4, 5, 6]), ("</s>", [7])]
+    assert word_groups(tokens, {"</s>"}) == [("Ein", [0]), ("Hundes", [1, 2, 3]), ("läuft.", [4, 5, 6]), ("</s>", [7])]
     weights = np.array([[0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1], [1.0, 0.0, 0.0, 0.0]])
     rows = [("A", [0, 1]), ("B", [2])]
     cols = [("x", [0]), ("y", [1, 2]), ("z", [3])]
@@ -239,8 +259,7 @@ def test_word_view_rows_stay_distributions(trained):
     e = explain(trained.model, trained.tokenizer, SOURCE)
     words = select(e, CROSS, -1, MEAN_OVER_HEADS, WORDS)
     np.testing.assert_allclose(words.weights.sum(-1), 1.0, atol=1e-5)
-    assert "".join(words.col_labels).replace("</s>", "") == "".join(
-        t.lstrip("▁") for t in e.src_tokens if t != "</s>")
+    assert "".join(words.col_labels).replace("</s>", "") == "".join(t.lstrip("▁") for t in e.src_tokens if t != "</s>")
     # One decoder step in the word view: the row of the word that step's subword belongs to.
     groups = word_groups(e.tgt_tokens, e.special_tokens)
     for step in range(len(e.tgt_tokens)):
@@ -258,9 +277,11 @@ def _as_bertviz_reads(inputs: dict) -> list[dict]:
     """What bertviz 1.4's model_view does with its encoder-decoder arguments (bertviz/util.py
     format_attention: every layer (1, num_heads, q, k), squeezed and stacked per part)."""
     parts = []
-    for name, key, left, right in (("Encoder", "encoder_attention", "encoder_tokens", "encoder_tokens"),
-                                   ("Decoder", "decoder_attention", "decoder_tokens", "decoder_tokens"),
-                                   ("Cross", "cross_attention", "decoder_tokens", "encoder_tokens")):
+    for name, key, left, right in (
+        ("Encoder", "encoder_attention", "encoder_tokens", "encoder_tokens"),
+        ("Decoder", "decoder_attention", "decoder_tokens", "decoder_tokens"),
+        ("Cross", "cross_attention", "decoder_tokens", "encoder_tokens"),
+    ):
         if inputs.get(key) is None:
             continue
         layers = inputs[key]
@@ -278,7 +299,13 @@ def test_bertviz_inputs_have_bertvizs_encoder_decoder_structure(trained):
     e = explain(trained.model, trained.tokenizer, SOURCE)
     expected_names = ["Encoder", "Decoder", "Cross"] if trained.family == "transformer_seq2seq" else ["Cross"]
     assert [p["name"] for p in parts] == expected_names
-    assert set(inputs) <= {"encoder_attention", "decoder_attention", "cross_attention", "encoder_tokens", "decoder_tokens"}
+    assert set(inputs) <= {
+        "encoder_attention",
+        "decoder_attention",
+        "cross_attention",
+        "encoder_tokens",
+        "decoder_tokens",
+    }
     np.testing.assert_allclose(np.array(parts[-1]["attn"]), e.cross, atol=1e-7)
     assert inputs["decoder_tokens"][1:] == e.tgt_tokens[:-1]
     try:
@@ -335,8 +362,13 @@ def test_space_app_runs_without_the_package_and_translates_the_same(runs_root, t
 
     run = build_tiny_run("transformer_seq2seq", runs_root)
     folder = export_model(run, tmp_path / "space", space=True)
-    result = subprocess.run([sys.executable, "-c", _SPACE_WITHOUT_PACKAGE, str(folder), SOURCE],
-                            capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-c", _SPACE_WITHOUT_PACKAGE, str(folder), SOURCE],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     shown = json.loads(result.stdout.strip().splitlines()[-1])
     loaded = load_for_inference(run, device="cpu", attn_implementation="eager")

@@ -39,8 +39,13 @@ pytestmark = pytest.mark.slow
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
 ]
 SOURCE = "Y dijo Dios: Sea la luz."
 
@@ -48,7 +53,9 @@ SOURCE = "Y dijo Dios: Sea la luz."
 def _artifact(name: str) -> Path:
     import tempfile
 
-    folder = Path(os.environ.get("ATTN_SEQ2SEQ_ARTIFACTS") or Path(tempfile.gettempdir()) / "attention-seq2seq-artifacts")
+    folder = Path(
+        os.environ.get("ATTN_SEQ2SEQ_ARTIFACTS") or Path(tempfile.gettempdir()) / "attention-seq2seq-artifacts"
+    )
     folder.mkdir(parents=True, exist_ok=True)
     return folder / name
 
@@ -61,8 +68,13 @@ def _free_port() -> int:
 
 def _server_env() -> dict:
     env = dict(os.environ)
-    env.update(OMP_NUM_THREADS="1", GRADIO_ANALYTICS_ENABLED="False", HF_HUB_OFFLINE="1",
-               TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1")
+    env.update(
+        OMP_NUM_THREADS="1",
+        GRADIO_ANALYTICS_ENABLED="False",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        PYTHONUNBUFFERED="1",
+    )
     return env
 
 
@@ -121,8 +133,16 @@ def two_layer_transformer_run(root: Path) -> Path:
     torch.manual_seed(0)
     tokenizer = tiny_tokenizer(root)
     config = TransformerSeq2SeqConfig(
-        vocab_size=len(tokenizer), d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
-        decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, dropout=0.0, max_position_embeddings=128,
+        vocab_size=len(tokenizer),
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        dropout=0.0,
+        max_position_embeddings=128,
     )
     model = AutoModelForSeq2SeqLM.from_config(config)
     model.generation_config.max_new_tokens = 16
@@ -160,7 +180,8 @@ def _translate(page, mode: str, expect_rows: int | None = None):
     page.locator("#translate").click()
     rows = f" && document.querySelectorAll('#candidates tr').length === {expect_rows + 1}" if expect_rows else ""
     page.wait_for_function(
-        "document.querySelector('#translation textarea').value.length > 0 && document.querySelector('#heatmap table.attn-map')" + rows,
+        "document.querySelector('#translation textarea').value.length > 0 && document.querySelector('#heatmap table.attn-map')"
+        + rows,
         timeout=60000,
     )
     return page.locator("#translation textarea").input_value()
@@ -186,8 +207,11 @@ def test_demo_in_chromium_shows_generates_translation_and_the_models_attention(t
     run = two_layer_transformer_run(tmp_path)
     loaded = load_for_inference(run, device="cpu", attn_implementation="eager")
     port = _free_port()
-    server = Server([sys.executable, "-m", "attention_seq2seq.cli", "demo", "-m", str(run), "--port", str(port)],
-                    port, tmp_path / "demo.log")
+    server = Server(
+        [sys.executable, "-m", "attention_seq2seq.cli", "demo", "-m", str(run), "--port", str(port)],
+        port,
+        tmp_path / "demo.log",
+    )
     try:
         page = browser.new_page(viewport={"width": 1100, "height": 1300})
         page.goto(server.url, wait_until="load")

@@ -27,20 +27,30 @@ def test_packed_linear_equals_f_linear_within_a_run_and_repacks_for_the_next(bia
     x = torch.randn(3, 5, 16)
     run = _Run()
     with torch.no_grad():
-        torch.testing.assert_close(packed_linear(x, layer, run), F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            packed_linear(x, layer, run), F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5
+        )
         if torch.backends.mkldnn.is_available():
             assert cpu_fast_paths._PACKED[layer].packed is not None  # the packed copy is kept for the run
         for rows in (1, 7, 200):  # other row counts than the first call's
             y = torch.randn(rows, 16)
-            torch.testing.assert_close(packed_linear(y, layer, run), F.linear(y, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(
+                packed_linear(y, layer, run), F.linear(y, layer.weight, layer.bias), rtol=1e-5, atol=1e-5
+            )
         assert packed_linear(x[:0], layer, run).shape == (0, 5, 50)
         # Between runs the weights change in every way a user can change them; a new run sees it.
         layer.weight.mul_(-2.0)
-        torch.testing.assert_close(packed_linear(x, layer, _Run()), F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            packed_linear(x, layer, _Run()), F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5
+        )
         layer.weight.data.copy_(torch.randn(50, 16))  # bypasses the version counter
-        torch.testing.assert_close(packed_linear(x, layer, _Run()), F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            packed_linear(x, layer, _Run()), F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5
+        )
         layer.load_state_dict({k: torch.randn_like(v) for k, v in layer.state_dict().items()})
-        torch.testing.assert_close(packed_linear(x, layer, _Run()), F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            packed_linear(x, layer, _Run()), F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5
+        )
         # Without a run (a loss evaluation, no cache): the plain layer.
         assert torch.equal(packed_linear(x, layer, None), layer(x))
 
@@ -66,10 +76,21 @@ def test_evaluation_between_training_steps_sees_the_updated_weights():
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     for _ in range(2):
         with torch.no_grad():
-            fast = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=6,
-                                  output_scores=True, return_dict_in_generate=True)
-            plain = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=6,
-                                   output_scores=True, return_dict_in_generate=True, use_cache=False)
+            fast = model.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                max_new_tokens=6,
+                output_scores=True,
+                return_dict_in_generate=True,
+            )
+            plain = model.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                max_new_tokens=6,
+                output_scores=True,
+                return_dict_in_generate=True,
+                use_cache=False,
+            )
         for a, b in zip(fast.scores, plain.scores):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
         model.train()
@@ -144,8 +165,14 @@ def test_decoding_steps_without_sdpa_give_the_sdpa_results(monkeypatch, num_beam
     torch.manual_seed(0)
     model = tiny_model()
     input_ids, attention_mask, _ = padded_batch()
-    kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, num_beams=num_beams, max_new_tokens=10,
-                  output_scores=True, return_dict_in_generate=True)
+    kwargs = dict(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        num_beams=num_beams,
+        max_new_tokens=10,
+        output_scores=True,
+        return_dict_in_generate=True,
+    )
     calls = spy_on_matmul_attention(monkeypatch)
     fast = model.generate(**kwargs)
     assert calls and max(calls) <= num_beams  # decoding steps bypassed SDPA; the encoder did not
@@ -169,8 +196,9 @@ def test_short_training_steps_without_sdpa_give_the_sdpa_loss_and_gradients(monk
     def loss_and_grads():
         model.zero_grad()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            out = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
-                        labels=labels)
+            out = model(
+                input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids, labels=labels
+            )
         out.loss.backward()
         return out.loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 

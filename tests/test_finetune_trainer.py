@@ -51,10 +51,20 @@ def finetune_data(runs_root) -> dict[str, Path]:
 
 def _common_options(data: dict[str, Path]) -> dict:
     return dict(
-        train_file=str(data["train"]), validation_file=str(data["validation"]), test_file=str(data["test"]),
-        max_steps=STEPS, per_device_train_batch_size=16, learning_rate=3e-3, warmup_steps=0,
-        label_smoothing=0.0, eval_steps=STEPS, logging_steps=1, save_total_limit=1,
-        generation_num_beams=2, generation_max_new_tokens=30, seed=0,
+        train_file=str(data["train"]),
+        validation_file=str(data["validation"]),
+        test_file=str(data["test"]),
+        max_steps=STEPS,
+        per_device_train_batch_size=16,
+        learning_rate=3e-3,
+        warmup_steps=0,
+        label_smoothing=0.0,
+        eval_steps=STEPS,
+        logging_steps=1,
+        save_total_limit=1,
+        generation_num_beams=2,
+        generation_max_new_tokens=30,
+        seed=0,
     )
 
 
@@ -66,8 +76,15 @@ def finetuned_runs(runs_root, finetune_data) -> dict[str, Path]:
         base = build_tiny_run(family, runs_root)
         output_dir = runs_root / f"finetuned-{family}"
         if not (output_dir / "metrics.json").exists():
-            argv = ["finetune", "--base-model", str(base), "--base-model-id", BASE_IDS[family],
-                    "--output-dir", str(output_dir)]
+            argv = [
+                "finetune",
+                "--base-model",
+                str(base),
+                "--base-model-id",
+                BASE_IDS[family],
+                "--output-dir",
+                str(output_dir),
+            ]
             for name, value in _common_options(finetune_data).items():
                 argv += ["--" + name.replace("_", "-"), str(value)]
             assert main(argv) == 0
@@ -147,9 +164,11 @@ def test_compute_metrics_uses_the_chinese_bleu_tokenizer_when_asked(runs_root):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_evaluation_generation_settings_are_explicit(family, runs_root, finetune_data, tmp_path):
     """Evaluation decodes with the configured beam and length, never the 20-token default."""
-    config = ft.FinetuneConfig(base_model=str(build_tiny_run(family, runs_root)), output_dir=str(tmp_path),
-                               **{**_common_options(finetune_data), "generation_max_new_tokens": 37,
-                                  "generation_num_beams": 3})
+    config = ft.FinetuneConfig(
+        base_model=str(build_tiny_run(family, runs_root)),
+        output_dir=str(tmp_path),
+        **{**_common_options(finetune_data), "generation_max_new_tokens": 37, "generation_num_beams": 3},
+    )
     model, tokenizer = ft.load_model_and_tokenizer(config)
     raw, _ = ft.load_pairs(config)
     tokenized = {split: ft.tokenize_pairs(dataset, tokenizer, config) for split, dataset in raw.items()}
@@ -168,8 +187,11 @@ def test_evaluation_loss_is_unsmoothed_cross_entropy(runs_root, finetune_data, t
     """Training smooths the labels; eval_loss is plain cross-entropy, so exp(eval_loss) is perplexity."""
     import torch
 
-    config = ft.FinetuneConfig(base_model=str(build_tiny_run("transformer_seq2seq", runs_root)),
-                               output_dir=str(tmp_path), **{**_common_options(finetune_data), "label_smoothing": 0.3})
+    config = ft.FinetuneConfig(
+        base_model=str(build_tiny_run("transformer_seq2seq", runs_root)),
+        output_dir=str(tmp_path),
+        **{**_common_options(finetune_data), "label_smoothing": 0.3},
+    )
     model, tokenizer = ft.load_model_and_tokenizer(config)
     model.config.label_smoothing = config.label_smoothing  # as finetune() does
     raw, _ = ft.load_pairs(config)
@@ -220,7 +242,9 @@ def test_finetune_loss_falls_and_writes_a_run_folder(family, finetuned_runs, run
 
     # recipe.yaml is the fully resolved config and reads back as the same config
     assert ft.FinetuneConfig(**ft.load_recipe(run / "recipe.yaml")) == ft.FinetuneConfig(
-        base_model=str(build_tiny_run(family, runs_root)), base_model_id=BASE_IDS[family], output_dir=str(run),
+        base_model=str(build_tiny_run(family, runs_root)),
+        base_model_id=BASE_IDS[family],
+        output_dir=str(run),
         **_common_options(finetune_data),
     )
 
@@ -248,8 +272,12 @@ def test_gradient_checkpointing_gives_the_same_training(runs_root, finetune_data
     losses = {}
     for checkpointing in (False, True):
         options = {**_common_options(finetune_data), "max_steps": 3, "validation_file": "", "test_file": ""}
-        config = ft.FinetuneConfig(base_model=base, output_dir=str(tmp_path / str(checkpointing)),
-                                   gradient_checkpointing=checkpointing, **options)
+        config = ft.FinetuneConfig(
+            base_model=base,
+            output_dir=str(tmp_path / str(checkpointing)),
+            gradient_checkpointing=checkpointing,
+            **options,
+        )
         transformers.set_seed(config.seed)
         model, tokenizer = ft.load_model_and_tokenizer(config)
         raw, _ = ft.load_pairs(config)
@@ -265,8 +293,12 @@ def test_gradient_checkpointing_gives_the_same_training(runs_root, finetune_data
 
 def test_gradient_checkpointing_on_a_model_without_support_is_refused_by_name(runs_root, finetune_data, tmp_path):
     base = build_tiny_run("rnn_seq2seq", runs_root)
-    config = ft.FinetuneConfig(base_model=str(base), output_dir=str(tmp_path), gradient_checkpointing=True,
-                               **{**_common_options(finetune_data), "max_steps": 2})
+    config = ft.FinetuneConfig(
+        base_model=str(base),
+        output_dir=str(tmp_path),
+        gradient_checkpointing=True,
+        **{**_common_options(finetune_data), "max_steps": 2},
+    )
     model, _ = ft.load_model_and_tokenizer(config)
     if model.supports_gradient_checkpointing:
         assert ft.finetune(config) == tmp_path
@@ -308,13 +340,26 @@ def test_finetune_an_export_without_the_package(family, runs_root, finetune_data
     export = export_model(build_tiny_run(family, runs_root), tmp_path / "export")
     script = tmp_path / "absent.py"
     script.write_text(_ABSENT_SCRIPT)
-    options = {**_common_options(finetune_data), "base_model": str(export), "trust_remote_code": True,
-               "output_dir": str(tmp_path / "finetuned")}
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules"),
-           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    options = {
+        **_common_options(finetune_data),
+        "base_model": str(export),
+        "trust_remote_code": True,
+        "output_dir": str(tmp_path / "finetuned"),
+    }
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_MODULES_CACHE": str(tmp_path / "modules"),
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
     result = subprocess.run(
         [sys.executable, str(script), str(REPO_ROOT / "training" / "finetune_trainer.py"), json.dumps(options)],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
@@ -349,7 +394,9 @@ def test_finetune_recipes_are_valid_and_start_from_a_shipped_training_recipe(rec
         for path in recipe.parent.glob("*.yaml")
         if not path.name.startswith("finetune-")
     }
-    assert Path(config.base_model) in trained, f"{recipe.name}: base_model {config.base_model} is no training recipe's output_dir"
+    assert Path(config.base_model) in trained, (
+        f"{recipe.name}: base_model {config.base_model} is no training recipe's output_dir"
+    )
     # Written as a path, so a base that was not trained yet is reported as a missing folder.
     monkeypatch.chdir(tmp_path)
     with pytest.raises(FileNotFoundError, match="base_model: folder not found"):
@@ -384,14 +431,36 @@ def test_torchrun_two_cpu_processes_form_one_group(runs_root, finetune_data, tmp
     process's epoch count.
     """
     base = build_tiny_run("transformer_seq2seq", runs_root)
-    options = ["--base-model", str(base), "--train-file", str(finetune_data["train"]), "--max-steps", "4",
-               "--per-device-train-batch-size", "8", "--logging-steps", "1", "--save-total-limit", "1"]
+    options = [
+        "--base-model",
+        str(base),
+        "--train-file",
+        str(finetune_data["train"]),
+        "--max-steps",
+        "4",
+        "--per-device-train-batch-size",
+        "8",
+        "--logging-steps",
+        "1",
+        "--save-total-limit",
+        "1",
+    ]
     torchrun = Path(sys.executable).with_name("torchrun")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     result = run_process_tree(
-        [str(torchrun), "--nproc_per_node", "2", "-m", "attention_seq2seq.training.finetune_trainer",
-         *options, "--output-dir", str(tmp_path / "ddp")],
-        timeout=600, env=env, cwd=tmp_path,
+        [
+            str(torchrun),
+            "--nproc_per_node",
+            "2",
+            "-m",
+            "attention_seq2seq.training.finetune_trainer",
+            *options,
+            "--output-dir",
+            str(tmp_path / "ddp"),
+        ],
+        timeout=600,
+        env=env,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stderr.count("fine-tuned model written") == 1  # rank 0 only
@@ -407,8 +476,9 @@ def _tiny_float64_model(family: str):
     if family == "transformer_seq2seq":
         model = tiny_model(family, 29, seed=0, dropout=0.0, max_position_embeddings=32, label_smoothing=0.1)
     else:  # coverage: its loss term is normalised by the target tokens as well
-        model = tiny_model(family, 29, seed=0, embedding_size=6, dropout=0.0, attention="bahdanau", coverage=True,
-                           label_smoothing=0.1)
+        model = tiny_model(
+            family, 29, seed=0, embedding_size=6, dropout=0.0, attention="bahdanau", coverage=True, label_smoothing=0.1
+        )
     return model.double()
 
 
@@ -443,20 +513,37 @@ def _trainer_gradients(family: str, tmp_path: Path, batch_size: int, accumulatio
     class RecordGradients(TrainerCallback):
         def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
             if not gradients:
-                gradients.update({name: p.grad.detach().clone() for name, p in model.named_parameters()
-                                  if p.grad is not None})
+                gradients.update(
+                    {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None}
+                )
 
     model = _tiny_float64_model(family)
     args = Seq2SeqTrainingArguments(
-        output_dir=str(tmp_path / f"{family}-{batch_size}x{accumulation}"), max_steps=1,
-        per_device_train_batch_size=batch_size, gradient_accumulation_steps=accumulation,
-        optim="sgd", learning_rate=0.1, lr_scheduler_type="constant", max_grad_norm=0.0, weight_decay=0.0,
-        label_smoothing_factor=0.0, save_strategy="no", report_to="none", remove_unused_columns=False,
-        dataloader_num_workers=0, use_cpu=True, seed=0, logging_steps=1,
+        output_dir=str(tmp_path / f"{family}-{batch_size}x{accumulation}"),
+        max_steps=1,
+        per_device_train_batch_size=batch_size,
+        gradient_accumulation_steps=accumulation,
+        optim="sgd",
+        learning_rate=0.1,
+        lr_scheduler_type="constant",
+        max_grad_norm=0.0,
+        weight_decay=0.0,
+        label_smoothing_factor=0.0,
+        save_strategy="no",
+        report_to="none",
+        remove_unused_columns=False,
+        dataloader_num_workers=0,
+        use_cpu=True,
+        seed=0,
+        logging_steps=1,
     )
-    trainer = Seq2SeqTrainer(model=model, args=args, data_collator=_pad_collator,
-                             train_dataset=_two_examples_of_2_and_10_target_tokens(),
-                             callbacks=[RecordGradients()])
+    trainer = Seq2SeqTrainer(
+        model=model,
+        args=args,
+        data_collator=_pad_collator,
+        train_dataset=_two_examples_of_2_and_10_target_tokens(),
+        callbacks=[RecordGradients()],
+    )
     trainer.train()
     return gradients
 
@@ -510,9 +597,18 @@ def test_ddp_over_two_cpu_processes_equals_the_full_batch(family, tmp_path):
     torchrun = Path(sys.executable).with_name("torchrun")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     result = run_process_tree(
-        [str(torchrun), "--nproc_per_node", "2", str(script), str(REPO_ROOT / "tests"), family,
-         str(tmp_path / "grads.pt")],
-        timeout=600, env=env, cwd=tmp_path,
+        [
+            str(torchrun),
+            "--nproc_per_node",
+            "2",
+            str(script),
+            str(REPO_ROOT / "tests"),
+            family,
+            str(tmp_path / "grads.pt"),
+        ],
+        timeout=600,
+        env=env,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     ddp = torch.load(tmp_path / "grads.pt")

@@ -33,7 +33,9 @@ def _numbers(value, path=""):
 
 @pytest.mark.slow
 def test_dry_run_writes_every_section_with_finite_figures(shared_data, tmp_path):
-    env = dict(os.environ, OUT=str(tmp_path), ATTN_SEQ2SEQ_SHARED_DATA=str(shared_data), PYTHON=str(Path(os.sys.executable)))
+    env = dict(
+        os.environ, OUT=str(tmp_path), ATTN_SEQ2SEQ_SHARED_DATA=str(shared_data), PYTHON=str(Path(os.sys.executable))
+    )
     done = run_process_tree(["bash", str(SCRIPT), "--dry-run"], timeout=900, cwd=REPO_ROOT, env=env)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     report = json.loads((tmp_path / "gpu_check.json").read_text())
@@ -54,7 +56,10 @@ def test_dry_run_writes_every_section_with_finite_figures(shared_data, tmp_path)
         step = report["sections"][f"train_step_{model}"]["figures"]
         assert step["tokens_per_s_ours"] > 0 and step["tokens_per_s_marian"] > 0
         assert 0 < step["mfu_peak_ours"] and step["matmul_peak_tflops"] > 0
-    assert report["sections"]["train_step_base"]["figures"]["params_ours"] > report["sections"]["train_step_small"]["figures"]["params_ours"]
+    assert (
+        report["sections"]["train_step_base"]["figures"]["params_ours"]
+        > report["sections"]["train_step_small"]["figures"]["params_ours"]
+    )
     assert report["sections"]["generate_beam5"]["figures"]["ratio_ours_over_marian"] > 0
     assert report["sections"]["rnn"]["figures"]["luong_tokens_per_s_ours"] > 0
     training = report["sections"]["training"]["figures"]

@@ -79,10 +79,29 @@ def tokenizer():
 def _tiny_model(family: str, vocab_size: int):
     if family == "rnn_seq2seq":
         # init_range: large enough weights for sentence-dependent output from a tiny model
-        return tiny_model(family, vocab_size, embedding_size=16, hidden_size=16, attention="luong", score="general",
-                          window="local-p", window_size=3, dropout=0.0, init_range=0.5)
-    return tiny_model(family, vocab_size, d_model=16, decoder_layers=2, encoder_ffn_dim=32, decoder_ffn_dim=32, dropout=0.0,
-                      max_position_embeddings=128, init_std=0.5)  # init_std: as init_range above
+        return tiny_model(
+            family,
+            vocab_size,
+            embedding_size=16,
+            hidden_size=16,
+            attention="luong",
+            score="general",
+            window="local-p",
+            window_size=3,
+            dropout=0.0,
+            init_range=0.5,
+        )
+    return tiny_model(
+        family,
+        vocab_size,
+        d_model=16,
+        decoder_layers=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        dropout=0.0,
+        max_position_embeddings=128,
+        init_std=0.5,
+    )  # init_std: as init_range above
 
 
 def _png(width: int = 4, height: int = 3, text: dict[str, str] | None = None) -> bytes:
@@ -108,7 +127,13 @@ def _metrics(family: str) -> dict:
             "license": "non-commercial research",
             "attribution": "Elliott et al. 2016",
         },
-        "train": {"steps": 15, "epochs": 1.0, "wall_time_s": 1.5, "target_tokens_per_s": 900.0, "final_train_loss": 4.2},
+        "train": {
+            "steps": 15,
+            "epochs": 1.0,
+            "wall_time_s": 1.5,
+            "target_tokens_per_s": 900.0,
+            "final_train_loss": 4.2,
+        },
         "validation": [{"step": 15, "loss": 4.5, "perplexity": 90.0, "bleu": 0.4, "chrf": 9.1}],
         "test": {
             "multi30k-test2016": {
@@ -574,14 +599,19 @@ def test_register_for_auto_class_then_save_pretrained_writes_a_remote_code_folde
     assert "translation" in config["custom_pipelines"]
     assert (folder / "pipeline_translation.py").is_file() and (folder / f"configuration_{family}.py").is_file()
     assert {p.name: oct(p.stat().st_mode & 0o777) for p in folder.iterdir()}["model.safetensors"] == oct(
-        (folder / "config.json").stat().st_mode & 0o777)
+        (folder / "config.json").stat().st_mode & 0o777
+    )
 
     input_ids, decoder_input_ids = [[5, 6, 7, 2]], [[1, 8, 9]]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules_cache")}
     env.pop("PYTHONPATH", None)
     completed = subprocess.run(
         [sys.executable, "-c", _REMOTE_CODE_CHILD, str(folder), json.dumps(input_ids), json.dumps(decoder_input_ids)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     child = json.loads(completed.stdout.strip().splitlines()[-1])

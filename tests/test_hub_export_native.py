@@ -148,7 +148,7 @@ def test_native_export_has_no_code_and_names_the_native_class(native_export):
     card = (out / "README.md").read_text()
     assert LAYOUTS[name].model_class in card
     assert 'AutoModelForSeq2SeqLM.from_pretrained("me/tiny-' in card
-    assert "no `pipeline(\"translation\")`" in card and "batch_decode" in card
+    assert 'no `pipeline("translation")`' in card and "batch_decode" in card
 
 
 _CHILD = r"""
@@ -358,7 +358,13 @@ def test_ct2_folder_holds_the_tokenizer_and_decoding_defaults(ct2_run):
     _, exports = ct2_run
     folder = exports["int8"]
     files = {p.name for p in folder.iterdir()}
-    assert {"model.bin", "config.json", "tokenizer.json", "generation_config.json", "attention_seq2seq_ct2.json"} <= files
+    assert {
+        "model.bin",
+        "config.json",
+        "tokenizer.json",
+        "generation_config.json",
+        "attention_seq2seq_ct2.json",
+    } <= files
     config = json.loads((folder / "config.json").read_text())
     assert config["decoder_start_token"] == "<s>" and config["add_source_eos"] is False
     assert json.loads((folder / "attention_seq2seq_ct2.json").read_text())["quantization"] == "int8"

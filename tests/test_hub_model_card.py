@@ -95,7 +95,11 @@ def test_metadata_and_model_index_come_from_metrics(config):
             [r"p_t = S \cdot \mathrm{sigmoid}", r"v_a^\top \tanh\left(W_a [h_t; \bar{h}_s]\right)", "Hard attention"],
             ["luong2015"],
         ),
-        (dict(attention="luong", score="cosine"), [r"\beta_t \dfrac{h_t^\top \bar{h}_s}", "Input feeding"], ["luong2015"]),
+        (
+            dict(attention="luong", score="cosine"),
+            [r"\beta_t \dfrac{h_t^\top \bar{h}_s}", "Input feeding"],
+            ["luong2015"],
+        ),
         (dict(attention="none", bridge="last"), ["No attention", r"s_0 = \mathrm{bridge}(h_S)"], ["sutskever2014"]),
     ],
 )
@@ -136,16 +140,27 @@ def test_transformer_card_names_scale_norm_and_fix_norm_when_the_config_uses_the
     "corpus, license, required",
     [
         (
-            dict(spec="tsv:/data/tatoeba-cmn-eng/train.tsv", name="Tatoeba cmn-eng", src="zh", tgt="en",
-                 license="CC-BY 2.0 FR"),  # fmt: skip
+            dict(
+                spec="tsv:/data/tatoeba-cmn-eng/train.tsv",
+                name="Tatoeba cmn-eng",
+                src="zh",
+                tgt="en",
+                license="CC-BY 2.0 FR",
+            ),  # fmt: skip
             "cc-by-2.0",
             ["Attribution: www.manythings.org/anki and tatoeba.org", "CC-BY 2.0 FR"],
         ),
-        (dict(spec="bible:es-en", name="Bible RV1909-WEB", src="es", tgt="en", license="public domain"),
-         "apache-2.0", ["public domain"]),  # fmt: skip
+        (
+            dict(spec="bible:es-en", name="Bible RV1909-WEB", src="es", tgt="en", license="public domain"),
+            "apache-2.0",
+            ["public domain"],
+        ),  # fmt: skip
         (dict(), "other", ["non-commercial research", CITATIONS["multi30k"], "Elliott"]),
-        (dict(spec="jsonl:/data/x.jsonl", name="In-house", license="CC0"), "apache-2.0",
-         ["`jsonl:x.jsonl` (In-house)", "CC0", "Attribution: see the corpus README"]),  # fmt: skip
+        (
+            dict(spec="jsonl:/data/x.jsonl", name="In-house", license="CC0"),
+            "apache-2.0",
+            ["`jsonl:x.jsonl` (In-house)", "CC0", "Attribution: see the corpus README"],
+        ),  # fmt: skip
     ],
 )
 def test_training_data_carries_the_corpus_terms(corpus, license, required):
@@ -188,8 +203,12 @@ def test_card_without_metrics_or_recipe_is_still_valid():
 
 
 def test_card_hyperparameter_table_leaves_out_the_trainers_debug_fields():
-    recipe = {"learning_rate": 0.001, "debug_dump_batches": False, "debug_crash_at_step": None,
-              "model_config": {"dropout": 0.3}}
+    recipe = {
+        "learning_rate": 0.001,
+        "debug_dump_batches": False,
+        "debug_crash_at_step": None,
+        "model_config": {"dropout": 0.3},
+    }
     text = ModelCard(_render(RNNSeq2SeqConfig(**RNN), _metrics(), recipe=recipe)).text
     assert "| `learning_rate` | `0.001` |" in text and "| `model_config.dropout` | `0.3` |" in text
     assert "debug_" not in text

@@ -23,7 +23,13 @@ PACKAGE = "attention_seq2seq"
 
 # folder (as installed under attention_seq2seq.) -> layer; higher layers may import lower ones
 LAYERS = {"configuration": 0, "modeling": 1, "data": 2, "training": 3, "hub": 4}
-SHARED = {"errors", "metrics", "plotting", "fonts", "evaluate_modules"}  # attention_seq2seq.<name>: usable from every layer
+SHARED = {
+    "errors",
+    "metrics",
+    "plotting",
+    "fonts",
+    "evaluate_modules",
+}  # attention_seq2seq.<name>: usable from every layer
 TOP = 5  # the package root's other modules: cli, inference, main_job, __init__
 FORBIDDEN = {"hub": {"training"}}  # on top of the order: hub/ never imports training/
 

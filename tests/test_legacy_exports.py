@@ -24,12 +24,16 @@ FAMILIES = {
 
 def _outputs(model, expected) -> dict:
     model.train()
-    loss = model(input_ids=expected["input_ids"], attention_mask=expected["attention_mask"],
-                 labels=expected["labels"]).loss
+    loss = model(
+        input_ids=expected["input_ids"], attention_mask=expected["attention_mask"], labels=expected["labels"]
+    ).loss
     model.eval()
     with torch.no_grad():
-        logits = model(input_ids=expected["input_ids"], attention_mask=expected["attention_mask"],
-                       decoder_input_ids=expected["decoder_input_ids"]).logits
+        logits = model(
+            input_ids=expected["input_ids"],
+            attention_mask=expected["attention_mask"],
+            decoder_input_ids=expected["decoder_input_ids"],
+        ).logits
         kwargs = dict(attention_mask=expected["attention_mask"], max_new_tokens=6)
         greedy = model.generate(expected["input_ids"], num_beams=1, **kwargs)
         beam = model.generate(expected["input_ids"], num_beams=3, **kwargs)
@@ -95,7 +99,11 @@ def test_legacy_export_as_remote_code_and_its_resave_with_todays_code_give_the_s
     env.pop("PYTHONPATH", None)
     completed = subprocess.run(
         [sys.executable, "-c", _REMOTE_CODE_CHILD, str(legacy), str(resaved)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     child = json.loads(completed.stdout.strip().splitlines()[-1])

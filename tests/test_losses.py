@@ -85,8 +85,13 @@ def test_model_loss_with_num_items_in_batch_is_the_trainers_summed_loss_over_the
         model = tiny_model(label_smoothing=0.1, use_cpu_fast_paths=fast)
     else:
         variant = "bahdanau-lstm-coverage" if family == "rnn-coverage" else "luong-general-feed-gru"
-        model = make_rnn(variant, label_smoothing=0.1, dropout=0.0, use_cpu_fast_paths=fast,
-                         **({"coverage_loss_weight": 0.5} if family == "rnn-coverage" else {}))
+        model = make_rnn(
+            variant,
+            label_smoothing=0.1,
+            dropout=0.0,
+            use_cpu_fast_paths=fast,
+            **({"coverage_loss_weight": 0.5} if family == "rnn-coverage" else {}),
+        )
     batch, n = _batch(), 13  # 6 target tokens here, 13 in the whole update
     out = model.train()(**batch, num_items_in_batch=n)
     labels = batch["labels"]
@@ -96,8 +101,14 @@ def test_model_loss_with_num_items_in_batch_is_the_trainers_summed_loss_over_the
         assert coverage is not None
         trainer_sum = trainer_sum + 0.5 * coverage[labels != -100].sum()
     torch.testing.assert_close(out.loss, trainer_sum / n, rtol=1e-6, atol=1e-7)
-    hand = hand_loss(out.logits.detach().double(), labels, 0.1,
-                     coverage.detach().double() if coverage is not None else None, 0.5, count=n)
+    hand = hand_loss(
+        out.logits.detach().double(),
+        labels,
+        0.1,
+        coverage.detach().double() if coverage is not None else None,
+        0.5,
+        count=n,
+    )
     assert out.loss.item() == pytest.approx(hand, rel=1e-5)
     # None: this batch's own token count
     torch.testing.assert_close(model(**batch).loss, out.loss * n / 6, rtol=1e-6, atol=1e-7)

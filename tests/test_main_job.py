@@ -27,12 +27,20 @@ pytestmark = pytest.mark.slow
 )
 def test_main_job_quick_runs_end_to_end_and_repeats_itself_bit_for_bit(tmp_path):
     # The mixed-precision decision lives in a cache of this test's own, shared by both runs.
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "ATTENTION_SEQ2SEQ_CACHE": str(tmp_path / "cache")}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "ATTENTION_SEQ2SEQ_CACHE": str(tmp_path / "cache"),
+    }
 
     def job(out):
         done = subprocess.run(
             [sys.executable, "-m", "attention_seq2seq.main_job", "--quick", "--output-dir", str(out)],
-            env=env, capture_output=True, text=True, timeout=1800,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1800,
         )
         assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
         return done, json.loads((out / "summary.json").read_text(encoding="utf-8"))
@@ -57,7 +65,9 @@ def test_main_job_quick_runs_end_to_end_and_repeats_itself_bit_for_bit(tmp_path)
     for model in summary["models"]:
         assert model["test_set"] and model["test_sentences"] == 40
         assert 0.0 <= model["bleu"] <= 100.0 and 0.0 <= model["chrf"] <= 100.0
-        assert model["bleu_signature"].startswith("nrefs:1|bs:1000|seed:12345|case:mixed")  # the recipes set test_bootstrap: 1000
+        assert model["bleu_signature"].startswith(
+            "nrefs:1|bs:1000|seed:12345|case:mixed"
+        )  # the recipes set test_bootstrap: 1000
         assert len(model["translations"]) == 3
         assert all(isinstance(t, str) for t in model["translations"].values())
         export = out / "exports" / model["model"]
@@ -65,14 +75,19 @@ def test_main_job_quick_runs_end_to_end_and_repeats_itself_bit_for_bit(tmp_path)
         assert set(config["auto_map"]) >= {"AutoConfig", "AutoModelForSeq2SeqLM"}
         assert "translation" in config["custom_pipelines"]
         card = (export / "README.md").read_text(encoding="utf-8")
-        assert card.startswith("---") and f"{model['bleu']:.2f} ± " in card  # test_bootstrap's interval reaches the card
+        assert (
+            card.startswith("---") and f"{model['bleu']:.2f} ± " in card
+        )  # test_bootstrap's interval reaches the card
         assert model["bleu_ci95"] >= 0.0 and model["chrf_ci95"] > 0.0  # ... and the summary
         assert (export / "model.safetensors").exists()
     # The table the job prints is the one it writes.
     table = (out / "summary.md").read_text(encoding="utf-8")
     assert table.splitlines()[0].startswith("| model |") and table in done.stdout
     for model in summary["models"]:
-        assert f"| {model['bleu']:.1f} ± {model['bleu_ci95']:.1f} | {model['chrf']:.1f} ± {model['chrf_ci95']:.1f} |" in table
+        assert (
+            f"| {model['bleu']:.1f} ± {model['bleu_ci95']:.1f} | {model['chrf']:.1f} ± {model['chrf_ci95']:.1f} |"
+            in table
+        )
 
 
 def test_progress_relay_shows_each_redraw_and_logs_the_last(tmp_path, capsys):
@@ -80,12 +95,25 @@ def test_progress_relay_shows_each_redraw_and_logs_the_last(tmp_path, capsys):
     # it move, and the log file keeps only the bar's last state.
     from attention_seq2seq.main_job import _run
 
-    child = ("import sys\nfor i in range(3):\n    sys.stderr.write(f'\\rtrain {i}/2'); sys.stderr.flush()\n"
-             "sys.stderr.write('\\n'); print('validation @ 2'); print('last line without newline', end='')")
+    child = (
+        "import sys\nfor i in range(3):\n    sys.stderr.write(f'\\rtrain {i}/2'); sys.stderr.flush()\n"
+        "sys.stderr.write('\\n'); print('validation @ 2'); print('last line without newline', end='')"
+    )
     _run([sys.executable, "-c", child], log=tmp_path / "child.log", show="the child")
     shown = capsys.readouterr().out.splitlines()
-    assert shown == ["$ the child", "train 0/2", "train 1/2", "train 2/2", "validation @ 2", "last line without newline"]
-    assert (tmp_path / "child.log").read_text().splitlines() == ["train 2/2", "validation @ 2", "last line without newline"]
+    assert shown == [
+        "$ the child",
+        "train 0/2",
+        "train 1/2",
+        "train 2/2",
+        "validation @ 2",
+        "last line without newline",
+    ]
+    assert (tmp_path / "child.log").read_text().splitlines() == [
+        "train 2/2",
+        "validation @ 2",
+        "last line without newline",
+    ]
 
 
 def test_the_recipes_fix_the_work_and_minutes_is_an_explicit_wall_clock_opt_in():

@@ -13,8 +13,15 @@ from attention_seq2seq.training import precision
 from attention_seq2seq.training.precision import BF16_MIN_SPEEDUP, resolve_mixed_precision, synthetic_batch
 from attention_seq2seq.training.train import CHOICES, TrainConfig, validate_config
 
-TINY = dict(d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
-            encoder_ffn_dim=32, decoder_ffn_dim=32)
+TINY = dict(
+    d_model=16,
+    encoder_layers=1,
+    decoder_layers=1,
+    encoder_attention_heads=2,
+    decoder_attention_heads=2,
+    encoder_ffn_dim=32,
+    decoder_ffn_dim=32,
+)
 
 
 @pytest.fixture
@@ -33,15 +40,19 @@ def fake_timer(float32_s, bf16_s, calls):
     def measure(model, batches, rounds=3, bf16=True):
         calls.append(bf16)
         return float32_s, (bf16_s if bf16 else None)
+
     return measure
 
 
-@pytest.mark.parametrize("float32_s, bf16_s, expected", [
-    (0.30, 0.20, "bf16"),  # 1.5x: bf16
-    (0.20, 0.30, "no"),  # bf16 slower (the LSTM on an AMX Xeon; every model on a Xeon without AMX)
-    (0.105, 0.100, "no"),  # 1.05x: not worth bf16's rounding
-    (BF16_MIN_SPEEDUP * 0.1, 0.1, "bf16"),  # exactly the threshold
-])
+@pytest.mark.parametrize(
+    "float32_s, bf16_s, expected",
+    [
+        (0.30, 0.20, "bf16"),  # 1.5x: bf16
+        (0.20, 0.30, "no"),  # bf16 slower (the LSTM on an AMX Xeon; every model on a Xeon without AMX)
+        (0.105, 0.100, "no"),  # 1.05x: not worth bf16's rounding
+        (BF16_MIN_SPEEDUP * 0.1, 0.1, "bf16"),  # exactly the threshold
+    ],
+)
 def test_auto_picks_bf16_only_when_measured_faster(cache_dir, monkeypatch, float32_s, bf16_s, expected):
     calls = []
     monkeypatch.setattr(precision, "measure_step_times", fake_timer(float32_s, bf16_s, calls))
@@ -86,7 +97,9 @@ def test_real_measurement_of_a_tiny_model_leaves_the_global_random_state_alone(c
     choice = resolve_mixed_precision("transformer", TINY, 40, 256, build_model=tiny_model)
     assert torch.equal(torch.rand(3), expected)  # the synthetic ids come from a private generator
     assert choice.mixed_precision in ("bf16", "no") and choice.float32_step_s > 0 and choice.bf16_step_s > 0
-    assert choice.mixed_precision == ("bf16" if choice.float32_step_s / choice.bf16_step_s >= BF16_MIN_SPEEDUP else "no")
+    assert choice.mixed_precision == (
+        "bf16" if choice.float32_step_s / choice.bf16_step_s >= BF16_MIN_SPEEDUP else "no"
+    )
 
 
 def test_synthetic_batch_is_a_padded_token_budget_batch_with_shifted_labels():
@@ -94,8 +107,12 @@ def test_synthetic_batch_is_a_padded_token_budget_batch_with_shifted_labels():
     assert batch["input_ids"].shape == (10, 40)
     mask, labels = batch["attention_mask"], batch["labels"]
     source_lengths, target_lengths = mask.sum(1), (labels != -100).sum(1)
-    assert source_lengths.max() == target_lengths.max() == 40 and source_lengths.min() >= 20 and target_lengths.min() >= 20
-    assert not mask.all() and torch.equal(mask[:, :-1] >= mask[:, 1:], torch.ones_like(mask[:, 1:], dtype=torch.bool))  # right padding
+    assert (
+        source_lengths.max() == target_lengths.max() == 40 and source_lengths.min() >= 20 and target_lengths.min() >= 20
+    )
+    assert not mask.all() and torch.equal(
+        mask[:, :-1] >= mask[:, 1:], torch.ones_like(mask[:, 1:], dtype=torch.bool)
+    )  # right padding
     assert torch.equal(batch["input_ids"] == 0, mask == 0)  # padding id 0 exactly where the mask is 0
     real = labels[:, :-1] != -100
     assert torch.equal(batch["decoder_input_ids"][:, 1:][real], labels[:, :-1][real])

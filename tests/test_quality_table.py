@@ -21,12 +21,27 @@ def _load_script():
 
 def _fake_run(run: Path, greedy: bool) -> Path:
     run.mkdir()
-    entry = {"split": "test", "num_sentences": 1000, "num_beams": 5, "bleu": 41.234, "bleu_lowercase": 42.06, "chrf": 61.96}
+    entry = {
+        "split": "test",
+        "num_sentences": 1000,
+        "num_beams": 5,
+        "bleu": 41.234,
+        "bleu_lowercase": 42.06,
+        "chrf": 61.96,
+    }
     tests = {"multi30k-test": entry}
     if greedy:
         tests["multi30k-test-greedy"] = {**entry, "num_beams": 1, "bleu": 39.95}
-    metrics = {"train": {"wall_time_s": 2401.0, "steps": 6789, "epochs": 34.04, "target_tokens_per_s": 2665.4,
-                         "num_parameters": 5_996_544}, "test": tests}
+    metrics = {
+        "train": {
+            "wall_time_s": 2401.0,
+            "steps": 6789,
+            "epochs": 34.04,
+            "target_tokens_per_s": 2665.4,
+            "num_parameters": 5_996_544,
+        },
+        "test": tests,
+    }
     (run / "metrics.json").write_text(json.dumps(metrics))
     (run / "recipe.yaml").write_text(yaml.safe_dump({"num_threads": 1}))
     return run
@@ -34,8 +49,10 @@ def _fake_run(run: Path, greedy: bool) -> Path:
 
 def test_row_reads_every_column_from_the_run_folder(tmp_path):
     row = _load_script().row(_fake_run(tmp_path / "run-a", greedy=True))
-    assert row == ("| run-a | multi30k-test (1000) | 40 min x 1 thread | 6,789 (34.0) | 2,665 | 6.00 M | 41.2 | 40.0 "
-                   "| 42.1 | 62.0 |")
+    assert row == (
+        "| run-a | multi30k-test (1000) | 40 min x 1 thread | 6,789 (34.0) | 2,665 | 6.00 M | 41.2 | 40.0 "
+        "| 42.1 | 62.0 |"
+    )
 
 
 def test_row_without_a_greedy_entry_shows_a_dash(tmp_path):

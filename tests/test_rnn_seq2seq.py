@@ -769,7 +769,9 @@ def test_data_collator_for_seq2seq_builds_the_decoder_inputs_the_model_would():
             width = max(len(f["input_ids"]) for f in features)
             return {
                 "input_ids": torch.tensor([f["input_ids"] + [PAD] * (width - len(f["input_ids"])) for f in features]),
-                "attention_mask": torch.tensor([[1] * len(f["input_ids"]) + [0] * (width - len(f["input_ids"])) for f in features]),
+                "attention_mask": torch.tensor(
+                    [[1] * len(f["input_ids"]) + [0] * (width - len(f["input_ids"])) for f in features]
+                ),
             }
 
     features = [
@@ -781,5 +783,7 @@ def test_data_collator_for_seq2seq_builds_the_decoder_inputs_the_model_would():
     assert torch.equal(batch["decoder_input_ids"], expected)
     with torch.no_grad():
         with_inputs = model(**batch).loss
-        labels_only = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]).loss
+        labels_only = model(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]
+        ).loss
     torch.testing.assert_close(with_inputs, labels_only, rtol=0, atol=0)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest
@@ -69,11 +68,17 @@ def test_linear_time_schedule_reaches_zero_at_the_end_of_the_budget():
     assert lrs == pytest.approx([0.5, 1.0, 1.0, 1.0, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125, 0.0, 0.0])
     # A faster host fits more updates into the same budget and still ends at 0.
     fast, _ = _linear_time_lrs(25, 5.0, 100.0, warmup_steps=2)
-    assert fast[4] == pytest.approx(1 - 5 / 90) and fast[20] == pytest.approx(5 / 90) and fast[21:] == pytest.approx([0.0] * 4)
+    assert (
+        fast[4] == pytest.approx(1 - 5 / 90)
+        and fast[20] == pytest.approx(5 / 90)
+        and fast[21:] == pytest.approx([0.0] * 4)
+    )
     assert all(a >= b for a, b in zip(fast[2:], fast[3:]))
     # With max_steps too, the rate is the lower of the two lines (whichever limit comes first).
     both, _ = _linear_time_lrs(13, 10.0, 100.0, warmup_steps=2, total_steps=8)
-    assert both[4:9] == pytest.approx([min((8 - s) / 6, t) for s, t in zip(range(4, 9), [0.875, 0.75, 0.625, 0.5, 0.375])])
+    assert both[4:9] == pytest.approx(
+        [min((8 - s) / 6, t) for s, t in zip(range(4, 9), [0.875, 0.75, 0.625, 0.5, 0.375])]
+    )
     restored = TimeBudget(100.0)
     restored.load_state_dict(budget.state_dict())
     assert (restored.decay_start_s, restored.elapsed_s, restored.remaining_fraction()) == (20.0, 130.0, 0.0)
@@ -318,7 +323,12 @@ def test_transformer_attention_writes_average_and_per_head_figures(tmp_path):
     rng = np.random.default_rng(0)
     layers = [rng.dirichlet(np.ones(5), size=(4, 2)) for _ in range(3)]  # 3 layers of (4 heads, 2, 5)
     files = plot_cross_attentions(layers, list("abcde"), ["p", "q"], tmp_path, "attn")
-    assert [f.name for f in files] == ["attn.png", "attn_layer1_heads.png", "attn_layer2_heads.png", "attn_layer3_heads.png"]
+    assert [f.name for f in files] == [
+        "attn.png",
+        "attn_layer1_heads.png",
+        "attn_layer2_heads.png",
+        "attn_layer3_heads.png",
+    ]
     assert all(f.stat().st_size > 1000 for f in files)
 
 

@@ -32,14 +32,26 @@ from attention_seq2seq.training import objectives
 from attention_seq2seq.training import train as train_module
 from attention_seq2seq.training.checkpoints import STATE_FILE
 from attention_seq2seq.training.config import RecipeError, config_from_dict, load_recipe, parse_command_line
-from attention_seq2seq.training.train import Collate, TrainConfig, optimizer_param_groups, optimizer_update, train, validate_config
+from attention_seq2seq.training.train import (
+    Collate,
+    TrainConfig,
+    optimizer_param_groups,
+    optimizer_update,
+    train,
+    validate_config,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RECIPES = REPO_ROOT / "training" / "recipes"
 
 TINY_TRANSFORMER = {
-    "d_model": 32, "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 2,
-    "decoder_attention_heads": 2, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64,
+    "d_model": 32,
+    "encoder_layers": 1,
+    "decoder_layers": 1,
+    "encoder_attention_heads": 2,
+    "decoder_attention_heads": 2,
+    "encoder_ffn_dim": 64,
+    "decoder_ffn_dim": 64,
 }
 TINY_RNN = {"embedding_size": 32, "hidden_size": 32, "attention": "luong", "score": "general", "input_feeding": True}
 
@@ -118,12 +130,31 @@ def test_main_reports_a_bad_recipe_in_one_line_and_exits_2(tmp_path, capsys):
 
 def test_command_line_overrides_recipe_and_merges_model_config(tmp_path):
     recipe = tmp_path / "r.yaml"
-    recipe.write_text(yaml.safe_dump({"model_family": "transformer", "model_config": {"d_model": 256, "encoder_layers": 3},
-                                      "learning_rate": 1e-3, "max_steps": 100}))
-    config = parse_command_line(TrainConfig, [
-        "--recipe", str(recipe), "--learning_rate=5e-4", "--model_config.d_model", "128", "--resume",
-        "--max_time_minutes", "null", "--eval_max_examples", "null",
-    ])
+    recipe.write_text(
+        yaml.safe_dump(
+            {
+                "model_family": "transformer",
+                "model_config": {"d_model": 256, "encoder_layers": 3},
+                "learning_rate": 1e-3,
+                "max_steps": 100,
+            }
+        )
+    )
+    config = parse_command_line(
+        TrainConfig,
+        [
+            "--recipe",
+            str(recipe),
+            "--learning_rate=5e-4",
+            "--model_config.d_model",
+            "128",
+            "--resume",
+            "--max_time_minutes",
+            "null",
+            "--eval_max_examples",
+            "null",
+        ],
+    )
     assert config.learning_rate == 5e-4 and config.max_steps == 100 and config.resume is True
     assert config.model_config == {"d_model": 128, "encoder_layers": 3}  # one key changed, the other kept
     assert config.max_eval_samples is None
@@ -133,7 +164,9 @@ def test_wrong_types_and_inconsistent_limits_are_rejected():
     with pytest.raises(RecipeError, match="field 'max_steps' must be int"):
         config_from_dict(TrainConfig, {"max_steps": "ten"})
     # `mixed_precision: no` in a YAML recipe arrives as False: the message says to quote it
-    with pytest.raises(RecipeError, match=r"field 'mixed_precision' must be str or null; got False \(YAML reads an unquoted no"):
+    with pytest.raises(
+        RecipeError, match=r"field 'mixed_precision' must be str or null; got False \(YAML reads an unquoted no"
+    ):
         config_from_dict(TrainConfig, yaml.safe_load("mixed_precision: no"))
     with pytest.raises(RecipeError, match="set at least one of max_steps, max_epochs, max_time_minutes"):
         validate_config(TrainConfig())
@@ -143,7 +176,9 @@ def test_wrong_types_and_inconsistent_limits_are_rejected():
         validate_config(TrainConfig(max_steps=1, model_family="lstm"))
     # transformers refuses to save a generation_config with a length penalty and one beam: caught
     # here, not after the run
-    with pytest.raises(RecipeError, match=r"length_penalty \(0.6\) applies to beam search only; it needs test_num_beams > 1"):
+    with pytest.raises(
+        RecipeError, match=r"length_penalty \(0.6\) applies to beam search only; it needs test_num_beams > 1"
+    ):
         validate_config(TrainConfig(max_steps=1, length_penalty=0.6, test_num_beams=1))
     validate_config(TrainConfig(max_steps=1, length_penalty=0.6, test_num_beams=4))
 
@@ -166,17 +201,26 @@ def test_subword_sampling_options_are_checked_against_the_tokenizer_type():
     bpe = types.SimpleNamespace(backend_tokenizer=types.SimpleNamespace(model=tokenizers.models.BPE()))
     config = TrainConfig(max_steps=1, subword_alpha=0.2, tokenizer_path="saved/bpe")
     validate_config(config)
-    with pytest.raises(RecipeError, match="subword_alpha samples unigram segmentations, but the tokenizer from "
-                                          "tokenizer_path saved/bpe is BPE; use bpe_dropout"):
+    with pytest.raises(
+        RecipeError,
+        match="subword_alpha samples unigram segmentations, but the tokenizer from "
+        "tokenizer_path saved/bpe is BPE; use bpe_dropout",
+    ):
         train_module.build_subword_resampling(config, None, None, bpe, None)
     validate_config(TrainConfig(max_steps=1, tokenizer_type="bpe", bpe_dropout=0.1))
 
 
 def test_model_config_keys_and_values_are_checked_before_any_data_is_loaded():
-    with pytest.raises(RecipeError, match=r"unknown key 'd_modle' for TransformerSeq2SeqConfig \(did you mean 'd_model'"):
+    with pytest.raises(
+        RecipeError, match=r"unknown key 'd_modle' for TransformerSeq2SeqConfig \(did you mean 'd_model'"
+    ):
         validate_config(TrainConfig(max_steps=1, model_config={"d_modle": 128}))
-    with pytest.raises(RecipeError, match="model_config: window must be one of 'global', 'local-m', 'local-p'; got 'local-x'"):
-        validate_config(TrainConfig(max_steps=1, model_family="rnn", model_config={"attention": "luong", "window": "local-x"}))
+    with pytest.raises(
+        RecipeError, match="model_config: window must be one of 'global', 'local-m', 'local-p'; got 'local-x'"
+    ):
+        validate_config(
+            TrainConfig(max_steps=1, model_family="rnn", model_config={"attention": "luong", "window": "local-x"})
+        )
 
 
 def test_num_threads_must_be_positive_or_null():
@@ -229,7 +273,9 @@ def _one_update(family: str, micro_features: list[list[dict]], label_smoothing=0
     if family == "rnn":
         model = pkg.RNNSeq2SeqForConditionalGeneration(pkg.RNNSeq2SeqConfig(vocab_size=40, dropout=0.0, **TINY_RNN))
     else:
-        model = pkg.TransformerSeq2SeqForConditionalGeneration(pkg.TransformerSeq2SeqConfig(vocab_size=40, dropout=0.0, **TINY_TRANSFORMER))
+        model = pkg.TransformerSeq2SeqForConditionalGeneration(
+            pkg.TransformerSeq2SeqConfig(vocab_size=40, dropout=0.0, **TINY_TRANSFORMER)
+        )
     accelerator = Accelerator(cpu=True)
     # SGD, not Adam: Adam's first step is lr * sign(gradient), which turns rounding noise on
     # gradients that are zero in exact arithmetic (e.g. attention key biases) into +-lr.
@@ -241,7 +287,9 @@ def _one_update(family: str, micro_features: list[list[dict]], label_smoothing=0
     if mean_per_micro:  # what averaging per-micro-batch means would do: the bug this design avoids
         for mb in micro:
             logits = model(**{k: mb[k] for k in ("input_ids", "attention_mask", "decoder_input_ids")}).logits
-            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), mb["labels"].flatten(), label_smoothing=label_smoothing)
+            loss = torch.nn.functional.cross_entropy(
+                logits.flatten(0, 1), mb["labels"].flatten(), label_smoothing=label_smoothing
+            )
             (loss / len(micro)).backward()
         optimizer.step()
     else:
@@ -270,7 +318,9 @@ def test_weight_decay_shrinks_matrices_and_embeddings_but_not_biases_or_layer_no
     if family == "rnn":
         model = pkg.RNNSeq2SeqForConditionalGeneration(pkg.RNNSeq2SeqConfig(vocab_size=40, **TINY_RNN))
     else:
-        model = pkg.TransformerSeq2SeqForConditionalGeneration(pkg.TransformerSeq2SeqConfig(vocab_size=40, **TINY_TRANSFORMER))
+        model = pkg.TransformerSeq2SeqForConditionalGeneration(
+            pkg.TransformerSeq2SeqConfig(vocab_size=40, **TINY_TRANSFORMER)
+        )
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
     lr, weight_decay = 0.1, 0.5
     groups = optimizer_param_groups(model, weight_decay)
@@ -299,8 +349,18 @@ def test_the_trainer_builds_its_adamw_from_the_decay_groups(pairs_corpus, tmp_pa
         return groups
 
     monkeypatch.setattr(build_module, "optimizer_param_groups", spy)
-    train(tiny_config(pairs_corpus, tmp_path / "run", weight_decay=0.3, max_steps=1, eval_every=100, save_every=100,
-                      num_plot_sentences=0, max_test_samples=2))
+    train(
+        tiny_config(
+            pairs_corpus,
+            tmp_path / "run",
+            weight_decay=0.3,
+            max_steps=1,
+            eval_every=100,
+            save_every=100,
+            num_plot_sentences=0,
+            max_test_samples=2,
+        )
+    )
     assert [(wd, [g["weight_decay"] for g in groups]) for wd, groups in seen] == [(0.3, [0.3, 0.0])]
 
 
@@ -313,8 +373,13 @@ def test_update_with_coverage_follows_the_models_own_loss_gradient():
 
     pairs = _random_pairs(4, vocab=40, seed=3)
     config = pkg.RNNSeq2SeqConfig(
-        vocab_size=40, dropout=0.0, attention="bahdanau", coverage=True, coverage_loss_weight=2.0,
-        label_smoothing=0.1, **{k: v for k, v in TINY_RNN.items() if k not in ("attention", "input_feeding", "score")},
+        vocab_size=40,
+        dropout=0.0,
+        attention="bahdanau",
+        coverage=True,
+        coverage_loss_weight=2.0,
+        label_smoothing=0.1,
+        **{k: v for k, v in TINY_RNN.items() if k not in ("attention", "input_feeding", "score")},
     )
     batch = {k: v for k, v in Collate(pad_token_id=0, decoder_start_token_id=1)(pairs).items() if k != "id"}
 
@@ -350,8 +415,9 @@ def test_symmetric_kl_sum_matches_the_two_kl_divergences():
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(7, 11, generator=g), torch.randn(7, 11, generator=g)
     la, lb = a.log_softmax(-1), b.log_softmax(-1)
-    reference = (torch.nn.functional.kl_div(lb, la, log_target=True, reduction="sum")
-                 + torch.nn.functional.kl_div(la, lb, log_target=True, reduction="sum"))
+    reference = torch.nn.functional.kl_div(lb, la, log_target=True, reduction="sum") + torch.nn.functional.kl_div(
+        la, lb, log_target=True, reduction="sum"
+    )
     assert symmetric_kl_sum(a, b).item() == pytest.approx(reference.item(), rel=1e-5)
     out = symmetric_kl_sum(a.bfloat16(), b.bfloat16())
     assert out.dtype == torch.float32 and out.item() == pytest.approx(reference.item(), rel=0.05)
@@ -372,25 +438,36 @@ def _rdrop_update(alpha: float, dropout: float, by_hand: bool):
     pairs = _random_pairs(5, vocab=40, seed=4)
     batch = {k: v for k, v in Collate(pad_token_id=0, decoder_start_token_id=1)(pairs).items() if k != "id"}
     torch.manual_seed(0)
-    model = pkg.TransformerSeq2SeqForConditionalGeneration(pkg.TransformerSeq2SeqConfig(vocab_size=40, dropout=dropout, **TINY_TRANSFORMER))
+    model = pkg.TransformerSeq2SeqForConditionalGeneration(
+        pkg.TransformerSeq2SeqConfig(vocab_size=40, dropout=dropout, **TINY_TRANSFORMER)
+    )
     model.train()
     torch.manual_seed(1)  # the same dropout masks on both paths
     loss_per_token = None
     if by_hand:
         double = {k: torch.cat([v, v]) for k, v in batch.items()}
-        logits = model(**{k: double[k] for k in ("input_ids", "attention_mask", "decoder_input_ids")}, use_cache=False).logits
-        ce = torch.nn.functional.cross_entropy(logits.flatten(0, 1), double["labels"].flatten(), label_smoothing=0.1, reduction="sum")
+        logits = model(
+            **{k: double[k] for k in ("input_ids", "attention_mask", "decoder_input_ids")}, use_cache=False
+        ).logits
+        ce = torch.nn.functional.cross_entropy(
+            logits.flatten(0, 1), double["labels"].flatten(), label_smoothing=0.1, reduction="sum"
+        )
         keep = batch["labels"] != -100
         first, second = logits.chunk(2)
-        kl = (torch.nn.functional.kl_div(second[keep].log_softmax(-1), first[keep].log_softmax(-1), log_target=True, reduction="sum")
-              + torch.nn.functional.kl_div(first[keep].log_softmax(-1), second[keep].log_softmax(-1), log_target=True, reduction="sum"))
+        kl = torch.nn.functional.kl_div(
+            second[keep].log_softmax(-1), first[keep].log_softmax(-1), log_target=True, reduction="sum"
+        ) + torch.nn.functional.kl_div(
+            first[keep].log_softmax(-1), second[keep].log_softmax(-1), log_target=True, reduction="sum"
+        )
         ((ce + alpha / 2 * kl) / (2 * keep.sum())).backward()
     else:
         accelerator = Accelerator(cpu=True)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
         optimizer.zero_grad = lambda *a, **k: None  # keep the gradients for the comparison
-        loss, tokens = optimizer_update(accelerator, model, optimizer, scheduler, [batch], 0.1, max_grad_norm=0.0, rdrop_alpha=alpha)
+        loss, tokens = optimizer_update(
+            accelerator, model, optimizer, scheduler, [batch], 0.1, max_grad_norm=0.0, rdrop_alpha=alpha
+        )
         loss_per_token = (loss / tokens).item()
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, loss_per_token
 
@@ -408,7 +485,10 @@ def test_rdrop_update_follows_the_papers_objective():
 def test_rdrop_without_dropout_is_the_plain_update():
     # Two copies without dropout agree exactly: the KL term is 0 and the mean over both copies'
     # tokens is the plain mean, so R-Drop must give the plain update's gradient.
-    (plain, plain_loss), (rdrop, rdrop_loss) = _rdrop_update(0.0, 0.0, by_hand=False), _rdrop_update(5.0, 0.0, by_hand=False)
+    (plain, plain_loss), (rdrop, rdrop_loss) = (
+        _rdrop_update(0.0, 0.0, by_hand=False),
+        _rdrop_update(5.0, 0.0, by_hand=False),
+    )
     assert rdrop_loss == pytest.approx(plain_loss, rel=1e-5)
     assert plain.keys() == rdrop.keys()
     for name in plain:
@@ -464,12 +544,24 @@ def test_training_feeds_the_model_word_dropped_sources(pairs_corpus, tmp_path, m
     original = train_module.optimizer_update
 
     def spy(accelerator, model, optimizer, scheduler, micro, *args, **kwargs):
-        seen.extend({"input_ids": mb["input_ids"].clone(), "attention_mask": mb["attention_mask"].clone()} for mb in micro)
+        seen.extend(
+            {"input_ids": mb["input_ids"].clone(), "attention_mask": mb["attention_mask"].clone()} for mb in micro
+        )
         return original(accelerator, model, optimizer, scheduler, micro, *args, **kwargs)
 
     monkeypatch.setattr(train_module, "optimizer_update", spy)
-    run = train(tiny_config(pairs_corpus, tmp_path / "run", source_word_dropout=p, max_steps=4, eval_every=100, save_every=100,
-                            num_plot_sentences=0, max_test_samples=2))
+    run = train(
+        tiny_config(
+            pairs_corpus,
+            tmp_path / "run",
+            source_word_dropout=p,
+            max_steps=4,
+            eval_every=100,
+            save_every=100,
+            num_plot_sentences=0,
+            max_test_samples=2,
+        )
+    )
     tokenizer = PreTrainedTokenizerFast.from_pretrained(str(run / "model"))
     unk, eos = tokenizer.unk_token_id, tokenizer.eos_token_id
     real = torch.cat([mb["input_ids"][mb["attention_mask"] == 1] for mb in seen])
@@ -519,8 +611,11 @@ def test_output_folder_follows_the_design_contract(pairs_corpus, tmp_path):
     best_step = max(metrics["validation"], key=lambda v: (v["bleu"], v["step"]))["step"]
     assert metrics["train"]["final_model"] == f"best validation bleu (update {best_step})"
     model = AutoModelForSeq2SeqLM.from_pretrained(run / "model")
-    assert_same_weights({k: v for k, v in model.state_dict().items() if k in weights_of(run / "best" / f"step_{best_step}")},
-                        weights_of(run / "best" / f"step_{best_step}"), atol=0)
+    assert_same_weights(
+        {k: v for k, v in model.state_dict().items() if k in weights_of(run / "best" / f"step_{best_step}")},
+        weights_of(run / "best" / f"step_{best_step}"),
+        atol=0,
+    )
     tokenizer = AutoTokenizer.from_pretrained(run / "model")
     assert model.generation_config.num_beams == 2 and tokenizer.pad_token_id == 0
     assert model.generation_config.length_penalty == 1.3
@@ -554,7 +649,9 @@ def test_resume_after_a_crash_ends_with_the_weights_of_an_uninterrupted_run(pair
     with pytest.raises(FileExistsError, match="--resume"):
         train(dataclasses.replace(crashing, debug_crash_at_step=None))
     resumed = train(dataclasses.replace(crashing, debug_crash_at_step=None, resume=True))
-    assert_same_weights(weights_of(full / "checkpoints" / "step_6"), weights_of(resumed / "checkpoints" / "step_6"), atol=0)
+    assert_same_weights(
+        weights_of(full / "checkpoints" / "step_6"), weights_of(resumed / "checkpoints" / "step_6"), atol=0
+    )
     m_full, m_resumed = (json.loads((r / "metrics.json").read_text()) for r in (full, resumed))
     assert m_full["validation"] == m_resumed["validation"]
     assert m_full["train"]["epochs"] == m_resumed["train"]["epochs"] > 1.0
@@ -575,8 +672,14 @@ def _to_legacy_layout(checkpoint: Path) -> None:
 
 def test_a_checkpoint_written_before_training_state_pt_still_resumes_exactly(pairs_corpus, tmp_path):
     # The plateau schedule (patience 1, factor 0.5) makes the restored plateau state matter.
-    common = dict(max_train_samples=120, gradient_accumulation_steps=2, num_plot_sentences=0, schedule="plateau",
-                  plateau_patience=1, warmup_steps=0)
+    common = dict(
+        max_train_samples=120,
+        gradient_accumulation_steps=2,
+        num_plot_sentences=0,
+        schedule="plateau",
+        plateau_patience=1,
+        warmup_steps=0,
+    )
     full = train(tiny_config(pairs_corpus, tmp_path / "full", **common))
     common["tokenizer_path"] = str(full / "model")
     crashing = tiny_config(pairs_corpus, tmp_path / "crashed", debug_crash_at_step=4, **common)
@@ -584,19 +687,28 @@ def test_a_checkpoint_written_before_training_state_pt_still_resumes_exactly(pai
         train(crashing)
     _to_legacy_layout(tmp_path / "crashed" / "checkpoints" / "step_4")
     resumed = train(dataclasses.replace(crashing, debug_crash_at_step=None, resume=True))
-    assert_same_weights(weights_of(full / "checkpoints" / "step_6"), weights_of(resumed / "checkpoints" / "step_6"), atol=0)
+    assert_same_weights(
+        weights_of(full / "checkpoints" / "step_6"), weights_of(resumed / "checkpoints" / "step_6"), atol=0
+    )
     m_full, m_resumed = (json.loads((r / "metrics.json").read_text()) for r in (full, resumed))
     assert m_full["validation"] == m_resumed["validation"]
     s_full, s_resumed = (torch.load(r / "checkpoints" / "step_6" / STATE_FILE) for r in (full, resumed))
     assert s_full["schedule"] == s_resumed["schedule"]  # lr multiplier and plateau state carried over
     clock = ("wall_time_s", "train_time_s", "train_loss")  # wall-clock times, and the loss logs of the lost updates
-    assert {k: v for k, v in s_full["trainer"].items() if k not in clock} == {k: v for k, v in s_resumed["trainer"].items() if k not in clock}
+    assert {k: v for k, v in s_full["trainer"].items() if k not in clock} == {
+        k: v for k, v in s_resumed["trainer"].items() if k not in clock
+    }
 
 
 def test_legacy_custom_checkpoint_files_map_to_the_objects_registered_in_that_order(tmp_path):
     from attention_seq2seq.training.checkpoints import read_training_state
 
-    states = [{"last_epoch": 7}, {"multiplier": 0.25, "best": 3.0, "bad_validations": 1}, {"step": 7}, {"budget_s": 60.0}]
+    states = [
+        {"last_epoch": 7},
+        {"multiplier": 0.25, "best": 3.0, "bad_validations": 1},
+        {"step": 7},
+        {"budget_s": 60.0},
+    ]
     for index, state in enumerate(states):
         torch.save(state, tmp_path / f"custom_checkpoint_{index}.pkl")
     assert read_training_state(tmp_path) == {
@@ -631,7 +743,9 @@ def test_an_interrupted_checkpoint_save_keeps_the_previous_one(pairs_corpus, tmp
     assert json.loads((run / "metrics.json").read_text())["train"]["steps"] == 6
 
 
-def test_non_finite_loss_stops_naming_the_update_and_keeps_the_last_good_checkpoint(pairs_corpus, tmp_path, monkeypatch):
+def test_non_finite_loss_stops_naming_the_update_and_keeps_the_last_good_checkpoint(
+    pairs_corpus, tmp_path, monkeypatch
+):
     real_loss = objectives.token_loss_sum
     training_calls = []
 
@@ -644,7 +758,9 @@ def test_non_finite_loss_stops_naming_the_update_and_keeps_the_last_good_checkpo
         return loss
 
     monkeypatch.setattr(objectives, "token_loss_sum", loss_that_explodes)
-    config = tiny_config(pairs_corpus, tmp_path / "run", log_every=10, save_every=2, eval_every=100, num_plot_sentences=0)
+    config = tiny_config(
+        pairs_corpus, tmp_path / "run", log_every=10, save_every=2, eval_every=100, num_plot_sentences=0
+    )
     with pytest.raises(FloatingPointError, match="not finite at update 3"):
         train(config)
     # Detected at the next sync point (the checkpoint of update 4), before anything was saved.
@@ -668,8 +784,19 @@ def _launch_two_cpu_ranks(config: TrainConfig, recipe: Path) -> subprocess.Compl
     recipe.write_text(yaml.safe_dump(dataclasses.asdict(config)))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     accelerate = Path(sys.executable).with_name("accelerate")
-    command = [str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "--main_process_port", str(_free_port()),
-               "-m", "attention_seq2seq.training.train", "--recipe", str(recipe)]
+    command = [
+        str(accelerate),
+        "launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--main_process_port",
+        str(_free_port()),
+        "-m",
+        "attention_seq2seq.training.train",
+        "--recipe",
+        str(recipe),
+    ]
     proc = run_process_tree(command, _RANKS_TIMEOUT_S, cwd=REPO_ROOT, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "world size 2" in proc.stderr
@@ -682,9 +809,18 @@ def test_two_cpu_ranks_equal_one_process_accumulating_their_batches(pairs_corpus
     # No dropout: each rank draws its own masks, which one process cannot reproduce. The schedule
     # follows the wall clock (linear_time, a 10-hour budget: the rate falls by ~1e-4 of itself in
     # this run): the ranks agree on the slowest clock, so their weights stay bit-identical.
-    overrides = dict(model_config={**TINY_TRANSFORMER, "dropout": 0.0}, max_train_samples=200, max_steps=4,
-                     eval_every=4, save_every=4, num_plot_sentences=0, debug_dump_batches=True, max_test_samples=4,
-                     schedule="linear_time", max_time_minutes=600)
+    overrides = dict(
+        model_config={**TINY_TRANSFORMER, "dropout": 0.0},
+        max_train_samples=200,
+        max_steps=4,
+        eval_every=4,
+        save_every=4,
+        num_plot_sentences=0,
+        debug_dump_batches=True,
+        max_test_samples=4,
+        schedule="linear_time",
+        max_time_minutes=600,
+    )
     ddp = tiny_config(pairs_corpus, tmp_path / "ddp", **overrides)
     _launch_two_cpu_ranks(ddp, tmp_path / "ddp.yaml")
 
@@ -699,8 +835,14 @@ def test_two_cpu_ranks_equal_one_process_accumulating_their_batches(pairs_corpus
     assert_same_weights(w0, w1, atol=0)
 
     # One process, accumulating rank 0's and rank 1's micro-batch of each update.
-    single = train(dataclasses.replace(ddp, output_dir=str(tmp_path / "single"), gradient_accumulation_steps=2,
-                                       tokenizer_path=str(tmp_path / "ddp" / "model")))
+    single = train(
+        dataclasses.replace(
+            ddp,
+            output_dir=str(tmp_path / "single"),
+            gradient_accumulation_steps=2,
+            tokenizer_path=str(tmp_path / "ddp" / "model"),
+        )
+    )
     micro = batches(single / "debug" / "batches_rank0.jsonl")
     assert [b["ids"] for b in micro if b["micro"] == 0] == [b["ids"] for b in rank0]
     assert [b["ids"] for b in micro if b["micro"] == 1] == [b["ids"] for b in rank1]
@@ -710,12 +852,24 @@ def test_two_cpu_ranks_equal_one_process_accumulating_their_batches(pairs_corpus
 # Toy widths of two shipped architectures, and the updates each needs on 3,000 Multi30k pairs to
 # translate a little (about 40 s each on one CPU core).
 REAL_DATA_RUNS = {
-    "transformer": ({"d_model": 64, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
-                     "decoder_attention_heads": 4, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128, "dropout": 0.1},
-                    {"learning_rate": 5e-3}),
+    "transformer": (
+        {
+            "d_model": 64,
+            "encoder_layers": 2,
+            "decoder_layers": 2,
+            "encoder_attention_heads": 4,
+            "decoder_attention_heads": 4,
+            "encoder_ffn_dim": 128,
+            "decoder_ffn_dim": 128,
+            "dropout": 0.1,
+        },
+        {"learning_rate": 5e-3},
+    ),
     # RNNsearch (the Bahdanau recipe): GRU, additive attention, maxout deep output.
-    "rnn": ({"cell_type": "gru", "embedding_size": 64, "hidden_size": 96, "attention": "bahdanau", "dropout": 0.1},
-            {"learning_rate": 1e-2}),
+    "rnn": (
+        {"cell_type": "gru", "embedding_size": 64, "hidden_size": 96, "attention": "bahdanau", "dropout": 0.1},
+        {"learning_rate": 1e-2},
+    ),
 }
 
 
@@ -725,10 +879,24 @@ def test_short_real_data_run_learns_to_translate(family, shared_data, tmp_path):
     # The BLEU levels below are figures of Multi30k (3,000 pairs): skipped without ../shared/data.
     model_config, optimisation = REAL_DATA_RUNS[family]
     config = tiny_config(
-        f"multi30k:{shared_data / 'multi30k'}:de-en", tmp_path / family, model_family=family, model_config=model_config, **optimisation,
-        max_train_samples=3000, vocab_size=1000, max_source_length=40, max_target_length=40, max_tokens=1500,
-        warmup_steps=20, max_steps=150, eval_every=75, save_every=150, log_every=10,
-        max_eval_samples=60, eval_batch_size=60, max_test_samples=60,
+        f"multi30k:{shared_data / 'multi30k'}:de-en",
+        tmp_path / family,
+        model_family=family,
+        model_config=model_config,
+        **optimisation,
+        max_train_samples=3000,
+        vocab_size=1000,
+        max_source_length=40,
+        max_target_length=40,
+        max_tokens=1500,
+        warmup_steps=20,
+        max_steps=150,
+        eval_every=75,
+        save_every=150,
+        log_every=10,
+        max_eval_samples=60,
+        eval_batch_size=60,
+        max_test_samples=60,
     )
     metrics = json.loads((train(config) / "metrics.json").read_text())
     losses = [loss for _, loss in metrics["train"]["loss_history"]]
@@ -748,15 +916,30 @@ def test_early_stopping_keeps_the_best_k_and_averages_them(pairs_corpus, tmp_pat
     scripted = iter([5.0, 4.0, 3.0])
 
     def scripted_evaluate(model, dataset, tokenizer, config, accelerator, num_beams, max_examples, target_lang, *rest):
-        result = real_evaluate(model, dataset, tokenizer, config, accelerator, num_beams, max_examples, target_lang, *rest)
+        result = real_evaluate(
+            model, dataset, tokenizer, config, accelerator, num_beams, max_examples, target_lang, *rest
+        )
         if num_beams == config.eval_num_beams and max_examples == config.max_eval_samples:  # validation
             result["bleu"] = next(scripted)
         return result
 
     monkeypatch.setattr(train_module, "evaluate", scripted_evaluate)
-    config = tiny_config(pairs_corpus, tmp_path / "run", max_steps=20, eval_every=2, save_every=2, eval_num_beams=1,
-                         early_stopping_patience=2, keep_best_k=2, average_best_k=2, num_plot_sentences=0,
-                         schedule="plateau", plateau_patience=1, plateau_factor=0.5, warmup_steps=0)
+    config = tiny_config(
+        pairs_corpus,
+        tmp_path / "run",
+        max_steps=20,
+        eval_every=2,
+        save_every=2,
+        eval_num_beams=1,
+        early_stopping_patience=2,
+        keep_best_k=2,
+        average_best_k=2,
+        num_plot_sentences=0,
+        schedule="plateau",
+        plateau_patience=1,
+        plateau_factor=0.5,
+        warmup_steps=0,
+    )
     run = train(config)
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["train"]["steps"] == 6 and metrics["train"]["stopped_by"] == "early_stopping"
@@ -782,8 +965,18 @@ def test_time_budget_stops_the_run_and_still_writes_the_model(pairs_corpus, tmp_
 
 
 def test_linear_time_schedule_anneals_a_time_limited_run_to_zero(pairs_corpus, tmp_path):
-    config = tiny_config(pairs_corpus, tmp_path / "run", schedule="linear_time", max_steps=None, max_epochs=None,
-                         max_time_minutes=0.05, warmup_steps=1, eval_every=10**6, save_every=10**6, num_plot_sentences=0)
+    config = tiny_config(
+        pairs_corpus,
+        tmp_path / "run",
+        schedule="linear_time",
+        max_steps=None,
+        max_epochs=None,
+        max_time_minutes=0.05,
+        warmup_steps=1,
+        eval_every=10**6,
+        save_every=10**6,
+        num_plot_sentences=0,
+    )
     metrics = json.loads((train(config) / "metrics.json").read_text())
     assert metrics["train"]["stopped_by"] == "max_time_minutes" and metrics["train"]["steps"] > 5
     last = tmp_path / "run" / "checkpoints" / f"step_{metrics['train']['steps']}"
@@ -828,8 +1021,14 @@ def test_bf16_mixed_precision_path_trains(pairs_corpus, tmp_path):
     # A fresh process: Accelerate keeps one mixed-precision setting per process.
     config = tiny_config(pairs_corpus, tmp_path / "run", mixed_precision="bf16", eval_every=6, num_plot_sentences=1)
     (tmp_path / "bf16.yaml").write_text(yaml.safe_dump(dataclasses.asdict(config)))
-    proc = subprocess.run([sys.executable, "-m", "attention_seq2seq.training.train", "--recipe", str(tmp_path / "bf16.yaml")],
-                          cwd=REPO_ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "attention_seq2seq.training.train", "--recipe", str(tmp_path / "bf16.yaml")],
+        cwd=REPO_ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "mixed precision bf16" in proc.stderr
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
@@ -849,7 +1048,9 @@ def test_bf16_mixed_precision_path_trains(pairs_corpus, tmp_path):
     data, _, tokenizer = load_data(config, accelerator, tmp_path / "run")
 
     def test_loss():
-        return evaluate(model, data["test"], tokenizer, config, accelerator, config.test_num_beams, config.max_test_samples, "en")["loss"]
+        return evaluate(
+            model, data["test"], tokenizer, config, accelerator, config.test_num_beams, config.max_test_samples, "en"
+        )["loss"]
 
     fp32 = test_loss()
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -898,7 +1099,9 @@ def test_test_greedy_adds_a_greedy_entry_scored_like_the_translations_it_writes(
     beam_hyps = (run / "test_translations.txt").read_text(encoding="utf-8").splitlines()
     assert beam["chrf_ci95"] == pytest.approx(corpus_scores(beam_hyps, refs, "en", n_bootstrap=200)["chrf_ci95"])
     assert f"chrF {greedy['chrf']:.2f} ± {greedy['chrf_ci95']:.2f}" in caplog.text  # the log line shows the interval
-    assert f"± {greedy['chrf_ci95']:.2f} ({greedy['bleu_signature']})" in caplog.text  # ... and the greedy line its signature
+    assert (
+        f"± {greedy['chrf_ci95']:.2f} ({greedy['bleu_signature']})" in caplog.text
+    )  # ... and the greedy line its signature
 
 
 def test_test_bootstrap_below_2_is_refused():
@@ -929,8 +1132,17 @@ def test_subword_sampling_resegments_the_training_pairs_every_epoch(pairs_corpus
         return out
 
     monkeypatch.setattr(tokenization.SubwordSampler, "resample", spy)
-    config = tiny_config(pairs_corpus, tmp_path / "run", subword_alpha=0.3, max_steps=None, max_epochs=2.5,
-                         eval_every=10**6, save_every=10**6, num_plot_sentences=0, debug_dump_batches=True)
+    config = tiny_config(
+        pairs_corpus,
+        tmp_path / "run",
+        subword_alpha=0.3,
+        max_steps=None,
+        max_epochs=2.5,
+        eval_every=10**6,
+        save_every=10**6,
+        num_plot_sentences=0,
+        debug_dump_batches=True,
+    )
     run = train(config)
     metrics = json.loads((run / "metrics.json").read_text())
     # max_epochs becomes updates with the best segmentation; sampled pieces are more, so fewer passes
@@ -958,9 +1170,19 @@ def test_two_cpu_ranks_share_each_epochs_sampled_segmentation(pairs_corpus, tmp_
     # max_epochs counts updates of the best segmentation; the sampled epochs are longer, so this
     # makes two whole sampled epochs and part of a third (6 updates per rank and epoch, against 7
     # or 8 sampled, in the runs measured here).
-    config = tiny_config(pairs_corpus, tmp_path / "ddp", subword_alpha=0.3, max_steps=None, max_epochs=2.75,
-                         gradient_accumulation_steps=1, eval_every=10**6, save_every=10**6, num_plot_sentences=0,
-                         debug_dump_batches=True, max_test_samples=4)
+    config = tiny_config(
+        pairs_corpus,
+        tmp_path / "ddp",
+        subword_alpha=0.3,
+        max_steps=None,
+        max_epochs=2.75,
+        gradient_accumulation_steps=1,
+        eval_every=10**6,
+        save_every=10**6,
+        num_plot_sentences=0,
+        debug_dump_batches=True,
+        max_test_samples=4,
+    )
     proc = _launch_two_cpu_ranks(config, tmp_path / "ddp.yaml")
 
     def steps(rank):
@@ -993,19 +1215,38 @@ def test_every_file_of_a_run_gets_the_mode_the_umask_gives(pairs_corpus, tmp_pat
 
     previous = os.umask(0o027)
     try:
-        run = train(tiny_config(pairs_corpus, tmp_path / "run", max_steps=4, eval_every=2, save_every=2, keep_best_k=2,
-                                eval_num_beams=1, test_num_beams=1, num_plot_sentences=0,
-                                debug_dump_batches=True))
-        averaged = save_averaged([run / "checkpoints" / "step_2", run / "checkpoints" / "step_4"],
-                                 tmp_path / "averaged" / "model.safetensors")
+        run = train(
+            tiny_config(
+                pairs_corpus,
+                tmp_path / "run",
+                max_steps=4,
+                eval_every=2,
+                save_every=2,
+                keep_best_k=2,
+                eval_num_beams=1,
+                test_num_beams=1,
+                num_plot_sentences=0,
+                debug_dump_batches=True,
+            )
+        )
+        averaged = save_averaged(
+            [run / "checkpoints" / "step_2", run / "checkpoints" / "step_4"],
+            tmp_path / "averaged" / "model.safetensors",
+        )
     finally:
         os.umask(previous)
     assert (run / "checkpoints" / "step_4" / "model.safetensors").is_file()
     assert (run / "best" / "step_4" / "model.safetensors").is_file() and (run / "model" / "model.safetensors").is_file()
     assert (run / "debug" / "weights_rank0.safetensors").is_file()
-    wrong = {str(p.relative_to(tmp_path)): oct(p.stat().st_mode & 0o777)
-             for p in [*run.rglob("*"), averaged] if p.is_file() and p.stat().st_mode & 0o777 != 0o640}
+    wrong = {
+        str(p.relative_to(tmp_path)): oct(p.stat().st_mode & 0o777)
+        for p in [*run.rglob("*"), averaged]
+        if p.is_file() and p.stat().st_mode & 0o777 != 0o640
+    }
     assert not wrong
-    folders = {str(p.relative_to(tmp_path)): oct(p.stat().st_mode & 0o777)
-               for p in [run, *run.rglob("*")] if p.is_dir() and p.stat().st_mode & 0o777 != 0o750}
+    folders = {
+        str(p.relative_to(tmp_path)): oct(p.stat().st_mode & 0o777)
+        for p in [run, *run.rglob("*")]
+        if p.is_dir() and p.stat().st_mode & 0o777 != 0o750
+    }
     assert not folders

@@ -202,10 +202,15 @@ def test_fix_norm_gives_unit_length_input_embeddings_and_cosine_logits():
     # FixNorm (Nguyen & Chiang 2018): logits_w = |h| cos(h, e_w), inputs sqrt(d_model) e_w / |e_w|.
     model = tiny_model(norm_order="pre", norm_type="scale_norm", fix_norm=True)
     input_ids, attention_mask, decoder_input_ids = padded_batch()
-    out = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
-                output_hidden_states=True)
-    h = model.model.decoder(decoder_input_ids, encoder_hidden_states=out.encoder_last_hidden_state,
-                            encoder_attention_mask=attention_mask).last_hidden_state.double()
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        decoder_input_ids=decoder_input_ids,
+        output_hidden_states=True,
+    )
+    h = model.model.decoder(
+        decoder_input_ids, encoder_hidden_states=out.encoder_last_hidden_state, encoder_attention_mask=attention_mask
+    ).last_hidden_state.double()
     e = model.lm_head.weight.double()
     cosine = (h @ e.T) / (h.norm(dim=-1, keepdim=True) * e.norm(dim=-1).clamp_min(1e-12))  # the padding row is 0
     torch.testing.assert_close(out.logits.double(), h.norm(dim=-1, keepdim=True) * cosine, rtol=1e-5, atol=1e-5)
@@ -213,7 +218,9 @@ def test_fix_norm_gives_unit_length_input_embeddings_and_cosine_logits():
     g = model.model.decoder.layer_norm.weight.item()
     torch.testing.assert_close(h.norm(dim=-1), torch.full(h.shape[:2], g, dtype=torch.float64), rtol=1e-5, atol=1e-5)
     embedded = out.encoder_hidden_states[0] - sinusoidal_position_encoding(64, 16)[: input_ids.size(1)]
-    torch.testing.assert_close(embedded.norm(dim=-1)[input_ids != PAD], torch.full(((input_ids != PAD).sum().item(),), 4.0))
+    torch.testing.assert_close(
+        embedded.norm(dim=-1)[input_ids != PAD], torch.full(((input_ids != PAD).sum().item(),), 4.0)
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
@@ -224,7 +231,9 @@ def test_fix_norm_leaves_the_zero_padding_row_without_gradient_and_finite_in_hal
     model = tiny_model(norm_order="pre", norm_type="scale_norm", fix_norm=True).train().to(dtype)
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     labels = torch.randint(4, 37, decoder_input_ids.shape)
-    loss = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids, labels=labels).loss
+    loss = model(
+        input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids, labels=labels
+    ).loss
     loss.backward()
     grads = torch.cat([p.grad.flatten().float() for p in model.parameters() if p.grad is not None])
     assert torch.isfinite(loss) and torch.isfinite(grads).all()
@@ -692,8 +701,13 @@ def test_overfits_twenty_training_pairs(norm_order):
     input_ids = _encode([de for de, _ in pairs], vocab, PAD)
     labels = _encode([en for _, en in pairs], vocab, -100)
     model = tiny_model(
-        vocab_size=len(vocab) + 4, d_model=64, encoder_attention_heads=4, decoder_attention_heads=4,
-        encoder_ffn_dim=128, decoder_ffn_dim=128, norm_order=norm_order,
+        vocab_size=len(vocab) + 4,
+        d_model=64,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=128,
+        decoder_ffn_dim=128,
+        norm_order=norm_order,
     ).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     for _ in range(150):

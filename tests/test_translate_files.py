@@ -87,8 +87,11 @@ def test_chunks_and_token_budget_do_not_change_greedy_output_and_empty_lines_sta
     sources = _sources(23)
     source = _write(tmp_path / "in.txt", sources)
     outputs = []
-    for options in (["--chunk-lines", "1000"], ["--chunk-lines", "4", "--batch-tokens", "40"],
-                    ["--chunk-lines", "1", "--batch-size", "1"]):
+    for options in (
+        ["--chunk-lines", "1000"],
+        ["--chunk-lines", "4", "--batch-tokens", "40"],
+        ["--chunk-lines", "1", "--batch-size", "1"],
+    ):
         target = tmp_path / f"out{len(outputs)}.txt"
         assert main(["translate", "-m", str(run), "-i", str(source), "-o", str(target), *GREEDY, *options]) == 0
         outputs.append(target.read_text(encoding="utf-8").split("\n"))
@@ -135,8 +138,18 @@ def test_resume_after_kill_9_gives_a_byte_identical_file(runs_root, tmp_path):
     run = build_tiny_run("rnn_seq2seq", runs_root)
     pairs = read_pairs(200, split="train")
     source = _write(tmp_path / "in.txt", [s for s, _ in pairs])
-    command = [sys.executable, "-m", "attention_seq2seq.translate", "-m", str(run), "-i", str(source), *GREEDY,
-               "--chunk-lines", "20"]
+    command = [
+        sys.executable,
+        "-m",
+        "attention_seq2seq.translate",
+        "-m",
+        str(run),
+        "-i",
+        str(source),
+        *GREEDY,
+        "--chunk-lines",
+        "20",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     full, killed = tmp_path / "full.txt", tmp_path / "killed.txt"
     subprocess.run([*command, "-o", str(full)], check=True, env=env, capture_output=True, timeout=600)
@@ -192,8 +205,25 @@ def test_n_best_scores_equal_transition_scores_beam_scores_and_a_teacher_forced_
     sentences = [s for s, _ in read_pairs(4, split="test")]
     source = _write(tmp_path / "in.txt", sentences)
     target = tmp_path / "nbest.tsv"
-    argv = ["translate", "-m", str(run), "-i", str(source), "-o", str(target), "--n-best", "3", "--scores",
-            "--num-beams", "4", "--max-new-tokens", "10", "--batch-size", "1", "--no-progress"]
+    argv = [
+        "translate",
+        "-m",
+        str(run),
+        "-i",
+        str(source),
+        "-o",
+        str(target),
+        "--n-best",
+        "3",
+        "--scores",
+        "--num-beams",
+        "4",
+        "--max-new-tokens",
+        "10",
+        "--batch-size",
+        "1",
+        "--no-progress",
+    ]
     assert main(argv) == 0
     rows = [line.split("\t") for line in target.read_text(encoding="utf-8").splitlines()]
     assert len(rows) == 3 * len(sentences)
@@ -203,10 +233,17 @@ def test_n_best_scores_equal_transition_scores_beam_scores_and_a_teacher_forced_
     with torch.inference_mode():
         for k, sentence in enumerate(sentences):
             encoded = tokenizer([sentence], return_tensors="pt")
-            out = model.generate(**encoded, num_beams=4, num_return_sequences=3, max_new_tokens=10,
-                                 output_scores=True, return_dict_in_generate=True)
-            transition = model.compute_transition_scores(out.sequences, out.scores, out.beam_indices,
-                                                         normalize_logits=False)
+            out = model.generate(
+                **encoded,
+                num_beams=4,
+                num_return_sequences=3,
+                max_new_tokens=10,
+                output_scores=True,
+                return_dict_in_generate=True,
+            )
+            transition = model.compute_transition_scores(
+                out.sequences, out.scores, out.beam_indices, normalize_logits=False
+            )
             mine = rows[3 * k : 3 * k + 3]
             assert [r[:2] for r in mine] == [[str(k), str(rank)] for rank in range(3)]
             assert len({r[2] for r in mine}) == 3  # K distinct hypotheses
@@ -226,8 +263,21 @@ def test_greedy_scores_and_jsonl_format(runs_root, tmp_path):
     sentences = [s for s, _ in read_pairs(3, split="test")]
     source = _write(tmp_path / "in.txt", [sentences[0], "", *sentences[1:]])
     target = tmp_path / "out.jsonl"
-    argv = ["translate", "-m", str(run), "-i", str(source), "-o", str(target), "--scores", "--format", "jsonl",
-            "--batch-size", "1", *GREEDY]
+    argv = [
+        "translate",
+        "-m",
+        str(run),
+        "-i",
+        str(source),
+        "-o",
+        str(target),
+        "--scores",
+        "--format",
+        "jsonl",
+        "--batch-size",
+        "1",
+        *GREEDY,
+    ]
     assert main(argv) == 0
     records = [json.loads(line) for line in target.read_text(encoding="utf-8").splitlines()]
     assert [r["index"] for r in records] == [0, 1, 2, 3]
@@ -286,10 +336,12 @@ def test_pieces_merge_to_words_and_argmax_skips_special_tokens():
     offsets = [(0, 3), (3, 8), (8, 9), (9, 12), (12, 14), (14, 15), (0, 0)]
     words = piece_words(text, offsets)
     assert words == [0, 1, 2, 2, 2, 2, None]
-    weights = torch.tensor([
-        [0.1, 0.1, 0.0, 0.0, 0.0, 0.0, 0.8],  # the largest weight on </s>: skipped, word 0 wins
-        [0.0, 0.0, 0.0, 0.9, 0.1, 0.0, 0.0],
-    ])
+    weights = torch.tensor(
+        [
+            [0.1, 0.1, 0.0, 0.0, 0.0, 0.0, 0.8],  # the largest weight on </s>: skipped, word 0 wins
+            [0.0, 0.0, 0.0, 0.9, 0.1, 0.0, 0.0],
+        ]
+    )
     assert word_links(weights, words, [0, 0]) == {(0, 0), (2, 0)}
 
 
@@ -301,8 +353,9 @@ def _word_tokenizer(words: list[str]):
     backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     backend.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 2)])
-    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", bos_token="<s>",
-                                   eos_token="</s>", unk_token="<unk>")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
 
 
 @pytest.mark.slow
@@ -324,19 +377,35 @@ def test_attention_aligns_a_reversal_task(family, tmp_path, capsys):
 
     torch.manual_seed(0)
     if family == "rnn_seq2seq":
-        config = RNNSeq2SeqConfig(vocab_size=len(tokenizer), embedding_size=32, hidden_size=64, cell_type="gru",
-                                  attention="bahdanau", dropout=0.0)
+        config = RNNSeq2SeqConfig(
+            vocab_size=len(tokenizer),
+            embedding_size=32,
+            hidden_size=64,
+            cell_type="gru",
+            attention="bahdanau",
+            dropout=0.0,
+        )
     else:
-        config = TransformerSeq2SeqConfig(vocab_size=len(tokenizer), d_model=64, encoder_layers=2, decoder_layers=2,
-                                          encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
-                                          decoder_ffn_dim=128, dropout=0.0, max_position_embeddings=32)
+        config = TransformerSeq2SeqConfig(
+            vocab_size=len(tokenizer),
+            d_model=64,
+            encoder_layers=2,
+            decoder_layers=2,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=128,
+            decoder_ffn_dim=128,
+            dropout=0.0,
+            max_position_embeddings=32,
+        )
     model = AutoModelForSeq2SeqLM.from_config(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     model.train()
     for _ in range(300):
         batch_pairs = [pair() for _ in range(32)]
-        batch = tokenizer([s for s, _ in batch_pairs], text_target=[t for _, t in batch_pairs], padding=True,
-                          return_tensors="pt")
+        batch = tokenizer(
+            [s for s, _ in batch_pairs], text_target=[t for _, t in batch_pairs], padding=True, return_tensors="pt"
+        )
         batch["labels"] = batch["labels"].masked_fill(batch["labels"] == tokenizer.pad_token_id, -100)
         model(**batch).loss.backward()
         optimizer.step()
@@ -356,8 +425,26 @@ def test_attention_aligns_a_reversal_task(family, tmp_path, capsys):
     tokenizer.save_pretrained(tmp_path / "model")
     source = _write(tmp_path / "in.txt", [s for s, _ in test])
     out, align = tmp_path / "out.txt", tmp_path / "out.align"
-    assert main(["translate", "-m", str(tmp_path / "model"), "-i", str(source), "-o", str(out), "--alignments",
-                 str(align), "--greedy", "--max-new-tokens", "12", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "translate",
+                "-m",
+                str(tmp_path / "model"),
+                "-i",
+                str(source),
+                "-o",
+                str(out),
+                "--alignments",
+                str(align),
+                "--greedy",
+                "--max-new-tokens",
+                "12",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     reversal = [" ".join(f"{i}-{len(s.split()) - 1 - i}" for i in range(len(s.split()))) for s, _ in test]
     gold_file = _write(tmp_path / "gold.align", reversal)
     assert main(["alignment-error-rate", str(align), "--gold", str(gold_file), "--json"]) == 0
@@ -371,8 +458,26 @@ def test_alignments_file_is_line_aligned_with_the_n_best_output(runs_root, tmp_p
     run = build_tiny_run("transformer_seq2seq", runs_root)
     source = _write(tmp_path / "in.txt", ["Ein Hund läuft.", "", "Zwei Männer."])
     out, align = tmp_path / "out.tsv", tmp_path / "out.align"
-    argv = ["translate", "-m", str(run), "-i", str(source), "-o", str(out), "--n-best", "2", "--alignments",
-            str(align), "--align-layer", "0", "--align-heads", "1", "--max-new-tokens", "8", "--no-progress"]
+    argv = [
+        "translate",
+        "-m",
+        str(run),
+        "-i",
+        str(source),
+        "-o",
+        str(out),
+        "--n-best",
+        "2",
+        "--alignments",
+        str(align),
+        "--align-layer",
+        "0",
+        "--align-heads",
+        "1",
+        "--max-new-tokens",
+        "8",
+        "--no-progress",
+    ]
     assert main(argv) == 0
     rows = [line.split("\t") for line in out.read_text(encoding="utf-8").splitlines()]
     links = align.read_text(encoding="utf-8").split("\n")[:-1]
@@ -396,8 +501,20 @@ def test_alignments_file_is_line_aligned_with_the_n_best_output(runs_root, tmp_p
 def test_two_cpu_ranks_write_the_file_one_process_writes(runs_root, tmp_path):
     run = build_tiny_run("transformer_seq2seq", runs_root)
     source = _write(tmp_path / "in.txt", _sources(45))
-    options = ["-m", str(run), "-i", str(source), "--n-best", "2", "--scores", "--max-new-tokens", "8",
-               "--chunk-lines", "4", "--no-progress"]
+    options = [
+        "-m",
+        str(run),
+        "-i",
+        str(source),
+        "--n-best",
+        "2",
+        "--scores",
+        "--max-new-tokens",
+        "8",
+        "--chunk-lines",
+        "4",
+        "--no-progress",
+    ]
     one, two = tmp_path / "one.tsv", tmp_path / "two.tsv"
     assert main(["translate", *options, "-o", str(one)]) == 0
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -406,8 +523,20 @@ def test_two_cpu_ranks_write_the_file_one_process_writes(runs_root, tmp_path):
         port = s.getsockname()[1]
     # On a CPU host `--multi_gpu` is what makes accelerate start N ranks (gloo; `--cpu` starts one).
     accelerate = Path(sys.executable).with_name("accelerate")
-    command = [str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "--main_process_port", str(port),
-               "-m", "attention_seq2seq.translate", *options, "-o", str(two)]
+    command = [
+        str(accelerate),
+        "launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--main_process_port",
+        str(port),
+        "-m",
+        "attention_seq2seq.translate",
+        *options,
+        "-o",
+        str(two),
+    ]
     completed = run_process_tree(command, timeout=600, cwd=REPO_ROOT, env=env)
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert "translating with 2 processes" in completed.stderr
@@ -436,16 +565,32 @@ def test_alignment_error_rate_of_a_model_scores_each_layer_by_teacher_forcing(ru
     run = build_tiny_run("transformer_seq2seq", runs_root)
     src, ref = GOLD_SAMPLE / "test2016.first30.de", GOLD_SAMPLE / "test2016.first30.en"
     gold = GOLD_SAMPLE / "gold.align"
-    assert main(["alignment-error-rate", "-m", str(run), "--src", str(src), "--ref", str(ref), "--gold", str(gold),
-                 "--json"]) == 0
+    assert (
+        main(
+            [
+                "alignment-error-rate",
+                "-m",
+                str(run),
+                "--src",
+                str(src),
+                "--ref",
+                str(ref),
+                "--gold",
+                str(gold),
+                "--json",
+            ]
+        )
+        == 0
+    )
     result = json.loads(capsys.readouterr().out)
     assert list(result) == ["layer 0"]  # the tiny Transformer has one decoder layer
     # The same number from the library calls, one sentence at a time.
     tokenizer = AutoTokenizer.from_pretrained(run / "model")
     model = AutoModelForSeq2SeqLM.from_pretrained(run / "model").eval()
     sources, targets = src.read_text().splitlines(), ref.read_text().splitlines()
-    lines = [format_pharaoh(attention_alignments(model, tokenizer, [s], [t], layer=0)[0])
-             for s, t in zip(sources, targets)]
+    lines = [
+        format_pharaoh(attention_alignments(model, tokenizer, [s], [t], layer=0)[0]) for s, t in zip(sources, targets)
+    ]
     expected = alignment_error_rate(lines, gold.read_text().splitlines())
     assert result["layer 0"]["aer"] == pytest.approx(expected.aer, abs=1e-9)
     with pytest.raises(SystemExit) as exit_info:

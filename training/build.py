@@ -47,16 +47,22 @@ def build_subword_resampling(config: TrainConfig, train_split, train_set: PairDa
     from ..data.tokenization import SubwordSampler
 
     kind = type(tokenizer.backend_tokenizer.model).__name__
-    origin = f"the tokenizer from tokenizer_path {config.tokenizer_path}" if config.tokenizer_path else "the run's tokenizer"
+    origin = (
+        f"the tokenizer from tokenizer_path {config.tokenizer_path}" if config.tokenizer_path else "the run's tokenizer"
+    )
     if config.subword_alpha is not None and kind != "Unigram":
-        raise RecipeError(f"subword_alpha samples unigram segmentations, but {origin} is {kind}; use bpe_dropout for BPE")
+        raise RecipeError(
+            f"subword_alpha samples unigram segmentations, but {origin} is {kind}; use bpe_dropout for BPE"
+        )
     if config.bpe_dropout is not None and kind != "BPE":
         raise RecipeError(f"bpe_dropout needs a BPE tokenizer, but {origin} is {kind}; use subword_alpha for Unigram")
     subword = SubwordSampler(
         tokenizer, alpha=config.subword_alpha, nbest_size=config.subword_nbest_size, dropout=config.bpe_dropout
     )
     # the texts live on the main process only: it alone samples, the other ranks receive the ids
-    sources, targets = (train_split["source"][:], train_split["target"][:]) if accelerator.is_main_process else (None, None)
+    sources, targets = (
+        (train_split["source"][:], train_split["target"][:]) if accelerator.is_main_process else (None, None)
+    )
     best_input_ids, best_labels = train_set.input_ids, train_set.labels
     best_tokens = sum(map(len, best_input_ids)) + sum(map(len, best_labels))
     done = {"epoch": None}
@@ -71,8 +77,13 @@ def build_subword_resampling(config: TrainConfig, train_split, train_set: PairDa
             )
             payload = [input_ids, labels]
             tokens = sum(map(len, input_ids)) + sum(map(len, labels))
-            logger.info("epoch %d: sampled segmentations, %.2fx the tokens of the best ones (%d sides over the "
-                        "length limit kept theirs)", epoch, tokens / max(1, best_tokens), kept)
+            logger.info(
+                "epoch %d: sampled segmentations, %.2fx the tokens of the best ones (%d sides over the "
+                "length limit kept theirs)",
+                epoch,
+                tokens / max(1, best_tokens),
+                kept,
+            )
         if accelerator.num_processes > 1:
             broadcast_object_list(payload, from_process=0)
         train_set.input_ids, train_set.labels = payload
@@ -128,14 +139,24 @@ def load_data(config: TrainConfig, accelerator: Accelerator, output_dir: Path):
         shutil.rmtree(root, ignore_errors=True)
     accelerator.wait_for_everyone()
     prepared = prepare_corpus(
-        config.corpus, filters=config.corpus_filters or None, max_train_pairs=config.max_train_samples,
-        tokenizer_type=config.tokenizer_type, vocab_size=config.vocab_size, tokenizer_path=config.tokenizer_path,
+        config.corpus,
+        filters=config.corpus_filters or None,
+        max_train_pairs=config.max_train_samples,
+        tokenizer_type=config.tokenizer_type,
+        vocab_size=config.vocab_size,
+        tokenizer_path=config.tokenizer_path,
         tokenizer_train_pairs=config.tokenizer_train_pairs,
         tokenizer_dir=tokenizer_dir if (tokenizer_dir / "tokenizer.json").exists() else None,
-        max_source_length=config.max_source_length, max_target_length=config.max_target_length, root=root,
+        max_source_length=config.max_source_length,
+        max_target_length=config.max_target_length,
+        root=root,
     )
-    logger.info("prepared corpus %s: %s (%d training pairs)", "built in" if prepared.built else "read from",
-                prepared.folder, len(prepared.train))
+    logger.info(
+        "prepared corpus %s: %s (%d training pairs)",
+        "built in" if prepared.built else "read from",
+        prepared.folder,
+        len(prepared.train),
+    )
     if accelerator.is_main_process and not (tokenizer_dir / "tokenizer.json").exists():
         import shutil
 
@@ -202,14 +223,22 @@ def resolve_precision(config: TrainConfig):
     def throwaway_model():
         return model_cls(config_cls(vocab_size=config.vocab_size, **config.model_config))
 
-    return resolve_mixed_precision(config.model_family, config.model_config, config.vocab_size, config.max_tokens,
-                                   build_model=throwaway_model)
+    return resolve_mixed_precision(
+        config.model_family, config.model_config, config.vocab_size, config.max_tokens, build_model=throwaway_model
+    )
 
 
 def build_model(config: TrainConfig, tokenizer):
     family = BY_NAME[config.model_family]
     config_cls, model_cls = family.config_cls(), family.lm_cls()
-    reserved = {"vocab_size", "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "label_smoothing"}
+    reserved = {
+        "vocab_size",
+        "pad_token_id",
+        "bos_token_id",
+        "eos_token_id",
+        "decoder_start_token_id",
+        "label_smoothing",
+    }
     clash = sorted(reserved & set(config.model_config))
     if clash:
         raise RecipeError(f"model_config may not set {clash}: they come from the tokenizer / label_smoothing")
@@ -303,8 +332,12 @@ def build_optimizer(config: TrainConfig, model: torch.nn.Module, accelerator) ->
 def build_schedule(config: TrainConfig, optimizer, total_steps: int | None) -> LearningRateSchedule:
     """The run's :class:`~.schedules.LearningRateSchedule` (``schedule`` and its options)."""
     return LearningRateSchedule(
-        optimizer, config.schedule, config.warmup_steps, total_steps,
-        plateau_factor=config.plateau_factor, plateau_patience=config.plateau_patience,
+        optimizer,
+        config.schedule,
+        config.warmup_steps,
+        total_steps,
+        plateau_factor=config.plateau_factor,
+        plateau_patience=config.plateau_patience,
         higher_is_better=config.early_stopping_metric != "loss",
         time_budget_s=60 * config.max_time_minutes if config.schedule == "linear_time" else None,
     )

@@ -125,7 +125,9 @@ def read_training_state(folder: Path) -> dict:
     if (folder / STATE_FILE).exists():
         return torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)
     if not (folder / "custom_checkpoint_2.pkl").exists():
-        raise FileNotFoundError(f"{folder} is not a training checkpoint: it has neither {STATE_FILE} nor custom_checkpoint_2.pkl")
+        raise FileNotFoundError(
+            f"{folder} is not a training checkpoint: it has neither {STATE_FILE} nor custom_checkpoint_2.pkl"
+        )
     state: dict = {"schedule": {}}
     for name, (entry, key) in LEGACY_CUSTOM_FILES.items():
         if (folder / name).exists():
@@ -159,7 +161,9 @@ def load_checkpoint(accelerator, folder: Path) -> dict:
     return read_training_state(folder)
 
 
-def update_best(accelerator, model, state: TrainerState, best_root: Path, score: float, higher_is_better: bool, k: int) -> None:
+def update_best(
+    accelerator, model, state: TrainerState, best_root: Path, score: float, higher_is_better: bool, k: int
+) -> None:
     """Keep the weights of this validation in ``best/step_<N>`` if it is among the best ``k``."""
     if k < 1:
         return
@@ -183,14 +187,18 @@ def drop_lost_best(best_root: Path, state: TrainerState) -> None:
             shutil.rmtree(d)
 
 
-def final_weight_sources(state: TrainerState, ckpt_root: Path, best_root: Path, average_best_k: int, average_last_k: int,
-                         metric: str) -> tuple[list[Path], str]:
+def final_weight_sources(
+    state: TrainerState, ckpt_root: Path, best_root: Path, average_best_k: int, average_last_k: int, metric: str
+) -> tuple[list[Path], str]:
     """The folders whose (mean) weights become the final model, and a description of the choice:
     the best ``average_best_k`` validations, the last ``average_last_k`` checkpoints, the best
     validation, or the last update."""
     if average_best_k:
         sources = [best_root / f"step_{s}" for _, s in state.best[:average_best_k]]
-        return sources, f"average of the best {len(sources)} validations (updates {[s for _, s in state.best[:average_best_k]]})"
+        return (
+            sources,
+            f"average of the best {len(sources)} validations (updates {[s for _, s in state.best[:average_best_k]]})",
+        )
     if average_last_k:
         sources = step_dirs(ckpt_root)[-average_last_k:]
         return sources, f"average of the last {len(sources)} checkpoints ({[p.name for p in sources]})"

@@ -118,7 +118,9 @@ def config_from_dict(cls: type[T], values: dict[str, Any], base: T | None = None
     for name, value in values.items():
         name = canonical_name(cls, name)
         if name not in field_types:
-            raise RecipeError(f"unknown field {name!r}{did_you_mean(name, list(field_types))}; valid fields: {', '.join(field_types)}")
+            raise RecipeError(
+                f"unknown field {name!r}{did_you_mean(name, list(field_types))}; valid fields: {', '.join(field_types)}"
+            )
         value = coerce(name, value, field_types[name])
         if isinstance(value, dict) and isinstance(current.get(name), dict):
             value = {**current[name], **value}
@@ -161,7 +163,10 @@ def field_comments(cls: type) -> dict[str, str]:
 
 
 def format_help(cls: type, prog: str) -> str:
-    defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory()) for f in dataclasses.fields(cls)}
+    defaults = {
+        f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
+        for f in dataclasses.fields(cls)
+    }
     comments = field_comments(cls)
     lines = [
         f"usage: {prog} [--recipe FILE] [--FIELD VALUE ...]",
@@ -230,4 +235,6 @@ def parse_command_line(cls: type[T], argv: list[str] | None = None, prog: str = 
 
 def dump_recipe(config: Any, path: str | Path) -> None:
     """Write every field of ``config`` as a YAML recipe that ``--recipe`` reads back."""
-    Path(path).write_text(yaml.safe_dump(dataclasses.asdict(config), sort_keys=False, allow_unicode=True), encoding="utf-8")
+    Path(path).write_text(
+        yaml.safe_dump(dataclasses.asdict(config), sort_keys=False, allow_unicode=True), encoding="utf-8"
+    )

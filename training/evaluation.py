@@ -20,8 +20,9 @@ CI_KEYS = ("bleu_ci95", "bleu_lowercase_ci95", "chrf_ci95")
 
 
 @torch.no_grad()
-def evaluate(model, dataset, tokenizer, config, accelerator, num_beams: int, max_examples, target_lang,
-             n_bootstrap: int = 1) -> dict:
+def evaluate(
+    model, dataset, tokenizer, config, accelerator, num_beams: int, max_examples, target_lang, n_bootstrap: int = 1
+) -> dict:
     """Teacher-forced loss / perplexity and beam-search BLEU / chrF on (a prefix of) ``dataset``.
 
     The work is split over ranks by batch; every rank returns the same numbers. ``loss`` is the
@@ -31,16 +32,34 @@ def evaluate(model, dataset, tokenizer, config, accelerator, num_beams: int, max
     """
     was_training = model.training
     model.eval()
-    nll, tokens, translations = torch.zeros((), device=accelerator.device), torch.zeros((), device=accelerator.device), []
+    nll, tokens, translations = (
+        torch.zeros((), device=accelerator.device),
+        torch.zeros((), device=accelerator.device),
+        [],
+    )
     n = len(dataset) if max_examples is None else min(max_examples, len(dataset))
-    batches = eval_batches(dataset["input_ids"][:n], dataset["labels"][:n], Collate(tokenizer.pad_token_id, tokenizer.bos_token_id),
-                           config.eval_batch_size, accelerator.process_index, accelerator.num_processes, accelerator.device)
+    batches = eval_batches(
+        dataset["input_ids"][:n],
+        dataset["labels"][:n],
+        Collate(tokenizer.pad_token_id, tokenizer.bos_token_id),
+        config.eval_batch_size,
+        accelerator.process_index,
+        accelerator.num_processes,
+        accelerator.device,
+    )
     for ids, batch in batches:
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], decoder_input_ids=batch["decoder_input_ids"]).logits
+        logits = model(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            decoder_input_ids=batch["decoder_input_ids"],
+        ).logits
         nll += token_loss_sum(logits, batch["labels"], 0.0)
         tokens += (batch["labels"] != -100).sum()
         out = model.generate(
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], num_beams=num_beams, max_new_tokens=config.max_target_length
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            num_beams=num_beams,
+            max_new_tokens=config.max_target_length,
         )
         translations.extend(zip(ids, tokenizer.batch_decode(out, skip_special_tokens=True)))
     totals = accelerator.reduce(torch.stack([nll, tokens]), reduction="sum").tolist()
@@ -50,7 +69,12 @@ def evaluate(model, dataset, tokenizer, config, accelerator, num_beams: int, max
     refs = [references[i] for i, _ in translations]
     model.train(was_training)
     loss = totals[0] / max(1.0, totals[1])
-    return {"loss": loss, "perplexity": math.exp(min(loss, 100.0)), **corpus_scores(hyps, refs, target_lang, n_bootstrap), "hypotheses": hyps}
+    return {
+        "loss": loss,
+        "perplexity": math.exp(min(loss, 100.0)),
+        **corpus_scores(hyps, refs, target_lang, n_bootstrap),
+        "hypotheses": hyps,
+    }
 
 
 @torch.no_grad()
@@ -67,7 +91,9 @@ def plot_attention(model, tokenizer, sources: list[str], out_dir: Path, prefix: 
         model.set_attn_implementation("eager")
     try:
         for i, text in enumerate(sources):
-            enc = tokenizer([text], return_tensors="pt", truncation=True, max_length=config.max_source_length).to(device)
+            enc = tokenizer([text], return_tensors="pt", truncation=True, max_length=config.max_source_length).to(
+                device
+            )
             hyp = model.generate(**enc, num_beams=1, max_new_tokens=config.max_target_length)[0]
             out = model(**enc, decoder_input_ids=hyp[None, :-1], output_attentions=True)
             if out.cross_attentions is None:  # nothing to draw
@@ -107,9 +133,22 @@ def write_run_report(output_dir: Path, metrics: dict, test: dict, greedy: dict |
     test scores."""
     (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, ensure_ascii=False), encoding="utf-8")
     (output_dir / "test_translations.txt").write_text("".join(h + "\n" for h in test["hypotheses"]), encoding="utf-8")
-    logger.info("test (beam %d): BLEU %s, lower-cased BLEU %s, chrF %s (%s)", num_beams, format_score(test, "bleu"),
-                format_score(test, "bleu_lowercase"), format_score(test, "chrf"), test["bleu_signature"])
+    logger.info(
+        "test (beam %d): BLEU %s, lower-cased BLEU %s, chrF %s (%s)",
+        num_beams,
+        format_score(test, "bleu"),
+        format_score(test, "bleu_lowercase"),
+        format_score(test, "chrf"),
+        test["bleu_signature"],
+    )
     if greedy is not None:
-        (output_dir / "test_translations_greedy.txt").write_text("".join(h + "\n" for h in greedy["hypotheses"]), encoding="utf-8")
-        logger.info("test (greedy): BLEU %s, lower-cased BLEU %s, chrF %s (%s)", format_score(greedy, "bleu"),
-                    format_score(greedy, "bleu_lowercase"), format_score(greedy, "chrf"), greedy["bleu_signature"])
+        (output_dir / "test_translations_greedy.txt").write_text(
+            "".join(h + "\n" for h in greedy["hypotheses"]), encoding="utf-8"
+        )
+        logger.info(
+            "test (greedy): BLEU %s, lower-cased BLEU %s, chrF %s (%s)",
+            format_score(greedy, "bleu"),
+            format_score(greedy, "bleu_lowercase"),
+            format_score(greedy, "chrf"),
+            greedy["bleu_signature"],
+        )

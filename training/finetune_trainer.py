@@ -114,13 +114,28 @@ class FinetuneConfig:
             raise ValueError("give either corpus (a corpus spec) or train_file (JSONL with source/target)")
         if self.corpus and self.train_file:
             raise ValueError("give corpus or train_file, not both")
-        for name in ("max_steps", "per_device_train_batch_size", "per_device_eval_batch_size",
-                     "gradient_accumulation_steps", "generation_num_beams", "generation_max_new_tokens",
-                     "max_source_length", "max_target_length", "logging_steps"):
+        for name in (
+            "max_steps",
+            "per_device_train_batch_size",
+            "per_device_eval_batch_size",
+            "gradient_accumulation_steps",
+            "generation_num_beams",
+            "generation_max_new_tokens",
+            "max_source_length",
+            "max_target_length",
+            "logging_steps",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1; got {getattr(self, name)}")
-        for name in ("max_train_samples", "max_eval_samples", "max_test_samples", "eval_steps",
-                     "save_steps", "warmup_steps", "save_total_limit"):
+        for name in (
+            "max_train_samples",
+            "max_eval_samples",
+            "max_test_samples",
+            "eval_steps",
+            "save_steps",
+            "warmup_steps",
+            "save_total_limit",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0; got {getattr(self, name)}")
         if not 0.0 <= self.label_smoothing < 1.0:
@@ -271,7 +286,9 @@ def load_pairs(config: FinetuneConfig):
         from attention_seq2seq.data import load_corpus  # the package's corpus specs
 
         splits, info = load_corpus(config.corpus, return_info=True)
-        corpus = {key: getattr(info, key) for key in ("spec", "name", "source_lang", "target_lang", "license", "attribution")}
+        corpus = {
+            key: getattr(info, key) for key in ("spec", "name", "source_lang", "target_lang", "license", "attribution")
+        }
     else:
         files = {"train": config.train_file, "validation": config.validation_file, "test": config.test_file}
         files = {split: path for split, path in files.items() if path}
@@ -282,9 +299,15 @@ def load_pairs(config: FinetuneConfig):
         for split, dataset in splits.items():
             missing = {"source", "target"} - set(dataset.column_names)
             if missing:
-                raise ValueError(f"{files[split]}: each line needs the keys 'source' and 'target'; missing {sorted(missing)}")
-        corpus = {"spec": f"jsonl:{config.train_file}", "name": Path(config.train_file).stem,
-                  "source_lang": None, "target_lang": "zh" if _target_is_chinese(splits["train"]) else None}
+                raise ValueError(
+                    f"{files[split]}: each line needs the keys 'source' and 'target'; missing {sorted(missing)}"
+                )
+        corpus = {
+            "spec": f"jsonl:{config.train_file}",
+            "name": Path(config.train_file).stem,
+            "source_lang": None,
+            "target_lang": "zh" if _target_is_chinese(splits["train"]) else None,
+        }
     limits = {"train": config.max_train_samples, "validation": config.max_eval_samples, "test": config.max_test_samples}
     out = {}
     for split, dataset in splits.items():
@@ -429,9 +452,7 @@ def finetune(config: FinetuneConfig) -> Path:
     output_dir = Path(config.output_dir)
     model, tokenizer = load_model_and_tokenizer(config)
     if config.gradient_checkpointing and not getattr(model, "supports_gradient_checkpointing", False):
-        raise ValueError(
-            f"gradient_checkpointing: {model.config.model_type} models do not support it; set it to false"
-        )
+        raise ValueError(f"gradient_checkpointing: {model.config.model_type} models do not support it; set it to false")
     model.config.label_smoothing = config.label_smoothing  # both families smooth in forward(labels=)
     deploy_generation_config = model.generation_config  # restored before saving (see below)
     raw, corpus = load_pairs(config)
@@ -559,14 +580,25 @@ def add_config_arguments(parser: argparse.ArgumentParser, comments: dict[str, st
         hidden = [f"--{f.name}"] if "_" in f.name else []
         text = f"{comments[f.name]} " if comments.get(f.name) else ""
         if f.type in ("bool", bool):
-            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None,
-                                help=f"{text}(default: {f.default})")
+            parser.add_argument(
+                flag,
+                dest=f.name,
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=f"{text}(default: {f.default})",
+            )
             for alias in hidden:
                 parser.add_argument(alias, dest=f.name, action="store_true", default=None, help=argparse.SUPPRESS)
         else:
             kind = {"int": int, "float": float}.get(str(f.type), str)
-            parser.add_argument(flag, dest=f.name, type=kind, default=None, metavar={int: "N", float: "X"}.get(kind, "TEXT"),
-                                help=f"{text}(default: {f.default!r})".replace("%", "%%"))
+            parser.add_argument(
+                flag,
+                dest=f.name,
+                type=kind,
+                default=None,
+                metavar={int: "N", float: "X"}.get(kind, "TEXT"),
+                help=f"{text}(default: {f.default!r})".replace("%", "%%"),
+            )
             for alias in hidden:
                 parser.add_argument(alias, dest=f.name, type=kind, default=None, help=argparse.SUPPRESS)
 

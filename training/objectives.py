@@ -19,8 +19,13 @@ import torch
 from ..modeling.losses import seq2seq_lm_loss
 
 
-def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float, model_config=None,
-                   coverage_penalty: torch.Tensor | None = None) -> torch.Tensor:
+def token_loss_sum(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    label_smoothing: float,
+    model_config=None,
+    coverage_penalty: torch.Tensor | None = None,
+) -> torch.Tensor:
     """The models' own loss (`modeling/losses.py`, `seq2seq_lm_loss`) *summed* over the target
     tokens (labels != -100), with the run's label smoothing: n = 1 instead of the token count.
 
@@ -36,16 +41,23 @@ def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: 
     Returns:
         A scalar tensor (float32). Divide by the token count of the *whole* update yourself.
     """
-    return seq2seq_lm_loss(logits, labels, model_config if model_config is not None else _PLAIN_LOSS_CONFIG,
-                           num_items_in_batch=1, coverage_penalty=coverage_penalty, label_smoothing=label_smoothing)
+    return seq2seq_lm_loss(
+        logits,
+        labels,
+        model_config if model_config is not None else _PLAIN_LOSS_CONFIG,
+        num_items_in_batch=1,
+        coverage_penalty=coverage_penalty,
+        label_smoothing=label_smoothing,
+    )
 
 
 # What `token_loss_sum` reads of a model config when it has none: no coverage, fast paths on.
 _PLAIN_LOSS_CONFIG = SimpleNamespace(label_smoothing=0.0, coverage_loss_weight=0.0, use_cpu_fast_paths=True)
 
 
-def source_word_dropout(input_ids: torch.Tensor, attention_mask: torch.Tensor, p: float, unk_token_id: int,
-                        keep_ids: tuple[int, ...] = ()) -> torch.Tensor:
+def source_word_dropout(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, p: float, unk_token_id: int, keep_ids: tuple[int, ...] = ()
+) -> torch.Tensor:
     """Word dropout on the source: each real source token becomes ``unk_token_id`` with probability p.
 
     Sennrich & Zhang 2019 (Revisiting Low-Resource Neural Machine Translation) drop whole words
@@ -90,8 +102,16 @@ def symmetric_kl_sum(logits_p: torch.Tensor, logits_q: torch.Tensor) -> torch.Te
     return ((log_p.exp() - log_q.exp()) * (log_p - log_q)).sum()
 
 
-def optimizer_update(accelerator, model, optimizer, scheduler, micro: list[dict], label_smoothing: float, max_grad_norm: float,
-                     rdrop_alpha: float = 0.0):
+def optimizer_update(
+    accelerator,
+    model,
+    optimizer,
+    scheduler,
+    micro: list[dict],
+    label_smoothing: float,
+    max_grad_norm: float,
+    rdrop_alpha: float = 0.0,
+):
     """One optimizer update over this rank's micro-batches, normalised by the global token count.
 
     Args:
@@ -122,11 +142,16 @@ def optimizer_update(accelerator, model, optimizer, scheduler, micro: list[dict]
         with contextlib.nullcontext() if sync else accelerator.no_sync(model):
             if copies == 2:
                 mb = {k: torch.cat([v, v]) for k, v in mb.items()}
-            out = model(input_ids=mb["input_ids"], attention_mask=mb["attention_mask"],
-                        decoder_input_ids=mb["decoder_input_ids"], use_cache=False)
+            out = model(
+                input_ids=mb["input_ids"],
+                attention_mask=mb["attention_mask"],
+                decoder_input_ids=mb["decoder_input_ids"],
+                use_cache=False,
+            )
             # The models' own loss (with an RNN's coverage penalty, See et al. 2017, eq. 12), summed.
-            loss_sum = token_loss_sum(out.logits, mb["labels"], label_smoothing, model_config,
-                                      getattr(out, "coverage_penalty", None))
+            loss_sum = token_loss_sum(
+                out.logits, mb["labels"], label_smoothing, model_config, getattr(out, "coverage_penalty", None)
+            )
             objective = loss_sum
             if copies == 2:
                 first, second = out.logits.chunk(2)

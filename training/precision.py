@@ -161,11 +161,17 @@ def synthetic_batch(vocab_size: int, max_tokens: int, length: int) -> dict[str, 
     labels = labels.masked_fill(~target_mask, -100)
     # as the trainer's Collate does it: labels shifted right behind the start id, padding 0
     decoder_input_ids = torch.cat([labels.new_full((batch, 1), 1), labels[:, :-1].clamp(min=0)], dim=1)
-    return {"input_ids": ids, "attention_mask": attention_mask, "decoder_input_ids": decoder_input_ids, "labels": labels}
+    return {
+        "input_ids": ids,
+        "attention_mask": attention_mask,
+        "decoder_input_ids": decoder_input_ids,
+        "labels": labels,
+    }
 
 
-def measure_step_times(model: torch.nn.Module, batches: list[dict[str, torch.Tensor]], rounds: int = MEASURE_ROUNDS,
-                       bf16: bool = True) -> tuple[float, float | None]:
+def measure_step_times(
+    model: torch.nn.Module, batches: list[dict[str, torch.Tensor]], rounds: int = MEASURE_ROUNDS, bf16: bool = True
+) -> tuple[float, float | None]:
     """Seconds of one training step (forward, summed token loss, backward, AdamW update) in
     float32 and in CPU bf16 autocast: for each batch the median of ``rounds`` steps, measured
     interleaved (f, b, f, b, ...), then the mean over the batches.
@@ -226,8 +232,9 @@ def _read_cache(path: Path) -> dict:
         return {}
 
 
-def resolve_mixed_precision(family: str, model_config: dict, vocab_size: int, max_tokens: int,
-                            build_model=None, use_cache: bool = True) -> PrecisionChoice:
+def resolve_mixed_precision(
+    family: str, model_config: dict, vocab_size: int, max_tokens: int, build_model=None, use_cache: bool = True
+) -> PrecisionChoice:
     """Decide ``auto``: ``"bf16"`` or ``"no"`` for this model on this machine (see the module docstring).
 
     Args:
@@ -246,7 +253,9 @@ def resolve_mixed_precision(family: str, model_config: dict, vocab_size: int, ma
     if torch.cuda.is_available():
         if torch.cuda.is_bf16_supported():
             return PrecisionChoice("bf16", "a CUDA GPU that supports bf16")
-        return PrecisionChoice("no", "a CUDA GPU without bf16 (fp16 needs loss scaling: pass --mixed_precision fp16 for it)")
+        return PrecisionChoice(
+            "no", "a CUDA GPU without bf16 (fp16 needs loss scaling: pass --mixed_precision fp16 for it)"
+        )
     with_bf16 = cpu_has_bf16()
     key = cache_key(family, model_config, vocab_size, max_tokens)
     path = cache_path()
@@ -259,8 +268,13 @@ def resolve_mixed_precision(family: str, model_config: dict, vocab_size: int, ma
                 batches = [synthetic_batch(vocab_size, max_tokens, length) for length in SYNTHETIC_LENGTHS]
                 float32_s, bf16_s = measure_step_times(model, batches, bf16=with_bf16)
                 del model
-            entry = {"float32_step_s": round(float32_s, 5), "bf16_step_s": None if bf16_s is None else round(bf16_s, 5),
-                     "measured_at": datetime.date.today().isoformat(), "cpu": cpu_name(), "threads": torch.get_num_threads()}
+            entry = {
+                "float32_step_s": round(float32_s, 5),
+                "bf16_step_s": None if bf16_s is None else round(bf16_s, 5),
+                "measured_at": datetime.date.today().isoformat(),
+                "cpu": cpu_name(),
+                "threads": torch.get_num_threads(),
+            }
             if use_cache:
                 entries = _read_cache(path)
                 entries[key] = entry
@@ -272,11 +286,15 @@ def resolve_mixed_precision(family: str, model_config: dict, vocab_size: int, ma
             cached = True
     where = f"kept in {path} from {entry['measured_at']}" if cached else "measured now"
     if entry["bf16_step_s"] is None:
-        reason = (f"this CPU has no bf16 instructions (neither avx512_bf16 nor amx_bf16); one float32 training step "
-                  f"takes {1000 * entry['float32_step_s']:.0f} ms ({where})")
+        reason = (
+            f"this CPU has no bf16 instructions (neither avx512_bf16 nor amx_bf16); one float32 training step "
+            f"takes {1000 * entry['float32_step_s']:.0f} ms ({where})"
+        )
         return PrecisionChoice("no", reason, entry["float32_step_s"], None, entry["measured_at"], cached)
     speedup = entry["float32_step_s"] / entry["bf16_step_s"]
     choice = "bf16" if speedup >= BF16_MIN_SPEEDUP - 1e-9 else "no"  # (tolerance: the cache rounds to 10 µs)
-    reason = (f"one training step takes {1000 * entry['float32_step_s']:.0f} ms in float32 and {1000 * entry['bf16_step_s']:.0f} ms "
-              f"in bf16 ({speedup:.2f}x; bf16 needs {BF16_MIN_SPEEDUP:.2f}x; {where})")
+    reason = (
+        f"one training step takes {1000 * entry['float32_step_s']:.0f} ms in float32 and {1000 * entry['bf16_step_s']:.0f} ms "
+        f"in bf16 ({speedup:.2f}x; bf16 needs {BF16_MIN_SPEEDUP:.2f}x; {where})"
+    )
     return PrecisionChoice(choice, reason, entry["float32_step_s"], entry["bf16_step_s"], entry["measured_at"], cached)

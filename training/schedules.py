@@ -77,7 +77,9 @@ class PlateauDecay:
     ``accelerator.register_for_checkpointing``.
     """
 
-    def __init__(self, factor: float = 0.5, patience: int = 2, higher_is_better: bool = True, min_multiplier: float = 1e-3):
+    def __init__(
+        self, factor: float = 0.5, patience: int = 2, higher_is_better: bool = True, min_multiplier: float = 1e-3
+    ):
         if not 0.0 < factor < 1.0:
             raise ValueError(f"plateau_factor must be in (0, 1); got {factor}")
         if patience < 1:
@@ -235,9 +237,18 @@ class LearningRateSchedule:
         ValueError: as :func:`build_scheduler`, :class:`PlateauDecay` and :class:`TimeBudget`.
     """
 
-    def __init__(self, optimizer: torch.optim.Optimizer, name: str, warmup_steps: int, total_steps: int | None = None, *,
-                 plateau_factor: float = 0.5, plateau_patience: int = 2, higher_is_better: bool = True,
-                 time_budget_s: float | None = None):
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        name: str,
+        warmup_steps: int,
+        total_steps: int | None = None,
+        *,
+        plateau_factor: float = 0.5,
+        plateau_patience: int = 2,
+        higher_is_better: bool = True,
+        time_budget_s: float | None = None,
+    ):
         self.name, self.warmup_steps = name, warmup_steps
         self.plateau = PlateauDecay(plateau_factor, plateau_patience, higher_is_better)
         self.time_budget = TimeBudget(time_budget_s) if name == "linear_time" else None

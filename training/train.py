@@ -111,7 +111,9 @@ def train(config: TrainConfig) -> Path:
     if precision is not None:
         logger.info("mixed_precision auto -> %s: %s", precision.mixed_precision, precision.reason)
     if step_dirs(ckpt_root) and not config.resume:
-        raise FileExistsError(f"{ckpt_root} already holds checkpoints: pass --resume to continue the run or choose another output_dir")
+        raise FileExistsError(
+            f"{ckpt_root} already holds checkpoints: pass --resume to continue the run or choose another output_dir"
+        )
     if is_main:
         output_dir.mkdir(parents=True, exist_ok=True)
         dump_recipe(config, output_dir / "recipe.yaml")
@@ -119,7 +121,9 @@ def train(config: TrainConfig) -> Path:
 
     data, info, tokenizer = load_data(config, accelerator, output_dir)
     if config.source_word_dropout > 0 and tokenizer.unk_token_id is None:
-        raise RecipeError(f"source_word_dropout replaces tokens by <unk>, but the tokenizer ({config.tokenizer_path}) has no unk_token; set source_word_dropout: 0")
+        raise RecipeError(
+            f"source_word_dropout replaces tokens by <unk>, but the tokenizer ({config.tokenizer_path}) has no unk_token; set source_word_dropout: 0"
+        )
     train_set = data["train"]  # memory-mapped ids (data/prepared.py); the loader reads a batch's rows
     if "train_text" in data:  # subword resampling rewrites the ids each epoch: Python lists
         train_set = PairDataset(train_set.column("source"), train_set.column("target"))
@@ -153,7 +157,9 @@ def train(config: TrainConfig) -> Path:
         clock_saved = schedule.load_state_dict(saved["schedule"])
         logger.info("resumed from %s (update %d, epoch %.2f)", last, state.step, state.epochs)
         if not clock_saved:  # a run switched to linear_time on --resume
-            logger.info("schedule linear_time: %s has no time-budget state; the decay starts at update %d", last, state.step)
+            logger.info(
+                "schedule linear_time: %s has no time-budget state; the decay starts at update %d", last, state.step
+            )
         if is_main:  # best/ folders written after that checkpoint belong to the lost future
             drop_lost_best(best_root, state)
 
@@ -161,8 +167,13 @@ def train(config: TrainConfig) -> Path:
         flat = {k: (json.dumps(v) if isinstance(v, dict) else v) for k, v in dataclasses.asdict(config).items()}
         accelerator.init_trackers("logs", config=flat)
     num_params = sum(p.numel() for p in unwrapped.parameters())
-    logger.info("%s: %.2fM parameters, %d training pairs, %d micro-batches per epoch per rank",
-                type(unwrapped).__name__, num_params / 1e6, len(train_set), state.batches_per_epoch)
+    logger.info(
+        "%s: %.2fM parameters, %d training pairs, %d micro-batches per epoch per rank",
+        type(unwrapped).__name__,
+        num_params / 1e6,
+        len(train_set),
+        state.batches_per_epoch,
+    )
     if total_steps is not None:
         work = f"{total_steps - state.step} updates to do ({(total_steps - state.step) / updates_per_epoch:.2f} epochs)"
         if precision is not None and precision.step_s is not None:
@@ -177,8 +188,16 @@ def train(config: TrainConfig) -> Path:
 
     def validate_and_keep() -> bool:
         """Validate, log, keep the best weights; returns True when early stopping says stop."""
-        result = evaluate(unwrapped, data["validation"], tokenizer, config, accelerator, config.eval_num_beams,
-                          config.max_eval_samples, info.target_lang)
+        result = evaluate(
+            unwrapped,
+            data["validation"],
+            tokenizer,
+            config,
+            accelerator,
+            config.eval_num_beams,
+            config.max_eval_samples,
+            info.target_lang,
+        )
         record = {"step": state.step, **{k: result[k] for k in ("loss", "perplexity", "bleu", "chrf")}}
         state.validation.append(record)
         score = record[config.early_stopping_metric]
@@ -189,9 +208,13 @@ def train(config: TrainConfig) -> Path:
         update_best(accelerator, model, state, best_root, score, higher_is_better, config.keep_best_k)
         if is_main:
             accelerator.log({f"valid/{k}": v for k, v in record.items() if k != "step"}, step=state.step)
-            tqdm.write(f"validation @ {state.step}: " + ", ".join(f"{k} {v:.4g}" for k, v in record.items() if k != "step"))
+            tqdm.write(
+                f"validation @ {state.step}: " + ", ".join(f"{k} {v:.4g}" for k, v in record.items() if k != "step")
+            )
             if config.num_plot_sentences:
-                plot_attention(unwrapped, tokenizer, plot_sources, plots_dir, f"attention_val_step{state.step}", config, device)
+                plot_attention(
+                    unwrapped, tokenizer, plot_sources, plots_dir, f"attention_val_step{state.step}", config, device
+                )
         accelerator.wait_for_everyone()
         patience = config.early_stopping_patience
         return patience is not None and state.bad_validations >= patience
@@ -214,12 +237,21 @@ def train(config: TrainConfig) -> Path:
     last_log_time = session_start = time.perf_counter()
     earlier_sessions_s = state.wall_time_s
     budget_s = 60 * config.max_time_minutes if config.max_time_minutes is not None else None
-    schedule.observe_time(earlier_sessions_s, state.step)  # warm-up 0 (or a resume after it): the decay starts now at the latest
+    schedule.observe_time(
+        earlier_sessions_s, state.step
+    )  # warm-up 0 (or a resume after it): the decay starts now at the latest
     # A terminal (or the main job relaying one: ATTENTION_SEQ2SEQ_PROGRESS=live) redraws the bar
     # twice a second; a log file gets a line per 30 s.
     live = sys.stderr.isatty() or os.environ.get("ATTENTION_SEQ2SEQ_PROGRESS") == "live"
-    progress = tqdm(total=total_steps, initial=state.step, disable=not is_main, desc="train", unit="upd", dynamic_ncols=True,
-                    mininterval=0.5 if live else 30.0)
+    progress = tqdm(
+        total=total_steps,
+        initial=state.step,
+        disable=not is_main,
+        desc="train",
+        unit="upd",
+        dynamic_ncols=True,
+        mininterval=0.5 if live else 30.0,
+    )
     stop_reason = None
     first_step = state.step
     pace_step = first_step + max(1, min(200, (total_steps - first_step) // 10)) if total_steps is not None else None
@@ -228,12 +260,25 @@ def train(config: TrainConfig) -> Path:
         micro = [next(stream) for _ in range(config.gradient_accumulation_steps)]
         for i, mb in enumerate(micro):
             ids = mb.pop("id")
-            mb["input_ids"] = source_word_dropout(mb["input_ids"], mb["attention_mask"], config.source_word_dropout,
-                                                  tokenizer.unk_token_id, keep_ids=special_source_ids)  # p = 0: unchanged
+            mb["input_ids"] = source_word_dropout(
+                mb["input_ids"],
+                mb["attention_mask"],
+                config.source_word_dropout,
+                tokenizer.unk_token_id,
+                keep_ids=special_source_ids,
+            )  # p = 0: unchanged
             if dump is not None:
                 dump.write(json.dumps({"step": state.step, "micro": i, "ids": ids.tolist()}) + "\n")
-        update_loss, num_tokens = optimizer_update(accelerator, model, optimizer, schedule, micro, config.label_smoothing,
-                                                   config.max_grad_norm, config.rdrop_alpha)
+        update_loss, num_tokens = optimizer_update(
+            accelerator,
+            model,
+            optimizer,
+            schedule,
+            micro,
+            config.label_smoothing,
+            config.max_grad_norm,
+            config.rdrop_alpha,
+        )
         first_bad = torch.where((first_bad < 0) & ~torch.isfinite(update_loss), state.step + 1, first_bad)
         state.step += 1
         loss_acc += update_loss
@@ -242,8 +287,10 @@ def train(config: TrainConfig) -> Path:
         if is_main and total_steps is not None and state.step == pace_step:
             # The estimate made before training timed a synthetic step; this one is the real pace.
             pace = (state.step - first_step) / max(1e-9, time.perf_counter() - session_start)
-            tqdm.write(f"after {state.step - first_step} updates: {pace:.2f} updates/s here, so the remaining "
-                       f"{total_steps - state.step} take about {(total_steps - state.step) / pace / 60:.1f} min")
+            tqdm.write(
+                f"after {state.step - first_step} updates: {pace:.2f} updates/s here, so the remaining "
+                f"{total_steps - state.step} take about {(total_steps - state.step) / pace / 60:.1f} min"
+            )
 
         # ---- logging (the only per-interval host sync), NaN check and time budget -------------
         evaluating = state.step % config.eval_every == 0 or state.step == total_steps
@@ -272,10 +319,18 @@ def train(config: TrainConfig) -> Path:
             state.wall_time_s = earlier_sessions_s + now - session_start
             last_loss = loss_sum_all / max(1.0, tokens_all)  # mean smoothed loss per target token
             state.train_loss.append([state.step, last_loss])
-            logs = {"train/loss": last_loss, "train/lr": schedule.get_last_lr()[0],
-                    "train/target_tokens_per_s": tokens_all / max(1e-9, now - last_log_time), "train/epoch": state.epochs}
+            logs = {
+                "train/loss": last_loss,
+                "train/lr": schedule.get_last_lr()[0],
+                "train/target_tokens_per_s": tokens_all / max(1e-9, now - last_log_time),
+                "train/epoch": state.epochs,
+            }
             if is_main:
-                progress.set_postfix(loss=f"{last_loss:.3f}", lr=f"{logs['train/lr']:.2e}", tok_s=f"{logs['train/target_tokens_per_s']:.0f}")
+                progress.set_postfix(
+                    loss=f"{last_loss:.3f}",
+                    lr=f"{logs['train/lr']:.2e}",
+                    tok_s=f"{logs['train/target_tokens_per_s']:.0f}",
+                )
                 accelerator.log(logs, step=state.step)
             loss_acc.zero_()
             tokens_acc.zero_()
@@ -285,7 +340,9 @@ def train(config: TrainConfig) -> Path:
                 # slowest rank's clock decides for all.
                 slowest = state.wall_time_s
                 if world > 1:
-                    elapsed = slowest = accelerator.gather(torch.tensor([slowest], dtype=torch.float64, device=device)).max().item()
+                    elapsed = slowest = (
+                        accelerator.gather(torch.tensor([slowest], dtype=torch.float64, device=device)).max().item()
+                    )
                 if slowest > budget_s:  # over budget: all ranks stop at this same update
                     stop_reason = "max_time_minutes"
                     evaluating = saving = True
@@ -308,7 +365,9 @@ def train(config: TrainConfig) -> Path:
         from safetensors.torch import save_file
 
         weights_file = output_dir / "debug" / f"weights_rank{accelerator.process_index}.safetensors"
-        save_file({k: v.detach().cpu().clone().contiguous() for k, v in unwrapped.state_dict().items()}, str(weights_file))
+        save_file(
+            {k: v.detach().cpu().clone().contiguous() for k, v in unwrapped.state_dict().items()}, str(weights_file)
+        )
         give_ordinary_modes(weights_file)
     stop_reason = stop_reason or "max_steps/max_epochs"
     logger.info("training stopped (%s) after %d updates, %.2f epochs", stop_reason, state.step, state.epochs)
@@ -317,8 +376,9 @@ def train(config: TrainConfig) -> Path:
     # ---- final model: average / best / last weights
     if [p.name for p in step_dirs(ckpt_root)[-1:]] != [f"step_{state.step}"]:
         save_checkpoint(accelerator, ckpt_root, state.step, config.keep_last_checkpoints, checkpointed)
-    sources, final_desc = final_weight_sources(state, ckpt_root, best_root, config.average_best_k, config.average_last_k,
-                                               config.early_stopping_metric)
+    sources, final_desc = final_weight_sources(
+        state, ckpt_root, best_root, config.average_best_k, config.average_last_k, config.early_stopping_metric
+    )
     load_averaged_weights(unwrapped, average_checkpoints(sources))
     logger.info("final model: %s", final_desc)
     if is_main:
@@ -331,15 +391,35 @@ def train(config: TrainConfig) -> Path:
     # that Accelerate wrapped around forward for training (bf16 test scores differed by ~0.1 BLEU).
     unwrapped = accelerator.unwrap_model(model, keep_fp32_wrapper=False)
     n_bootstrap = config.test_bootstrap or 1
-    test = evaluate(unwrapped, data["test"], tokenizer, config, accelerator, config.test_num_beams, config.max_test_samples,
-                    info.target_lang, n_bootstrap)
+    test = evaluate(
+        unwrapped,
+        data["test"],
+        tokenizer,
+        config,
+        accelerator,
+        config.test_num_beams,
+        config.max_test_samples,
+        info.target_lang,
+        n_bootstrap,
+    )
     greedy = None
     if config.test_greedy and config.test_num_beams != 1:
-        greedy = evaluate(unwrapped, data["test"], tokenizer, config, accelerator, 1, config.max_test_samples, info.target_lang,
-                          n_bootstrap)
+        greedy = evaluate(
+            unwrapped,
+            data["test"],
+            tokenizer,
+            config,
+            accelerator,
+            1,
+            config.max_test_samples,
+            info.target_lang,
+            n_bootstrap,
+        )
     if is_main:
         plot_attention(unwrapped, tokenizer, data["test"]["source"][:1], plots_dir, "attention_test", config, device)
-        n_test = len(data["test"]) if config.max_test_samples is None else min(config.max_test_samples, len(data["test"]))
+        n_test = (
+            len(data["test"]) if config.max_test_samples is None else min(config.max_test_samples, len(data["test"]))
+        )
         metrics = {
             "model_family": unwrapped.config.model_type,
             "corpus": {k: v for k, v in info.to_dict().items() if k not in ("counts", "extra")},

@@ -27,21 +27,35 @@ class TrainConfig:
 
     # ---- model ---------------------------------------------------------------------------------
     model_family: str = "transformer"  # "rnn" or "transformer"
-    model_config: dict = field(default_factory=dict)  # passed to RNNSeq2SeqConfig / TransformerSeq2SeqConfig (vocab size and special ids come from the tokenizer)
+    model_config: dict = field(
+        default_factory=dict
+    )  # passed to RNNSeq2SeqConfig / TransformerSeq2SeqConfig (vocab size and special ids come from the tokenizer)
     # ---- data ----------------------------------------------------------------------------------
     corpus: str = "multi30k:../shared/data/multi30k:de-en"  # load_corpus spec (data/corpora.py); relative paths from the working directory
-    corpus_filters: dict = field(default_factory=dict)  # CorpusFilters fields (dedup, max_length, max_ratio, ...), train split only
+    corpus_filters: dict = field(
+        default_factory=dict
+    )  # CorpusFilters fields (dedup, max_length, max_ratio, ...), train split only
     max_train_samples: int | None = None  # use only the first N training pairs (quick runs, tests)
     tokenizer_type: str = "unigram"  # "unigram" (SentencePiece-style) or "bpe"; one joint vocabulary
     tokenizer_path: str | None = None  # a saved tokenizer folder to use instead of training one
     vocab_size: int = 8000  # subword vocabulary size, special tokens and byte pieces included
-    tokenizer_train_pairs: int | None = 200_000  # train the tokenizer on at most this many training pairs, a seeded sample (SentencePiece's input_sentence_size; null: all)
-    no_cache: bool = False  # prepare the corpus in output_dir/corpus_cache instead of the shared cache (docs/large-corpora.md)
+    tokenizer_train_pairs: int | None = (
+        200_000  # train the tokenizer on at most this many training pairs, a seeded sample (SentencePiece's input_sentence_size; null: all)
+    )
+    no_cache: bool = (
+        False  # prepare the corpus in output_dir/corpus_cache instead of the shared cache (docs/large-corpora.md)
+    )
     max_source_length: int = 128  # tokens incl. </s>; longer training pairs are dropped, evaluation sources truncated
     max_target_length: int = 128  # tokens incl. </s>; also the generation limit (max_new_tokens)
-    subword_alpha: float | None = None  # unigram tokenizers: re-segment the training pairs every epoch, sampling segmentations with probability ∝ P(x)^alpha (subword regularization, Kudo 2018); smaller alpha: more, shorter pieces; at most 1 without subword_nbest_size; None: the best segmentation always
-    subword_nbest_size: int | None = None  # with subword_alpha: sample among the n best segmentations (>= 2); None: among all of them
-    bpe_dropout: float | None = None  # BPE tokenizers: re-segment the training pairs every epoch, skipping each merge with this probability (Provilkov et al. 2020)
+    subword_alpha: float | None = (
+        None  # unigram tokenizers: re-segment the training pairs every epoch, sampling segmentations with probability ∝ P(x)^alpha (subword regularization, Kudo 2018); smaller alpha: more, shorter pieces; at most 1 without subword_nbest_size; None: the best segmentation always
+    )
+    subword_nbest_size: int | None = (
+        None  # with subword_alpha: sample among the n best segmentations (>= 2); None: among all of them
+    )
+    bpe_dropout: float | None = (
+        None  # BPE tokenizers: re-segment the training pairs every epoch, skipping each merge with this probability (Provilkov et al. 2020)
+    )
     # ---- batching ------------------------------------------------------------------------------
     max_tokens: int = 4096  # token budget of one micro-batch on one rank, padding included (see data/batching.py)
     gradient_accumulation_steps: int = 1  # micro-batches per optimizer update on each rank
@@ -63,7 +77,9 @@ class TrainConfig:
     # ---- length of the run (the first limit reached ends it) -----------------------------------
     max_steps: int | None = None  # optimizer updates
     max_epochs: float | None = None  # passes over the training set
-    max_time_minutes: float | None = None  # wall-clock budget of the training loop, checked after every update (every log_every updates on several ranks)
+    max_time_minutes: float | None = (
+        None  # wall-clock budget of the training loop, checked after every update (every log_every updates on several ranks)
+    )
     # ---- validation ----------------------------------------------------------------------------
     eval_every: int = 1000  # validate every N updates (and at the end)
     max_eval_samples: int | None = 500  # validate on the first N validation pairs (None: all)
@@ -77,9 +93,13 @@ class TrainConfig:
     num_plot_sentences: int = 2  # attention heat-maps of the first N validation sentences at each validation
     # ---- test ----------------------------------------------------------------------------------
     test_num_beams: int = 5  # beam size of the final test-set evaluation (also saved in generation_config)
-    length_penalty: float = 1.0  # beam search scores log p / length^length_penalty (saved in generation_config); tune it on validation
+    length_penalty: float = (
+        1.0  # beam search scores log p / length^length_penalty (saved in generation_config); tune it on validation
+    )
     max_test_samples: int | None = None  # evaluate on the first N test pairs (None: all)
-    test_bootstrap: int | None = None  # also each test score's 95% confidence interval from N bootstrap resamples of the test sentences (Koehn 2004; metrics.json keys bleu_ci95, bleu_lowercase_ci95, chrf_ci95); 1000 is usual, about a second; None: no interval
+    test_bootstrap: int | None = (
+        None  # also each test score's 95% confidence interval from N bootstrap resamples of the test sentences (Koehn 2004; metrics.json keys bleu_ci95, bleu_lowercase_ci95, chrf_ci95); 1000 is usual, about a second; None: no interval
+    )
     test_greedy: bool = False  # also score greedy decoding on the test set (metrics.json entry "<corpus>-test-greedy")
     # ---- checkpoints and output ----------------------------------------------------------------
     output_dir: str = "runs/train"  # the run folder (docs/DESIGN.md, "Training output folder")
@@ -89,7 +109,9 @@ class TrainConfig:
     # ---- system --------------------------------------------------------------------------------
     seed: int = 1234  # model init, dropout and data order
     num_threads: int | None = None  # torch intra-op CPU threads of each process (None: torch's default, one per core)
-    mixed_precision: str | None = None  # "auto" (measure this model's training step in float32 and CPU bf16 on this machine, interleaved, and take bf16 only where it is >= 1.1x faster; the decision is cached per machine and model shape: training/precision.py), "no", "fp16" (GPU) or "bf16" (GPU, or a CPU with AVX512-BF16/AMX); None: what `accelerate launch/config` says, else "no"
+    mixed_precision: str | None = (
+        None  # "auto" (measure this model's training step in float32 and CPU bf16 on this machine, interleaved, and take bf16 only where it is >= 1.1x faster; the decision is cached per machine and model shape: training/precision.py), "no", "fp16" (GPU) or "bf16" (GPU, or a CPU with AVX512-BF16/AMX); None: what `accelerate launch/config` says, else "no"
+    )
     log_every: int = 50  # updates between progress/TensorBoard logs (each costs one host sync); with several ranks also how often linear_time reads the clock
     log_with: str = "tensorboard"  # "tensorboard" or "none"
     # ---- debugging (used by the tests) ---------------------------------------------------------
@@ -119,19 +141,34 @@ def validate_config(config: TrainConfig) -> None:
             raise RecipeError(f"{name} must be one of {', '.join(repr(v) for v in valid)}; got {value!r}")
     if config.max_steps is None and config.max_epochs is None and config.max_time_minutes is None:
         raise RecipeError("set at least one of max_steps, max_epochs, max_time_minutes")
-    for name in ("max_tokens", "gradient_accumulation_steps", "eval_every", "save_every", "log_every", "keep_last_checkpoints"):
+    for name in (
+        "max_tokens",
+        "gradient_accumulation_steps",
+        "eval_every",
+        "save_every",
+        "log_every",
+        "keep_last_checkpoints",
+    ):
         if getattr(config, name) < 1:
             raise RecipeError(f"{name} must be >= 1; got {getattr(config, name)}")
     if config.num_threads is not None and config.num_threads < 1:
         raise RecipeError(f"num_threads must be >= 1 or null (torch's default); got {config.num_threads}")
     if config.tokenizer_train_pairs is not None and config.tokenizer_train_pairs < 1:
-        raise RecipeError(f"tokenizer_train_pairs must be >= 1 or null (all training pairs); got {config.tokenizer_train_pairs}")
+        raise RecipeError(
+            f"tokenizer_train_pairs must be >= 1 or null (all training pairs); got {config.tokenizer_train_pairs}"
+        )
     if config.schedule == "linear_time" and not (config.max_time_minutes and config.max_time_minutes > 0):
-        raise RecipeError(f"schedule 'linear_time' decays to 0 at the end of the time budget: set max_time_minutes > 0; got {config.max_time_minutes}")
+        raise RecipeError(
+            f"schedule 'linear_time' decays to 0 at the end of the time budget: set max_time_minutes > 0; got {config.max_time_minutes}"
+        )
     if config.schedule == "linear" and config.max_steps is None and config.max_epochs is None:
-        raise RecipeError("schedule 'linear' decays to 0 at max_steps (or max_epochs): set one, or use 'linear_time' with max_time_minutes")
+        raise RecipeError(
+            "schedule 'linear' decays to 0 at max_steps (or max_epochs): set one, or use 'linear_time' with max_time_minutes"
+        )
     if config.average_best_k > config.keep_best_k:
-        raise RecipeError(f"average_best_k ({config.average_best_k}) needs keep_best_k >= it; got keep_best_k={config.keep_best_k}")
+        raise RecipeError(
+            f"average_best_k ({config.average_best_k}) needs keep_best_k >= it; got keep_best_k={config.keep_best_k}"
+        )
     if config.average_last_k > config.keep_last_checkpoints:
         raise RecipeError(
             f"average_last_k ({config.average_last_k}) needs keep_last_checkpoints >= it; got {config.keep_last_checkpoints}"
@@ -141,26 +178,38 @@ def validate_config(config: TrainConfig) -> None:
     if config.subword_alpha is not None and not config.subword_alpha > 0:
         raise RecipeError(f"subword_alpha must be > 0 (or null: no sampling); got {config.subword_alpha}")
     if config.subword_alpha is not None and config.subword_nbest_size is None and config.subword_alpha > 1:
-        raise RecipeError(f"subword_alpha above 1 needs subword_nbest_size (sampling over every segmentation takes alpha <= 1); got {config.subword_alpha}")
+        raise RecipeError(
+            f"subword_alpha above 1 needs subword_nbest_size (sampling over every segmentation takes alpha <= 1); got {config.subword_alpha}"
+        )
     if config.subword_nbest_size is not None and (config.subword_alpha is None or config.subword_nbest_size < 2):
-        raise RecipeError(f"subword_nbest_size needs subword_alpha and must be >= 2 (or null: every segmentation); got {config.subword_nbest_size}")
+        raise RecipeError(
+            f"subword_nbest_size needs subword_alpha and must be >= 2 (or null: every segmentation); got {config.subword_nbest_size}"
+        )
     if config.bpe_dropout is not None and not 0.0 < config.bpe_dropout < 1.0:
         raise RecipeError(f"bpe_dropout must be in (0, 1) (or null: no dropout); got {config.bpe_dropout}")
     if config.subword_alpha is not None and config.bpe_dropout is not None:
         raise RecipeError("set subword_alpha (unigram tokenizers) or bpe_dropout (BPE tokenizers), not both")
     if not config.tokenizer_path:  # a saved tokenizer's type is checked once it is loaded
         if config.subword_alpha is not None and config.tokenizer_type != "unigram":
-            raise RecipeError(f"subword_alpha samples unigram segmentations; tokenizer_type is {config.tokenizer_type!r} (use bpe_dropout)")
+            raise RecipeError(
+                f"subword_alpha samples unigram segmentations; tokenizer_type is {config.tokenizer_type!r} (use bpe_dropout)"
+            )
         if config.bpe_dropout is not None and config.tokenizer_type != "bpe":
-            raise RecipeError(f"bpe_dropout needs tokenizer_type 'bpe'; got {config.tokenizer_type!r} (use subword_alpha)")
+            raise RecipeError(
+                f"bpe_dropout needs tokenizer_type 'bpe'; got {config.tokenizer_type!r} (use subword_alpha)"
+            )
     if not 0.0 <= config.source_word_dropout < 1.0:
         raise RecipeError(f"source_word_dropout must be in [0, 1) (0: off); got {config.source_word_dropout}")
     if config.test_bootstrap is not None and config.test_bootstrap < 2:
-        raise RecipeError(f"test_bootstrap must be >= 2 resamples (1000 is usual) or null (no interval); got {config.test_bootstrap}")
+        raise RecipeError(
+            f"test_bootstrap must be >= 2 resamples (1000 is usual) or null (no interval); got {config.test_bootstrap}"
+        )
     if not config.rdrop_alpha >= 0:
         raise RecipeError(f"rdrop_alpha must be >= 0 (0: no R-Drop); got {config.rdrop_alpha}")
     if config.length_penalty != 1.0 and config.test_num_beams == 1:
-        raise RecipeError(f"length_penalty ({config.length_penalty}) applies to beam search only; it needs test_num_beams > 1")
+        raise RecipeError(
+            f"length_penalty ({config.length_penalty}) applies to beam search only; it needs test_num_beams > 1"
+        )
     # model_config: every key must be a field of the family's config class (a misspelt key would
     # otherwise be stored and ignored), and the values must pass the class's own checks, before
     # minutes go into loading data.
@@ -168,7 +217,9 @@ def validate_config(config: TrainConfig) -> None:
     fields = [n for n in getattr(config_cls, "__dataclass_fields__", {}) if not n.startswith("_")]
     for key in config.model_config:
         if fields and key not in fields:
-            raise RecipeError(f"model_config has unknown key {key!r} for {config_cls.__name__}{did_you_mean(key, fields)}")
+            raise RecipeError(
+                f"model_config has unknown key {key!r} for {config_cls.__name__}{did_you_mean(key, fields)}"
+            )
     try:
         config_cls(**config.model_config)
     except (ValueError, TypeError) as err:

@@ -70,6 +70,7 @@ Examples:
     48.89
 """
 
+
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class TranslationScores(evaluate.Metric):
     """``evaluate.Metric`` over `translation_scores`; ``config_name`` is an optional default

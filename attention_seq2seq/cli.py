@@ -109,7 +109,8 @@ examples:
   attention-seq2seq translate -m runs/rnn -i test.de -o hyp.en --alignments hyp.align
   attention-seq2seq alignment-error-rate hyp.align --gold gold.align
   attention-seq2seq alignment-error-rate hyp.align --gold gold.align --json
-  attention-seq2seq alignment-error-rate -m runs/transformer --gold data/alignments/multi30k-test2016-de-en/gold.align \\
+  attention-seq2seq alignment-error-rate -m runs/transformer \
+--gold data/alignments/multi30k-test2016-de-en/gold.align \\
       --src data/alignments/multi30k-test2016-de-en/test2016.first30.de \\
       --ref data/alignments/multi30k-test2016-de-en/test2016.first30.en
 """

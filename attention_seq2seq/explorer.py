@@ -366,7 +366,10 @@ def heatmap_html(heatmap: HeatMap | None, message: str = "") -> str:
     marks = heatmap.marks
     out = [
         f'<div class="attn-title">{html.escape(heatmap.title)}</div>',
-        '<div class="attn-scroll"><table class="attn-map" style="font-family: {}" data-weights="{}" data-rows="{}" data-cols="{}">'.format(
+        (
+            '<div class="attn-scroll"><table class="attn-map" style="font-family: {}" '
+            'data-weights="{}" data-rows="{}" data-cols="{}">'
+        ).format(
             html.escape(css_font_family(), quote=True),
             html.escape(json.dumps(np.round(w.astype(np.float64), 6).tolist()), quote=True),
             html.escape(json.dumps(heatmap.row_labels, ensure_ascii=False), quote=True),
@@ -417,9 +420,11 @@ def heatmap_html(heatmap: HeatMap | None, message: str = "") -> str:
 
 CSS = """
 .attn-map { border-collapse: collapse; font-size: 12px; }
-.attn-map td { width: 22px; height: 22px; min-width: 22px; border: 1px solid #e5e7eb; text-align: center; font-size: 9px; }
+.attn-map td { width: 22px; height: 22px; min-width: 22px; border: 1px solid #e5e7eb; \
+text-align: center; font-size: 9px; }
 .attn-map th.col { vertical-align: bottom; height: 90px; }
-.attn-map th.col span { writing-mode: vertical-rl; transform: rotate(180deg); white-space: nowrap; font-weight: normal; }
+.attn-map th.col span { writing-mode: vertical-rl; transform: rotate(180deg); \
+white-space: nowrap; font-weight: normal; }
 .attn-map th.row { text-align: right; padding-right: 6px; white-space: nowrap; font-weight: normal; }
 .attn-map td.in-window { border: 1px solid #f59e0b; }
 .attn-map td.center { outline: 2px solid #dc2626; outline-offset: -2px; }

@@ -312,14 +312,16 @@ def results_table(rows: list[dict]) -> str:
         estimate = f" ({r['estimated_train_s']:.0f} s)" if r.get("estimated_train_s") else ""
         precision = {"bf16": "bf16", "no": "float32"}.get(r.get("mixed_precision"), r.get("mixed_precision"))
         lines.append(
-            f"| {r['model']} | {r['steps']} | {precision} | {r['train_wall_time_s']:.0f} s{estimate} | {r['target_tokens_per_s']:.0f} | "
+            f"| {r['model']} | {r['steps']} | {precision} | {r['train_wall_time_s']:.0f} s{estimate} | "
+            f"{r['target_tokens_per_s']:.0f} | "
             f"{r['test_set']} ({r['test_sentences']}) | {format_score(r, 'bleu', 1)} | {format_score(r, 'chrf', 1)} |"
         )
     lines.append("")
     lines.append(f"BLEU signature: `{rows[0]['bleu_signature']}`; chrF signature: `{rows[0]['chrf_signature']}`")
     lines.append("")
     lines.append(
-        "Translations of sentences that are not in the corpus (exports loaded with pipeline(..., trust_remote_code=True)):"
+        "Translations of sentences that are not in the corpus "
+        "(exports loaded with pipeline(..., trust_remote_code=True)):"
     )
     lines.append("")
     for sentence in NEW_SENTENCES:
@@ -332,7 +334,9 @@ def results_table(rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m attention_seq2seq.main_job",
-        description="Train, evaluate, export and load a Luong RNN and a Transformer-small on the built-in Bible corpus.",
+        description=(
+            "Train, evaluate, export and load a Luong RNN and a Transformer-small on the built-in Bible corpus."
+        ),
     )
     parser.add_argument("--output-dir", type=Path, default=Path("runs/main-job"), help="runs and exports go here")
     parser.add_argument(

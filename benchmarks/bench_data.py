@@ -98,8 +98,9 @@ record["prepare_s"] = time.time() - start
 record["pairs"] = len(train)
 family = BY_NAME["transformer"]
 torch.manual_seed(0)
-model = family.lm_cls()(family.config_cls()(vocab_size=len(tok), pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
-                                            eos_token_id=tok.eos_token_id, decoder_start_token_id=tok.bos_token_id, **tiny))
+model = family.lm_cls()(family.config_cls()(vocab_size=len(tok), pad_token_id=tok.pad_token_id,
+                                            bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                                            decoder_start_token_id=tok.bos_token_id, **tiny))
 collator = DataCollatorForSeq2Seq(tok, model=model)
 loader = torch.utils.data.DataLoader(train, batch_size=64, shuffle=True, collate_fn=collator)
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -285,7 +286,8 @@ def main() -> int:
 def table(results: list[dict]) -> str:
     """The Markdown table of the records (wall seconds from process start; '2 cores': from CPU seconds)."""
     rows = [
-        "| pairs | route | first update (s) | 20th update (s) | prepare (s) | pairs/s | prepare on 2 idle cores (s, from CPU time) "
+        "| pairs | route | first update (s) | 20th update (s) | prepare (s) | pairs/s "
+        "| prepare on 2 idle cores (s, from CPU time) "
         "| pairs/s on 2 cores | tokenizer training (s) | peak RSS (MB) |",
         "|" + "---:|" * 10,
     ]

@@ -189,7 +189,8 @@ def main(argv=None) -> dict:
                 ]
             )
     print_table(
-        f"Translation on {device}, {len(sources)} Multi30k test2016 sources, {new_tokens} tokens each, batch {batch_size}, {threads} threads",
+        f"Translation on {device}, {len(sources)} Multi30k test2016 sources, {new_tokens} tokens each, "
+        f"batch {batch_size}, {threads} threads",
         ["mode", "model", "sent/s (median)", "IQR", "ratio ours/marian"],
         rows,
     )

@@ -145,7 +145,8 @@ def main(argv=None) -> dict:
                 raise RuntimeError(f"{side} failed:\n{proc.stderr[-4000:]}")
             runs[side].append(json.loads(proc.stdout.strip().splitlines()[-1]))
             log(
-                f"repeat {r + 1}/{repeats} {side}: first step +{runs[side][-1]['first_step_peak_over_baseline_mib']:.0f} MiB, "
+                f"repeat {r + 1}/{repeats} {side}: "
+                f"first step +{runs[side][-1]['first_step_peak_over_baseline_mib']:.0f} MiB, "
                 f"steady step +{runs[side][-1]['steady_step_peak_over_baseline_mib']:.0f} MiB"
             )
 
@@ -174,7 +175,8 @@ def main(argv=None) -> dict:
     rows.append(["ratio ours/marian", f"{ratio_first:.3f}x", f"{ratio_steady:.3f}x", f"{ratio_allocator:.3f}x", ""])
     batch = runs["ours"][0]["batch"]
     print_table(
-        f"Peak memory of a training step, batch {batch['batch_size']} x ({batch['src_len']} src, {batch['tgt_len']} tgt) "
+        f"Peak memory of a training step, batch {batch['batch_size']} "
+        f"x ({batch['src_len']} src, {batch['tgt_len']} tgt) "
         f"= {batch['src_padded']} padded source tokens, MiB above the pre-step RSS (median [min – max] of {repeats})",
         [
             "model",
@@ -186,7 +188,9 @@ def main(argv=None) -> dict:
         rows,
     )
     payload = {
-        "description": "peak RSS increase of a ~4,000-token training step (VmHWM after clear_refs), ours vs MarianMTModel",
+        "description": (
+            "peak RSS increase of a ~4,000-token training step (VmHWM after clear_refs), ours vs MarianMTModel"
+        ),
         "method": "per-side subprocesses; VmRSS before, VmHWM after resetting it via /proc/self/clear_refs; glibc env "
         + json.dumps(MALLOC_ENV),
         "threads": args.threads,

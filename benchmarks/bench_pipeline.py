@@ -7,7 +7,8 @@ tokens from the data layer's `TokenBudgetBatchSampler`). Peer: `Seq2SeqTrainer` 
 sentences chosen so that a step holds on average as many non-padding target tokens as one of our
 token-budget batches. A third side, `marian_grouped`, is the same peer with
 `train_sampling_strategy="group_by_length"` (transformers' answer to padding), reported for
-information; the goal is stated against the defaults. Same model dimensions, same tokenizer (the benchmark's Multi30k tokenizer,
+information; the goal is stated against the defaults. Same model dimensions, same tokenizer \
+(the benchmark's Multi30k tokenizer,
 handed to our trainer through `tokenizer_path`), same optimisation hyperparameters (AdamW lr 5e-4,
 betas 0.9/0.98, inverse-sqrt schedule with 4,000 warm-up steps, label smoothing 0.1, gradient
 clipping at 1.0). No validation or checkpoint inside the timed window on either side.
@@ -298,7 +299,8 @@ def main(argv=None) -> dict:
     budget = mean_tokens_per_budget_batch(tokenizer)
     batch_size = args.batch_size or max(1, round(budget["mean_target_tokens_per_batch"] / budget["mean_target_length"]))
     log(
-        f"ours: {budget['mean_target_tokens_per_batch']:.0f} target tokens per batch on average -> Marian batch size {batch_size}"
+        f"ours: {budget['mean_target_tokens_per_batch']:.0f} target tokens per batch on average "
+        f"-> Marian batch size {batch_size}"
     )
 
     results = {side: [] for side in SIDES}
@@ -362,7 +364,8 @@ def main(argv=None) -> dict:
         rows,
     )
     payload = {
-        "description": "whole training pipeline, same wall time: our Accelerate trainer vs Seq2SeqTrainer + DataCollatorForSeq2Seq + MarianMTModel",
+        "description": "whole training pipeline, same wall time: our Accelerate trainer vs "
+        "Seq2SeqTrainer + DataCollatorForSeq2Seq + MarianMTModel",
         "dims": dims,
         "threads": args.threads,
         "seconds_per_run": seconds,

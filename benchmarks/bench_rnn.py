@@ -283,13 +283,15 @@ def main(argv=None) -> dict:
                 ]
             )
     print_table(
-        f"RNN training step (forward+backward+AdamW) on {device}{', ours bf16 autocast' if bf16 else ''}, LSTM 256/512, "
+        f"RNN training step (forward+backward+AdamW) on {device}{', ours bf16 autocast' if bf16 else ''}, "
+        "LSTM 256/512, "
         f"{threads} threads, {rounds} rounds x {len(batches)} batches",
         ["attention", "model", "params", "tgt tok/s (median)", "IQR", "ratio ours/this row"],
         rows,
     )
     payload = {
-        "description": "RNN training step tokens/s, ours (Luong general + input feeding, Bahdanau) vs JoeyNMT 2.3 RecurrentDecoder"
+        "description": "RNN training step tokens/s, ours (Luong general + input feeding, Bahdanau) "
+        "vs JoeyNMT 2.3 RecurrentDecoder"
         + (" (ours under bf16 autocast; JoeyNMT float32 and under bf16 autocast)" if bf16 else ""),
         "mixed_precision": args.mixed_precision,
         "device": device,

@@ -125,7 +125,8 @@ def main(argv=None) -> dict:
     steps["ours_sdpa"] = ours_sdpa
     params = {name: count_params(model) for name, model in models.items()}
     log(
-        f"{args.model} on {device}: params {params}; {len(batches)} batches, {tgt_tokens} target tokens per round; threads={threads}"
+        f"{args.model} on {device}: params {params}; {len(batches)} batches, {tgt_tokens} target tokens per round; "
+        f"threads={threads}"
     )
 
     for name in models:  # warm-up: allocator, optimizer state, SDPA kernels
@@ -182,7 +183,8 @@ def main(argv=None) -> dict:
         for name in models
     ]
     print_table(
-        f"Transformer-{args.model} training step (forward+backward+AdamW) on {device}{', bf16 autocast' if bf16 else ''}, "
+        f"Transformer-{args.model} training step (forward+backward+AdamW) "
+        f"on {device}{', bf16 autocast' if bf16 else ''}, "
         f"{threads} threads, {rounds} rounds x {len(batches)} batches",
         ["model", "params", "tgt tok/s (median)", "IQR", "GFLOP/s", "MFU (own GEMMs)", "MFU IQR", "MFU (peak)"],
         rows,
@@ -190,10 +192,12 @@ def main(argv=None) -> dict:
     ref_summary = summarize(reference)
     peak_summary = summarize(peak)
     print(
-        f"matmul reference: {ref_summary['median'] / 1e9:.1f} GFLOP/s (IQR {ref_summary['q1'] / 1e9:.1f} – {ref_summary['q3'] / 1e9:.1f})"
+        f"matmul reference: {ref_summary['median'] / 1e9:.1f} GFLOP/s "
+        f"(IQR {ref_summary['q1'] / 1e9:.1f} – {ref_summary['q3'] / 1e9:.1f})"
     )
     print(
-        f"matmul peak ({args.peak_n}^3, {str(dtype).replace('torch.', '')}): {peak_summary['median'] / 1e12:.2f} TFLOP/s"
+        f"matmul peak ({args.peak_n}^3, {str(dtype).replace('torch.', '')}): "
+        f"{peak_summary['median'] / 1e12:.2f} TFLOP/s"
     )
     print(
         f"ratio ours/marian (paired per round): {ratio['median']:.3f}x  IQR [{ratio['q1']:.3f} – {ratio['q3']:.3f}]"
@@ -236,7 +240,8 @@ def main(argv=None) -> dict:
         "batches": stats,
         "target_tokens_per_round": tgt_tokens,
         "train_flops_per_round": flops,
-        "flops_formula": "3 x forward; forward = 2 x (matmul params x positions) + 4 x B x len_q x len_k x d per attention; see common.transformer_train_flops",
+        "flops_formula": "3 x forward; forward = 2 x (matmul params x positions) "
+        "+ 4 x B x len_q x len_k x d per attention; see common.transformer_train_flops",
         "params": params,
         "seconds_per_round": seconds,
         "tokens_per_s": rate_summary,

@@ -20,7 +20,8 @@ tokens/s per side (median over rounds) and the ratio to `eager`. Result on the p
 per side and made the step slower, 0.63x (`compile_model`) and 0.67x (`compile_all`), so the
 trainer does not offer it.
 
-    python benchmarks/probe_torch_compile.py [--quick] [--threads 2] [--batches 24] [--rounds 3] [--modes eager,compile_model,compile_all]
+    python benchmarks/probe_torch_compile.py [--quick] [--threads 2] [--batches 24] [--rounds 3] \
+[--modes eager,compile_model,compile_all]
 """
 
 from __future__ import annotations
@@ -93,7 +94,8 @@ def main(argv=None) -> dict:
     _, batches = load_batches(1024, batches_n, vocab_size=6000)
     tokens = sum(int((b["labels"] != -100).sum()) for b in batches)
     log(
-        f"{len(batches)} batches, {tokens} target tokens, source lengths {sorted(b['input_ids'].shape[1] for b in batches)}"
+        f"{len(batches)} batches, {tokens} target tokens, "
+        f"source lengths {sorted(b['input_ids'].shape[1] for b in batches)}"
     )
     base = build_ours(TransformerDims(vocab_size=6000, dropout=0.2))
 

@@ -227,7 +227,8 @@ def main() -> None:
     if machine:
         print(
             f"Measured {machine['date_utc']} on {machine['cpu_model']} ({machine['logical_cpus']} logical CPUs), "
-            f"{machine['torch_threads']} torch threads, torch {machine['torch']}, transformers {machine['transformers']}; "
+            f"{machine['torch_threads']} torch threads, torch {machine['torch']}, "
+            f"transformers {machine['transformers']}; "
             "medians with the inter-quartile range in parentheses (min–max for memory); ratio = ours / peer, "
             "paired per round.\n"
         )

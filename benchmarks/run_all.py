@@ -74,7 +74,8 @@ def main() -> None:
     rows += [[name, "-", "-", message, ""] for name, message in errors.items()]
     info = machine_info()
     print_table(
-        f"Summary ({info['date_utc']}, {info['cpu_model']}, {args.threads} threads{', QUICK: not meaningful' if args.quick else ''})",
+        f"Summary ({info['date_utc']}, {info['cpu_model']}, {args.threads} threads"
+        f"{', QUICK: not meaningful' if args.quick else ''})",
         ["metric", "value", "goal", "status", "note"],
         rows,
     )

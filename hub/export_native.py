@@ -270,7 +270,8 @@ def build_native_model(model):
     )
     if unexpected or set(missing) - allowed_missing:
         raise ExportError(
-            f"native export to {layout.model_class}: weights do not fit (missing {sorted(set(missing) - allowed_missing)}, "
+            f"native export to {layout.model_class}: weights do not fit "
+            f"(missing {sorted(set(missing) - allowed_missing)}, "
             f"unexpected {sorted(unexpected)})"
         )
     with torch.no_grad():

@@ -646,7 +646,8 @@ class TransformerSeq2SeqPreTrainedModel(Seq2SeqSavingMixin, PreTrainedModel):
 
     Initialisation (the paper does not state one; this follows the reference tensor2tensor/fairseq
     setup): Xavier-uniform linear weights, zero biases, token and learned position embeddings
-    ~ N(0, init_std²) with init_std = d_model^-0.5 by default (unit variance after the √d_model scaling), the padding row
+    ~ N(0, init_std²) with init_std = d_model^-0.5 by default (unit variance after the √d_model scaling), \
+the padding row
     zero, LayerNorms at (1, 0), ScaleNorm gains g at √d_model.
     """
 

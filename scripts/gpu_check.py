@@ -473,7 +473,8 @@ def markdown(report: dict) -> str:
         elif name.startswith("train_step"):
             text = (
                 (
-                    f"ours {fig['tokens_per_s_ours']:,.0f} tok/s, Marian {fig['tokens_per_s_marian']:,.0f} tok/s, ratio "
+                    f"ours {fig['tokens_per_s_ours']:,.0f} tok/s, "
+                    f"Marian {fig['tokens_per_s_marian']:,.0f} tok/s, ratio "
                     f"{fig['ratio_ours_over_marian']:.2f}x; MFU (peak {fig['matmul_peak_tflops']:.3g} TFLOP/s) ours "
                     f"{100 * fig['mfu_peak_ours']:.1f}%, Marian {100 * fig['mfu_peak_marian']:.1f}%"
                 )
@@ -483,7 +484,8 @@ def markdown(report: dict) -> str:
         elif name == "generate_beam5":
             text = (
                 (
-                    f"ours {fig['sentences_per_s_ours']:.1f} sent/s, Marian {fig['sentences_per_s_marian']:.1f} sent/s, "
+                    f"ours {fig['sentences_per_s_ours']:.1f} sent/s, "
+                    f"Marian {fig['sentences_per_s_marian']:.1f} sent/s, "
                     f"ratio {fig['ratio_ours_over_marian']:.2f}x"
                 )
                 if fig
@@ -496,7 +498,8 @@ def markdown(report: dict) -> str:
                     parts.append(
                         f"{a}: ours {fig[f'{a}_tokens_per_s_ours']:,.0f} tok/s"
                         + (
-                            f", JoeyNMT {fig[f'{a}_tokens_per_s_joeynmt']:,.0f}, ratio {fig[f'{a}_ratio_ours_over_joeynmt']:.2f}x"
+                            f", JoeyNMT {fig[f'{a}_tokens_per_s_joeynmt']:,.0f}, "
+                            f"ratio {fig[f'{a}_ratio_ours_over_joeynmt']:.2f}x"
                             if f"{a}_ratio_ours_over_joeynmt" in fig
                             else ", JoeyNMT skipped"
                         )
@@ -506,8 +509,10 @@ def markdown(report: dict) -> str:
             text = (
                 (
                     f"{fig['updates']} updates in {fig['train_time_s']:.0f} s = {fig['updates_per_s']:.1f} updates/s "
-                    f"({fig['target_tokens_per_s']:,.0f} target tok/s, {fig['mixed_precision']}); loss {fig['first_loss']:.3f} -> "
-                    f"{fig['last_loss']:.3f}; test BLEU {fig['test_bleu']} (beam {fig['test_num_beams']}, {fig['test_num_sentences']} sentences)"
+                    f"({fig['target_tokens_per_s']:,.0f} target tok/s, {fig['mixed_precision']}); "
+                    f"loss {fig['first_loss']:.3f} -> "
+                    f"{fig['last_loss']:.3f}; test BLEU {fig['test_bleu']} "
+                    f"(beam {fig['test_num_beams']}, {fig['test_num_sentences']} sentences)"
                 )
                 if fig
                 else ""
@@ -556,7 +561,10 @@ def main(argv=None) -> int:
         "--data",
         type=Path,
         default=None,
-        help="folder holding multi30k/ (default: .gpu-check/data if prepared, else $ATTN_SEQ2SEQ_SHARED_DATA or ../shared/data)",
+        help=(
+            "folder holding multi30k/ "
+            "(default: .gpu-check/data if prepared, else $ATTN_SEQ2SEQ_SHARED_DATA or ../shared/data)"
+        ),
     )
     parser.add_argument("--only", nargs="+", choices=STAGES, default=list(STAGES))
     parser.add_argument(

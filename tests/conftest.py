@@ -127,7 +127,8 @@ def run_process_tree(command: list[str], timeout: float, **popen_kwargs) -> subp
         stdout, stderr = launcher.communicate()
         if isinstance(error, subprocess.TimeoutExpired):
             pytest.fail(
-                f"{Path(command[0]).name} did not finish in {timeout} s (ranks hung in a collective?):\n{stderr[-3000:]}"
+                f"{Path(command[0]).name} did not finish in {timeout} s "
+                f"(ranks hung in a collective?):\n{stderr[-3000:]}"
             )
         raise
     return subprocess.CompletedProcess(command, launcher.returncode, stdout, stderr)

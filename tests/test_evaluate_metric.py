@@ -53,7 +53,8 @@ def _system_output(references: list[str]) -> list[str]:
 
 
 def _direct_sacrebleu(hyps: list[str], refs: list[str], tokenize: str, n_bootstrap: int = 1) -> dict:
-    """The sacreBLEU calls of training/metrics.py (now attention_seq2seq/metrics.py) before the module (commit 796bb1c), written out."""
+    """The sacreBLEU calls of training/metrics.py (now attention_seq2seq/metrics.py) \
+before the module (commit 796bb1c), written out."""
     metrics = {
         "bleu": sacrebleu.BLEU(tokenize=tokenize),
         "bleu_lowercase": sacrebleu.BLEU(tokenize=tokenize, lowercase=True),

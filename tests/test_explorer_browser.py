@@ -180,8 +180,8 @@ def _translate(page, mode: str, expect_rows: int | None = None):
     page.locator("#translate").click()
     rows = f" && document.querySelectorAll('#candidates tr').length === {expect_rows + 1}" if expect_rows else ""
     page.wait_for_function(
-        "document.querySelector('#translation textarea').value.length > 0 && document.querySelector('#heatmap table.attn-map')"
-        + rows,
+        "document.querySelector('#translation textarea').value.length > 0 "
+        "&& document.querySelector('#heatmap table.attn-map')" + rows,
         timeout=60000,
     )
     return page.locator("#translation textarea").input_value()

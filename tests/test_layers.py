@@ -87,7 +87,8 @@ def layering_violations() -> list[str]:
         for line, name in _imports(module, path):
             target, target_rank = _layer(name)
             if name == PACKAGE or (name == f"{PACKAGE}.__version__" and layer == "top"):
-                continue  # the root package itself: every submodule import runs it anyway (it registers the Auto classes)
+                # the root package itself: every submodule import runs it anyway (it registers the Auto classes)
+                continue
             if layer == "shared" and target != "shared":
                 problems.append(f"{path.relative_to(REPO_ROOT)}:{line}: shared module imports {name}")
             elif target_rank > rank or target in FORBIDDEN.get(layer, ()):

@@ -171,7 +171,8 @@ def format_help(cls: type, prog: str) -> str:
     lines = [
         f"usage: {prog} [--recipe FILE] [--FIELD VALUE ...]",
         "",
-        "Fields (recipe keys field_name, options --field-name or --field_name; dict fields also take --FIELD.KEY VALUE):",
+        "Fields (recipe keys field_name, options --field-name or --field_name; "
+        "dict fields also take --FIELD.KEY VALUE):",
     ]
     for name, default in defaults.items():
         lines.append(f"  --{name.replace('_', '-'):<28} default {default!r}")

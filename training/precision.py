@@ -15,7 +15,8 @@ How the decision is made (:func:`resolve_mixed_precision`):
    time estimate.
 3. Otherwise :func:`measure_step_times` runs the model's forward, backward and optimizer update
    on padded synthetic batches of the run's size (short, middle and long sentences), float32 and
-   bf16 *interleaved* (f, b, f, b, ...), and compares the mean step times. Load from other processes slows both halves of each pair alike, so the
+   bf16 *interleaved* (f, b, f, b, ...), and compares the mean step times. \
+Load from other processes slows both halves of each pair alike, so the
    ratio does not follow the machine's load. bf16 is chosen when it is at least
    :data:`BF16_MIN_SPEEDUP` times as fast; nearer than that, float32 keeps its precision.
 4. The measurement is kept in a small JSON file (:func:`cache_path`), keyed by the CPU, torch
@@ -294,7 +295,8 @@ def resolve_mixed_precision(
     speedup = entry["float32_step_s"] / entry["bf16_step_s"]
     choice = "bf16" if speedup >= BF16_MIN_SPEEDUP - 1e-9 else "no"  # (tolerance: the cache rounds to 10 µs)
     reason = (
-        f"one training step takes {1000 * entry['float32_step_s']:.0f} ms in float32 and {1000 * entry['bf16_step_s']:.0f} ms "
+        f"one training step takes {1000 * entry['float32_step_s']:.0f} ms in float32 "
+        f"and {1000 * entry['bf16_step_s']:.0f} ms "
         f"in bf16 ({speedup:.2f}x; bf16 needs {BF16_MIN_SPEEDUP:.2f}x; {where})"
     )
     return PrecisionChoice(choice, reason, entry["float32_step_s"], entry["bf16_step_s"], entry["measured_at"], cached)

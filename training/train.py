@@ -122,7 +122,9 @@ def train(config: TrainConfig) -> Path:
     data, info, tokenizer = load_data(config, accelerator, output_dir)
     if config.source_word_dropout > 0 and tokenizer.unk_token_id is None:
         raise RecipeError(
-            f"source_word_dropout replaces tokens by <unk>, but the tokenizer ({config.tokenizer_path}) has no unk_token; set source_word_dropout: 0"
+            f"source_word_dropout replaces tokens by <unk>, "
+            f"but the tokenizer ({config.tokenizer_path}) has no unk_token; "
+            "set source_word_dropout: 0"
         )
     train_set = data["train"]  # memory-mapped ids (data/prepared.py); the loader reads a batch's rows
     if "train_text" in data:  # subword resampling rewrites the ids each epoch: Python lists
@@ -177,7 +179,10 @@ def train(config: TrainConfig) -> Path:
     if total_steps is not None:
         work = f"{total_steps - state.step} updates to do ({(total_steps - state.step) / updates_per_epoch:.2f} epochs)"
         if precision is not None and precision.step_s is not None:
-            work += f"; about {(total_steps - state.step) * precision.step_s / 60:.1f} min on this machine ({1000 * precision.step_s:.0f} ms a step measured)"
+            work += (
+                f"; about {(total_steps - state.step) * precision.step_s / 60:.1f} min on this machine "
+                f"({1000 * precision.step_s:.0f} ms a step measured)"
+            )
         logger.info(work)
     higher_is_better = config.early_stopping_metric != "loss"
     plot_sources = data["validation"]["source"][: config.num_plot_sentences]  # fixed sentences

@@ -120,7 +120,9 @@ def _window_module(model):
     """The RNN decoder's attention module when it uses a local window, else None (duck-typed: a
     model loaded as remote code has its own classes)."""
     for module in model.modules():
-        if getattr(module, "window", None) in ("local-m", "local-p") and hasattr(module, "aligned_position"):
+        # `window_kind` today; `window` (the same string) in exports written before the redesign
+        kind = getattr(module, "window_kind", None) or getattr(module, "window", None)
+        if isinstance(kind, str) and kind in ("local-m", "local-p") and hasattr(module, "aligned_position"):
             return module
     return None
 

@@ -175,13 +175,18 @@ def _attentions(loaded, translation_tokens: list[str]):
         return loaded.model(**encoded, labels=labels, output_attentions=True)
 
 
+# The app numbers its translations (``data-run`` under the candidates): a new number means this
+# click's result is shown, whatever the text (a tiny model may translate into spaces only).
+_LAST_RUN = "Math.max(-1, ...Array.from(document.querySelectorAll('#candidates [data-run]'), e => +e.dataset.run))"
+
+
 def _translate(page, mode: str, expect_rows: int | None = None):
+    before = page.evaluate(_LAST_RUN)
     page.locator("#mode").get_by_text(mode, exact=True).click()
     page.locator("#translate").click()
     rows = f" && document.querySelectorAll('#candidates tr').length === {expect_rows + 1}" if expect_rows else ""
     page.wait_for_function(
-        "document.querySelector('#translation textarea').value.length > 0 "
-        "&& document.querySelector('#heatmap table.attn-map')" + rows,
+        f"{_LAST_RUN} > {before} && document.querySelector('#heatmap table.attn-map')" + rows,
         timeout=60000,
     )
     return page.locator("#translation textarea").input_value()

@@ -207,21 +207,27 @@ def _batches(indices: Sequence[int], batch_size: int) -> Iterator[list[int]]:
         yield list(indices[start : start + batch_size])
 
 
-def token_batches(indices: Sequence[int], lengths: Sequence[int], max_tokens: int) -> Iterator[list[int]]:
-    """Consecutive groups of ``indices`` (sorted longest first) whose padded size, longest
-    length x number of sentences, stays within ``max_tokens`` source tokens; a sentence longer
-    than ``max_tokens`` goes alone. ``lengths[i]`` is the token count of sentence ``i``."""
-    batch: list[int] = []
-    longest = 0
-    for i in indices:
-        longest_if_added = max(longest, lengths[i])
-        if batch and longest_if_added * (len(batch) + 1) > max_tokens:
-            yield batch
-            batch, longest_if_added = [], lengths[i]
-        batch.append(i)
-        longest = longest_if_added
-    if batch:
-        yield batch
+def token_budget_batches(lengths: Sequence[int], batch_size: int | None, batch_tokens: int | None) -> list[list[int]]:
+    """Indices of ``lengths`` grouped into batches, longest sentences first.
+
+    Each batch has at most ``batch_size`` sentences (None: no cap) and, with ``batch_tokens``, at most that many
+    padded tokens (sentences × the longest's length); a sentence longer than ``batch_tokens`` goes
+    alone. Empty sentences (length 0) are left out.
+    """
+    order = sorted((i for i, n in enumerate(lengths) if n > 0), key=lambda i: (-lengths[i], i))
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        longest = lengths[current[0]] if current else lengths[i]  # sorted: the first is the longest
+        too_many = batch_size is not None and len(current) >= batch_size
+        too_big = batch_tokens is not None and current and (len(current) + 1) * longest > batch_tokens
+        if current and (too_many or too_big):
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches
 
 
 @torch.inference_mode()
@@ -240,7 +246,7 @@ def translate(
     Sentences are sorted by length before batching so each batch carries little padding
     (as every NMT toolkit does at inference), then put back in their original order. Batches
     hold ``batch_size`` sentences, or with ``max_batch_tokens`` as many as fit in that many
-    padded source tokens (``token_batches``). A CTranslate2 model translates through
+    padded source tokens (``token_budget_batches``). A CTranslate2 model translates through
     ``inference_ct2.translate_ct2``.
     """
     n_best = translate_n_best(
@@ -301,8 +307,7 @@ def translate_n_best(
             [sentences[i] for i in order], truncation=max_source_length is not None, max_length=max_source_length
         )["input_ids"]
         lengths = dict(zip(order, (len(x) for x in ids)))
-        order = sorted(order, key=lambda i: lengths[i], reverse=True)
-        batches = token_batches(order, lengths, max_batch_tokens)
+        batches = token_budget_batches([lengths.get(i, 0) for i in range(len(sentences))], None, max_batch_tokens)
     else:
         batches = _batches(order, batch_size)
     bar = tqdm(total=len(order), unit="sent", disable=not progress, dynamic_ncols=True)

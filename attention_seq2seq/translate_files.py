@@ -42,6 +42,7 @@ from typing import Iterable, Iterator, Sequence, TextIO
 import torch
 
 from .errors import UserError
+from .inference import token_budget_batches
 
 FORMATS = ("text", "tsv", "jsonl")
 DEFAULT_CHUNK_LINES = 10_000
@@ -101,29 +102,6 @@ def resolve_format(n_best: int, scores: bool, fmt: str | None) -> str:
 
 # ---------------------------------------------------------------------------------------------
 # Batching
-
-
-def token_budget_batches(lengths: Sequence[int], batch_size: int, batch_tokens: int | None) -> list[list[int]]:
-    """Indices of ``lengths`` grouped into batches, longest sentences first.
-
-    Each batch has at most ``batch_size`` sentences and, with ``batch_tokens``, at most that many
-    padded tokens (sentences × the longest's length); a sentence longer than ``batch_tokens`` goes
-    alone. Empty sentences (length 0) are left out.
-    """
-    order = sorted((i for i, n in enumerate(lengths) if n > 0), key=lambda i: (-lengths[i], i))
-    batches: list[list[int]] = []
-    current: list[int] = []
-    for i in order:
-        longest = lengths[current[0]] if current else lengths[i]  # sorted: the first is the longest
-        too_many = len(current) >= batch_size
-        too_big = batch_tokens is not None and current and (len(current) + 1) * longest > batch_tokens
-        if current and (too_many or too_big):
-            batches.append(current)
-            current = []
-        current.append(i)
-    if current:
-        batches.append(current)
-    return batches
 
 
 # ---------------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from attention_seq2seq.hub.export_native import (
     native_layout,
     sin_first_permutation,
 )
-from attention_seq2seq.inference import LoadedModel, ModelLocation, token_batches, translate_n_best
+from attention_seq2seq.inference import LoadedModel, ModelLocation, token_budget_batches, translate_n_best
 from attention_seq2seq.modeling.modeling_transformer_seq2seq import sinusoidal_position_encoding
 from conftest import read_pairs
 from test_hub_export import _build_tokenizer
@@ -374,11 +374,10 @@ def test_ct2_folder_holds_the_tokenizer_and_decoding_defaults(ct2_run):
 
 
 def test_token_batches_respect_the_budget():
-    lengths = {0: 9, 1: 7, 2: 7, 3: 4, 4: 3, 5: 30}
-    order = sorted(lengths, key=lambda i: lengths[i], reverse=True)
-    batches = list(token_batches(order, lengths, max_tokens=16))
+    lengths = [9, 7, 7, 4, 3, 30]
+    batches = token_budget_batches(lengths, None, batch_tokens=16)
     assert batches == [[5], [0], [1, 2], [3, 4]]
-    assert sorted(i for b in batches for i in b) == sorted(lengths)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
     for batch in batches[1:]:
         assert max(lengths[i] for i in batch) * len(batch) <= 16
 

@@ -6,20 +6,156 @@ decodes from ``<s>``, and the tokenizer turns the output tokens back into text. 
 options are the ``generate`` keyword arguments the PyTorch path takes (``num_beams``,
 ``max_new_tokens``, ``length_penalty``, ``num_return_sequences``, sampling), mapped to
 CTranslate2's names; defaults come from the folder's ``generation_config.json``.
+
+Threads. CTranslate2 can spend ``threads`` CPU cores two ways: one batch at a time on
+``intra_threads = threads`` (OpenMP inside each matrix product), or ``inter_threads = threads``
+batches at a time on one core each. Which is faster depends on the host, not only on the model:
+on the 2-core Intel Xeon of 2026-12-02 two intra-op threads made int8 greedy decoding of
+Multi30k batches 2x *slower* than one thread, and batches of 8 10x slower, while two batches
+side by side ran 1.9x faster than one. So ``thread_layout="auto"`` (the default) times both
+layouts on this machine, once per CPU, thread count, compute type and model size, and keeps the
+answer (:func:`choose_thread_layout`, stored through :mod:`attention_seq2seq.modeling.host_measurements`).
+``ATTENTION_SEQ2SEQ_CT2_THREADS=intra|inter`` fixes the layout instead.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import statistics
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Sequence
 
 from .errors import UserError
+from .modeling.host_measurements import cpu_name, measured
 from .hub.ct2_folder import MARKER_FILE, is_ct2_folder
 
 BEAM_PATIENCE = 2
+
+#: ``thread_layout`` values: measured, all threads inside one batch, or one thread per batch.
+THREAD_LAYOUTS = ("auto", "intra", "inter")
+#: The environment variable that fixes the layout (``intra`` or ``inter``) for every load.
+THREAD_LAYOUT_ENV = "ATTENTION_SEQ2SEQ_CT2_THREADS"
+#: The file under the measurement cache root that keeps the measured layouts.
+THREAD_LAYOUT_CACHE_FILE = "ct2_threads.json"
+#: The timed workload per layout: ``threads x 4`` batches of this many synthetic sentences of
+#: ``_PROBE_SOURCE_TOKENS`` tokens, each decoded greedily for exactly ``_PROBE_NEW_TOKENS`` steps
+#: (the shape of a Multi30k batch), ``_PROBE_ROUNDS`` times, the layouts alternating.
+_PROBE_BATCH = 16
+_PROBE_SOURCE_TOKENS = 20
+_PROBE_NEW_TOKENS = 16
+_PROBE_ROUNDS = 3
+
+
+@dataclass
+class ThreadLayout:
+    """How a Translator spends its CPU threads, and why."""
+
+    intra_threads: int
+    inter_threads: int
+    reason: str
+
+    @property
+    def name(self) -> str:
+        return "inter" if self.inter_threads > 1 else "intra"
+
+
+def _probe_tokens(tokenizer, threads: int) -> list[list[str]]:
+    """Synthetic source sentences (token strings of the model's own vocabulary, deterministic)."""
+    first = len(tokenizer.all_special_ids) + 1
+    span = max(len(tokenizer) - first, 1)
+    sentences = []
+    for i in range(threads * 4 * _PROBE_BATCH):
+        ids = [first + (7919 * i + 104729 * j) % span for j in range(_PROBE_SOURCE_TOKENS)]
+        sentences.append(tokenizer.convert_ids_to_tokens(ids) + [tokenizer.eos_token])
+    return sentences
+
+
+def _time_layouts(path: Path, device: str, compute_type: str, threads: int, tokenizer) -> dict:
+    """Seconds (median of the rounds) of the probe workload with each layout."""
+    import ctranslate2
+
+    sentences = _probe_tokens(tokenizer, threads)
+    translators = {
+        "intra": ctranslate2.Translator(
+            str(path), device=device, compute_type=compute_type, intra_threads=threads, inter_threads=1
+        ),
+        "inter": ctranslate2.Translator(
+            str(path), device=device, compute_type=compute_type, intra_threads=1, inter_threads=threads
+        ),
+    }
+    options = dict(
+        max_batch_size=_PROBE_BATCH,
+        beam_size=1,
+        min_decoding_length=_PROBE_NEW_TOKENS,
+        max_decoding_length=_PROBE_NEW_TOKENS,
+    )
+    seconds = {name: [] for name in translators}
+    for name, translator in translators.items():  # warm-up (first-use allocations)
+        translator.translate_batch(sentences[:_PROBE_BATCH], **options)
+    for r in range(_PROBE_ROUNDS):
+        order = list(translators) if r % 2 == 0 else list(reversed(translators))
+        for name in order:
+            start = time.perf_counter()
+            translators[name].translate_batch(sentences, **options)
+            seconds[name].append(time.perf_counter() - start)
+    return {f"{name}_s": round(statistics.median(times), 5) for name, times in seconds.items()}
+
+
+def choose_thread_layout(
+    path, tokenizer, *, device: str, threads: int, compute_type: str, layout: str | None = None, use_cache: bool = True
+) -> ThreadLayout:
+    """The thread layout of a CPU Translator (see the module docstring).
+
+    Args:
+        path: the CTranslate2 folder (its ``model.bin`` size and compute type key the measurement).
+        tokenizer: the folder's tokenizer (the probe's sentences are token strings of its vocabulary).
+        device: "cpu" or "cuda" (on a GPU threads do not matter: one batch at a time).
+        threads: CPU cores to use.
+        compute_type: the Translator's compute type.
+        layout: "auto" (measure once per host), "intra" or "inter"; None: ``$ATTENTION_SEQ2SEQ_CT2_THREADS``,
+            else "auto".
+        use_cache: False: measure anew and store nothing.
+
+    Raises:
+        UserError: an unknown layout (named, with the valid ones).
+    """
+    layout = layout or os.environ.get(THREAD_LAYOUT_ENV) or "auto"
+    if layout not in THREAD_LAYOUTS:
+        source = f"{THREAD_LAYOUT_ENV}={layout}" if layout == os.environ.get(THREAD_LAYOUT_ENV) else layout
+        raise UserError(f"CTranslate2 thread layout {source!r}: use one of {', '.join(THREAD_LAYOUTS)}")
+    if device != "cpu" or threads <= 1:
+        return ThreadLayout(threads, 1, "one thread, or a GPU: one batch at a time")
+    if layout == "intra":
+        return ThreadLayout(threads, 1, f"{threads} threads inside each batch (asked for)")
+    if layout == "inter":
+        return ThreadLayout(1, threads, f"{threads} batches side by side, one thread each (asked for)")
+    import ctranslate2
+
+    path = Path(path)
+    key = {
+        "cpu": cpu_name(),
+        "ctranslate2": ctranslate2.__version__,
+        "threads": threads,
+        "compute_type": compute_type,
+        "model_bytes": (path / "model.bin").stat().st_size,
+    }
+    entry, cached, store = measured(
+        THREAD_LAYOUT_CACHE_FILE,
+        key,
+        lambda: _time_layouts(path, device, compute_type, threads, tokenizer),
+        use_cache=use_cache,
+    )
+    where = f"kept in {store} from {entry['measured_at']}" if cached else "measured now"
+    inter = entry["inter_s"] < entry["intra_s"]
+    reason = (
+        f"{threads} batches side by side took {entry['inter_s']:.3f} s, one batch on {threads} threads "
+        f"{entry['intra_s']:.3f} s ({where})"
+    )
+    return ThreadLayout(1, threads, reason) if inter else ThreadLayout(threads, 1, reason)
 
 
 @dataclass
@@ -31,18 +167,29 @@ class CT2Model:
     generation_config: object
     config: SimpleNamespace
     path: Path
+    thread_layout: ThreadLayout | None = None
 
     def __call__(self, *args, **kwargs):  # pragma: no cover - a guard, not an API
         raise TypeError("a CTranslate2 model only translates; it returns no logits")
 
 
-def load_ct2(path, *, device: str | None = None, threads: int | None = None, compute_type: str = "default"):
+def load_ct2(
+    path,
+    *,
+    device: str | None = None,
+    threads: int | None = None,
+    compute_type: str = "default",
+    thread_layout: str | None = None,
+):
     """``(CT2Model, tokenizer)`` for the folder ``path``.
 
     Args:
         device: "cpu" or "cuda" (default: cuda when CTranslate2 sees a GPU, else cpu).
-        threads: CPU threads per translation (default: torch's thread count).
+        threads: CPU cores for translation (default: torch's thread count).
         compute_type: CTranslate2's compute type; "default" keeps the exported quantization.
+        thread_layout: "auto", "intra" or "inter" (:func:`choose_thread_layout`; None: the
+            environment variable ``ATTENTION_SEQ2SEQ_CT2_THREADS``, else "auto"). The choice is
+            in ``model.thread_layout``.
 
     Raises:
         UserError: ctranslate2 is not installed, or the folder cannot be loaded.
@@ -62,21 +209,29 @@ def load_ct2(path, *, device: str | None = None, threads: int | None = None, com
     if device not in ("cpu", "cuda"):
         raise UserError(f"--device {device}: a CTranslate2 model runs on cpu or cuda")
     try:
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+        generation_config = GenerationConfig.from_pretrained(path)
+        marker = json.loads((path / MARKER_FILE).read_text(encoding="utf-8"))
+        layout = choose_thread_layout(
+            path,
+            tokenizer,
+            device=device,
+            threads=threads or torch.get_num_threads(),
+            compute_type=compute_type,
+            layout=thread_layout,
+        )
         translator = ctranslate2.Translator(
             str(path),
             device=device,
             compute_type=compute_type,
-            inter_threads=1,
-            intra_threads=threads or torch.get_num_threads(),
+            inter_threads=layout.inter_threads,
+            intra_threads=layout.intra_threads,
         )
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
-        generation_config = GenerationConfig.from_pretrained(path)
-        marker = json.loads((path / MARKER_FILE).read_text(encoding="utf-8"))
     except (OSError, RuntimeError, ValueError) as err:
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserError(f"cannot load CTranslate2 model {path}: {first_line}") from None
     config = SimpleNamespace(model_type="ctranslate2", max_position_embeddings=marker.get("max_position_embeddings"))
-    return CT2Model(translator, generation_config, config, path), tokenizer
+    return CT2Model(translator, generation_config, config, path, layout), tokenizer
 
 
 def ct2_options(model: CT2Model, **generate_kwargs) -> dict:
@@ -174,4 +329,12 @@ def translate_ct2(
     return outputs
 
 
-__all__ = ["CT2Model", "ct2_options", "is_ct2_folder", "load_ct2", "translate_ct2"]
+__all__ = [
+    "CT2Model",
+    "ThreadLayout",
+    "choose_thread_layout",
+    "ct2_options",
+    "is_ct2_folder",
+    "load_ct2",
+    "translate_ct2",
+]

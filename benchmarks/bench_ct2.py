@@ -11,6 +11,16 @@ inside its decoding loop until step N). Each round translates every batch on all
 back, the order rotating from batch to batch; reported: sentences/s (median and IQR over rounds)
 and each side's ratio to ours, paired per round.
 
+Every side runs in its own worker process (this script with ``--worker SIDE``), as a user runs one
+backend: CTranslate2's OpenMP runtime and PyTorch's spin-wait after their parallel regions, and
+in one process they slowed each other (on the 2-core Intel Xeon of 2026-12-02 our `generate`
+ran at 0.59x of its own speed beside a loaded CTranslate2). The parent sends "translate batch i
+with k beams" and the worker answers with the seconds it spent, timed inside the worker (the
+pipe is not timed). The CTranslate2 sides load as `translate -m` does (`load_ct2`): the thread
+layout measured for this host (`inference_ct2.choose_thread_layout`); with the "inter" layout a
+batch of 64 goes to CTranslate2 as `64 / threads` sentences per sub-batch, decoded side by side,
+the way `translate` hands it a chunk.
+
 Quality: the whole test2016 (1,000 sentences) translated normally (stopping at `</s>`, the model's
 `max_new_tokens`), greedy and beam 5, by ours, the native transformers export of the same model
 (`export --format native`) and both CTranslate2 exports, scored with sacreBLEU; also how many
@@ -24,6 +34,7 @@ A run with fewer rounds or sentences than the defaults writes results/ct2_custom
 
 from __future__ import annotations
 
+import argparse
 import math
 import shutil
 import tempfile
@@ -96,9 +107,112 @@ def quality(run: Path, paths: dict[str, Path], pairs, beams_list, threads: int) 
     return results
 
 
-def main(argv=None) -> dict:
+WORKER_ARGS = ("run", "folder", "threads", "batch_size", "sentences", "new_tokens")
+
+
+def _worker(args) -> None:
+    """One side in its own process: load it, then answer "BEAMS INDEX" lines with the seconds that
+    translating batch INDEX took (one JSON line each); "quit" ends it."""
+    import json
+    import sys
+
     import torch
 
+    set_threads(args.threads)
+    from attention_seq2seq.inference import load_for_inference
+
+    ours = load_for_inference(Path(args.run), device="cpu")
+    tokenizer, side = ours.tokenizer, args.worker
+    sources = [s for s, _ in read_pairs("test2016")][: args.sentences]
+    chunks = [sources[i : i + args.batch_size] for i in range(0, len(sources), args.batch_size)]
+    info = {"side": side}
+    if side in ("ours", "marian"):
+        from bench_generate import generation_config
+
+        config = ours.model.config
+        model = ours.model
+        if side == "marian":
+            dims = TransformerDims(vocab_size=config.vocab_size, d_model=config.d_model, layers=config.encoder_layers,
+                                   heads=config.encoder_attention_heads, ffn=config.encoder_ffn_dim,
+                                   max_positions=config.max_position_embeddings)  # fmt: skip
+            model = build_marian(dims).eval()
+        model.generation_config.eos_token_id = None
+        batches = [tokenizer(chunk, padding=True, return_tensors="pt") for chunk in chunks]
+
+        def translate(i: int, beams: int) -> None:
+            with torch.inference_mode():
+                out = model.generate(
+                    input_ids=batches[i]["input_ids"],
+                    attention_mask=batches[i]["attention_mask"],
+                    generation_config=generation_config(beams, args.new_tokens, "no-eos"),
+                )
+            assert out.shape[1] == args.new_tokens + 1, (side, tuple(out.shape))
+
+        info["threads"] = torch.get_num_threads()
+    else:
+        from attention_seq2seq.inference_ct2 import load_ct2
+
+        ct2_model, _ = load_ct2(Path(args.folder) / side, device="cpu", threads=args.threads)
+        layout = ct2_model.thread_layout
+        token_batches = [[tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(c)["input_ids"]] for c in chunks]
+        sub_batch = max(1, -(-args.batch_size // layout.inter_threads))
+
+        def translate(i: int, beams: int) -> None:
+            out = ct2_model.translator.translate_batch(
+                token_batches[i],
+                beam_size=beams,
+                max_batch_size=sub_batch,
+                min_decoding_length=args.new_tokens,
+                max_decoding_length=args.new_tokens,
+                patience=1,
+            )
+            assert all(len(r.hypotheses[0]) == args.new_tokens for r in out), side
+
+        info.update(intra_threads=layout.intra_threads, inter_threads=layout.inter_threads, layout=layout.reason,
+                    sub_batch=sub_batch)  # fmt: skip
+    for beams in (1, 5):
+        translate(0, beams)  # warm-up
+    print(json.dumps(info), flush=True)
+    for line in sys.stdin:
+        if line.strip() == "quit":
+            break
+        beams, index = map(int, line.split())
+        start = time.perf_counter()
+        translate(index, beams)
+        print(json.dumps(time.perf_counter() - start), flush=True)
+
+
+class _Side:
+    """A worker process serving one side."""
+
+    def __init__(self, name: str, args, folder: Path, new_tokens: int, n_sentences: int) -> None:
+        import json
+        import subprocess
+        import sys
+
+        command = [sys.executable, str(Path(__file__).resolve()), "--worker", name, "--run", str(args.run),
+                   "--folder", str(folder), "--threads", str(args.threads), "--batch-size", str(args.batch_size),
+                   "--sentences", str(n_sentences), "--new-tokens", str(new_tokens)]  # fmt: skip
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        ready = self.process.stdout.readline()
+        if not ready:
+            raise SystemExit(f"the {name} worker did not start (see its error above)")
+        self.info = json.loads(ready)
+
+    def translate(self, beams: int, index: int) -> float:
+        import json
+
+        self.process.stdin.write(f"{beams} {index}\n")
+        self.process.stdin.flush()
+        return float(json.loads(self.process.stdout.readline()))
+
+    def close(self) -> None:
+        self.process.stdin.write("quit\n")
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
+
+
+def main(argv=None) -> dict:
     parser = base_argparser(__doc__)
     parser.add_argument("--run", required=True, help="training output folder of a Transformer (benchmark 3's dims)")
     parser.add_argument("--rounds", type=int, default=None)
@@ -106,19 +220,22 @@ def main(argv=None) -> dict:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--beams", type=int, nargs="+", default=[1, 5])
     parser.add_argument("--skip-quality", action="store_true", help="speed only")
+    parser.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
+    parser.add_argument("--folder", help=argparse.SUPPRESS)
+    parser.add_argument("--new-tokens", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.worker:
+        return _worker(args)
     rounds = args.rounds or (2 if args.quick else 5)
     n_sentences = args.sentences or (32 if args.quick else 1000)
-    batch_size = min(args.batch_size, 16) if args.quick else args.batch_size
-    threads = set_threads(args.threads)
-
+    args.batch_size = min(args.batch_size, 16) if args.quick else args.batch_size
+    batch_size = args.batch_size
+    threads = args.threads
     from attention_seq2seq.inference import load_for_inference
-    from attention_seq2seq.inference_ct2 import load_ct2
 
     run = Path(args.run)
-    ours = load_for_inference(run, device="cpu")
-    model, tokenizer = ours.model, ours.tokenizer
-    config = model.config
+    loaded = load_for_inference(run, device="cpu")
+    tokenizer, config = loaded.tokenizer, loaded.model.config
     dims = TransformerDims(vocab_size=config.vocab_size, d_model=config.d_model, layers=config.encoder_layers,
                            heads=config.encoder_attention_heads, ffn=config.encoder_ffn_dim,
                            max_positions=config.max_position_embeddings)  # fmt: skip
@@ -126,63 +243,23 @@ def main(argv=None) -> dict:
     ref_lengths = [len(ids) for ids in tokenizer([t for _, t in pairs])["input_ids"]]
     new_tokens = math.ceil(sum(ref_lengths) / len(ref_lengths))
     sources = [s for s, _ in pairs][:n_sentences]
-    batches = [
-        tokenizer(sources[i : i + batch_size], padding=True, return_tensors="pt")
-        for i in range(0, len(sources), batch_size)
-    ]
-    token_batches = [
-        [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(sources[i : i + batch_size])["input_ids"]]
-        for i in range(0, len(sources), batch_size)
-    ]
+    n_batches = math.ceil(len(sources) / batch_size)
     folder = Path(tempfile.mkdtemp(prefix="bench_ct2_"))
     paths = _exports(run, folder)
-    marian = build_marian(dims).eval()
-    for peer in (model, marian):
-        peer.generation_config.eos_token_id = None
-    translators = {name: load_ct2(paths[name], device="cpu", threads=threads)[0].translator for name in SIDES[2:]}
+    sides = {name: _Side(name, args, folder, new_tokens, len(sources)) for name in SIDES}
     log(
         f"{len(sources)} sentences in batches of {batch_size}, {new_tokens} new tokens each; threads={threads}; "
-        f"host {cpu_model()}"
+        f"host {cpu_model()}; one process per side: {[s.info for s in sides.values()]}"
     )
-
-    from bench_generate import generation_config
-
     results = {}
     for beams in args.beams:
-        gen_config = generation_config(beams, new_tokens, "no-eos")
-        torch_models = {"ours": model, "marian": marian}
-
-        def translate(name: str, i: int) -> None:
-            if name in torch_models:
-                with torch.inference_mode():
-                    out = torch_models[name].generate(
-                        input_ids=batches[i]["input_ids"],
-                        attention_mask=batches[i]["attention_mask"],
-                        generation_config=gen_config,
-                    )
-                assert out.shape[1] == new_tokens + 1, (name, tuple(out.shape))
-            else:
-                out = translators[name].translate_batch(
-                    token_batches[i],
-                    beam_size=beams,
-                    max_batch_size=batch_size,
-                    min_decoding_length=new_tokens,
-                    max_decoding_length=new_tokens,
-                    patience=1,
-                )
-                assert all(len(r.hypotheses[0]) == new_tokens for r in out), name
-
-        for name in SIDES:  # warm-up
-            translate(name, 0)
         seconds = {name: [] for name in SIDES}
         for r in range(rounds):
             spent = {name: 0.0 for name in SIDES}
-            for i in range(len(batches)):
+            for i in range(n_batches):
                 shift = (r + i) % len(SIDES)
                 for name in SIDES[shift:] + SIDES[:shift]:
-                    start = time.perf_counter()
-                    translate(name, i)
-                    spent[name] += time.perf_counter() - start
+                    spent[name] += sides[name].translate(beams, i)
             for name in SIDES:
                 seconds[name].append(spent[name])
             log(
@@ -197,7 +274,8 @@ def main(argv=None) -> dict:
             "sentences_per_s": {name: summarize(rates[name]) for name in SIDES},
             "ratio_over_ours": {name: paired_ratio_summary(rates[name], rates["ours"]) for name in SIDES[1:]},
         }
-
+    for side in sides.values():
+        side.close()
     quality_results = None
     if not args.skip_quality:
         quality_results = quality(run, paths, pairs, args.beams, threads)
@@ -231,6 +309,7 @@ def main(argv=None) -> dict:
         "sentences": len(sources),
         "batch_size": batch_size,
         "new_tokens_per_sentence": new_tokens,
+        "workers": {name: side.info for name, side in sides.items()},
         "results": results,
         "quality": quality_results,
     }

@@ -1,11 +1,12 @@
 """The done-means checks of issue 30 for one trained Transformer, on a whole test set.
 
 1. The native export (`export --format native`), loaded with `trust_remote_code=False` in a fresh
-   Python process where `attention_seq2seq` cannot be imported, translates the test set with beam 5;
-   the lines must equal our `generate`'s.
+   Python process where `attention_seq2seq` cannot be imported (`--python`: a venv with only torch
+   and transformers), translates the test set with beam 5; the lines must equal our `generate`'s,
+   and its teacher-forced logits on 64 test pairs are compared with ours (max |difference|).
 2. The CTranslate2 exports (float32, int8), greedy and beam 5: lines identical to ours and BLEU.
 
-    python benchmarks/check_deploy_exports.py RUN CORPUS_SPEC [--split test] [--name NAME]
+    python benchmarks/check_deploy_exports.py RUN CORPUS_SPEC [--split test] [--name NAME] [--python BARE_VENV_PYTHON]
 
 Writes results/deploy_check_<NAME>.json; prints the summary.
 """
@@ -25,14 +26,22 @@ from pathlib import Path
 from common import RESULTS_DIR, cpu_model, log
 
 _CHILD = r"""
-import json, sys
+import importlib.util, json, sys
+installed = importlib.util.find_spec("attention_seq2seq") is not None  # False in a bare venv
 sys.modules["attention_seq2seq"] = None  # our package must not be needed (nor found)
 import torch
 torch.set_num_threads(int(sys.argv[4]))
+import transformers
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-folder, src_file, out_file = sys.argv[1:4]
+folder, src_file, out_file, logits_file = sys.argv[1:3] + sys.argv[3:4] + sys.argv[5:6]
 tokenizer = AutoTokenizer.from_pretrained(folder)
 model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=False).eval()
+ours = torch.load(logits_file)
+with torch.inference_mode():
+    theirs = model(input_ids=ours["input_ids"], attention_mask=ours["attention_mask"],
+                   decoder_input_ids=ours["decoder_input_ids"]).logits
+keep = ours["decoder_attention_mask"].bool()
+logit_diff = (theirs - ours["logits"]).abs()[keep].max().item()
 sources = json.load(open(src_file, encoding="utf-8"))
 order = sorted(range(len(sources)), key=lambda i: len(sources[i]), reverse=True)  # as our translate()
 out = [""] * len(sources)
@@ -43,9 +52,29 @@ with torch.inference_mode():
         generated = model.generate(**encoded, num_beams=5)
         for i, text in zip(batch, tokenizer.batch_decode(generated, skip_special_tokens=True)):
             out[i] = text.strip()
-json.dump({"class": type(model).__name__, "module": type(model).__module__, "translations": out},
+json.dump({"class": type(model).__name__, "module": type(model).__module__, "translations": out,
+           "max_abs_logit_difference": logit_diff, "package_installed_in_child": installed,
+           "python": sys.executable, "torch": torch.__version__, "transformers": transformers.__version__},
           open(out_file, "w", encoding="utf-8"))
 """
+
+
+def _save_our_logits(loaded, sources, references, path: Path) -> None:
+    """Our teacher-forced logits on some test pairs, with the inputs, for the native process to compare."""
+    import torch
+
+    tokenizer, model = loaded.tokenizer, loaded.model
+    encoded = tokenizer(sources, text_target=references, padding=True, return_tensors="pt")
+    labels = encoded["labels"]
+    start = model.config.decoder_start_token_id
+    decoder_input_ids = torch.cat([torch.full_like(labels[:, :1], start), labels[:, :-1]], dim=1)
+    decoder_attention_mask = torch.cat([torch.ones_like(labels[:, :1]), (labels[:, :-1] != tokenizer.pad_token_id)], 1)
+    with torch.inference_mode():
+        logits = model(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"],
+                       decoder_input_ids=decoder_input_ids).logits  # fmt: skip
+    torch.save({"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"],
+                "decoder_input_ids": decoder_input_ids, "decoder_attention_mask": decoder_attention_mask.long(),
+                "logits": logits}, path)  # fmt: skip
 
 
 def main(argv=None) -> dict:
@@ -55,6 +84,12 @@ def main(argv=None) -> dict:
     parser.add_argument("--split", default="test")
     parser.add_argument("--name", default=None)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--python",
+        default=sys.executable,
+        help="the interpreter of the native export's process: a venv with only torch and transformers "
+        "(and sentencepiece/tokenizers) shows the export needs nothing of this package",
+    )
     args = parser.parse_args(argv)
 
     import datasets
@@ -76,12 +111,14 @@ def main(argv=None) -> dict:
         export_ct2(args.run, folder / quantization, quantization=quantization)
 
     (folder / "sources.json").write_text(json.dumps(sources), encoding="utf-8")
+    ours_model = load_for_inference(args.run, device="cpu")
+    _save_our_logits(ours_model, sources[:64], references[:64], folder / "ours_logits.pt")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     start = time.perf_counter()
     child = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(folder / "native"), str(folder / "sources.json"),
-         str(folder / "native.json"), str(args.threads)],
+        [args.python, "-c", _CHILD, str(folder / "native"), str(folder / "sources.json"),
+         str(folder / "native.json"), str(args.threads), str(folder / "ours_logits.pt")],
         cwd=folder, env=env, capture_output=True, text=True,
     )  # fmt: skip
     if child.returncode != 0:
@@ -89,10 +126,12 @@ def main(argv=None) -> dict:
     native = json.loads((folder / "native.json").read_text(encoding="utf-8"))
     log(f"native export, fresh process: {time.perf_counter() - start:.0f} s")
 
-    ours_model = load_for_inference(args.run, device="cpu")
     result = {"run": args.run, "corpus": args.corpus, "split": args.split, "sentences": len(sources),
               "host": cpu_model(), "threads": args.threads, "native_class": native["class"],
-              "native_module": native["module"]}  # fmt: skip
+              "native_module": native["module"],
+              "native_max_abs_logit_difference": native["max_abs_logit_difference"],
+              "native_process": {k: native[k] for k in ("python", "torch", "transformers",
+                                                        "package_installed_in_child")}}  # fmt: skip
     for beams in (5, 1):
         mode = "greedy" if beams == 1 else f"beam{beams}"
         ours = translate(ours_model, sources, batch_size=32, num_beams=beams)

@@ -7,11 +7,13 @@ rotating), so each variant's ratio to Marian is paired within the same moments o
 
 - ``all``: the defaults (every path on);
 - ``no-packed``: the output projection through `F.linear` instead of oneDNN's prepacked-weight
-  GEMM (`fast_inference.packed_linear`);
+  GEMM (`cpu_fast_paths.packed_linear`);
+- ``no-fused-weight``: Q, K, V weights concatenated at every decoding step, as the reference
+  `fused_linear` does (`cpu_fast_paths.fused_projection` off);
 - ``no-padfree``: the encoder on the padded batch (no `PaddingFreeLayout`);
 - ``no-matmul-step``: SDPA for the decoding steps' attention instead of two matmuls
   (`_DECODE_STEP_MAX_QUERIES` = 0);
-- ``none``: all three off.
+- ``none``: all of them off.
 
     python benchmarks/probe_cpu_paths.py [--threads 2] [--rounds 3] [--sentences 320]
 
@@ -28,26 +30,35 @@ import time
 from common import TransformerDims, base_argparser, build_marian, build_ours, build_tokenizer, cpu_model, log
 from common import read_pairs, set_threads, write_result
 
-VARIANTS = ("all", "no-packed", "no-padfree", "no-matmul-step", "none")
+VARIANTS = ("all", "no-packed", "no-fused-weight", "no-padfree", "no-matmul-step", "none")
 
 
 @contextlib.contextmanager
 def variant(name: str):
-    from attention_seq2seq.modeling import fast_inference
-    from attention_seq2seq.modeling import modeling_transformer_seq2seq as mts
+    """Switch one fast path off (through the seam's class, `CPUFastPaths`) while the block runs."""
+    from attention_seq2seq.modeling import cpu_fast_paths as fast
+    from attention_seq2seq.modeling.modeling_transformer_seq2seq import fused_linear
 
-    saved = (mts.packed_linear, fast_inference.PaddingFreeLayout.worth_it, mts._DECODE_STEP_MAX_QUERIES)
-    if name in ("no-packed", "none"):
-        mts.packed_linear = lambda hidden_states, layer, scope: layer(hidden_states)
-    if name in ("no-padfree", "none"):
-        fast_inference.PaddingFreeLayout.worth_it = staticmethod(lambda attention_mask: False)
-    if name in ("no-matmul-step", "none"):
-        mts._DECODE_STEP_MAX_QUERIES = 0
+    paths = fast.CPUFastPaths
+    names = ("output_projection", "fused_projection", "padding_free_layout")
+    saved = {n: paths.__dict__[n] for n in names}, fast._DECODE_STEP_MAX_QUERIES
+    off = name == "none"
+    if off or name == "no-packed":
+        paths.output_projection = staticmethod(lambda hidden_states, layer, scope: layer(hidden_states))
+    if off or name == "no-fused-weight":
+        paths.fused_projection = staticmethod(
+            lambda hidden_states, projections, scope: fused_linear(hidden_states, *projections)
+        )
+    if off or name == "no-padfree":
+        paths.padding_free_layout = staticmethod(lambda attention_mask: None)
+    if off or name == "no-matmul-step":
+        fast._DECODE_STEP_MAX_QUERIES = 0
     try:
         yield
     finally:
-        mts.packed_linear, worth_it, mts._DECODE_STEP_MAX_QUERIES = saved
-        fast_inference.PaddingFreeLayout.worth_it = staticmethod(worth_it)
+        for n, method in saved[0].items():
+            setattr(paths, n, method)
+        fast._DECODE_STEP_MAX_QUERIES = saved[1]
 
 
 def main(argv=None) -> dict:

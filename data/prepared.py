@@ -47,6 +47,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from attention_seq2seq.modeling.host_measurements import cache_root as measurements_root
+
 logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1  # bump when the layout or the preparation changes what is stored
@@ -423,11 +425,8 @@ def tokenizer_sample(num_pairs: int, limit: int | None, seed: int = 0) -> np.nda
 
 def cache_root() -> Path:
     """``$ATTENTION_SEQ2SEQ_CACHE/corpora``, else ``$XDG_CACHE_HOME`` or ``~/.cache`` +
-    ``attention_seq2seq/corpora`` (the same root as ``training/precision.py``)."""
-    root = os.environ.get("ATTENTION_SEQ2SEQ_CACHE")
-    if not root:
-        root = str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "attention_seq2seq")
-    return Path(root) / "corpora"
+    ``attention_seq2seq/corpora`` (the root of :mod:`attention_seq2seq.modeling.host_measurements`)."""
+    return measurements_root() / "corpora"
 
 
 def files_fingerprint(location: str | None) -> list[list]:

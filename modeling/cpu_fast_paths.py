@@ -39,8 +39,8 @@ and interleaved): a training step on Multi30k batches of ≤ 1,024 target tokens
 reference's time (median of 12 rounds, IQR 0.90-1.00); greedy and beam-5 `generate` of 64
 sentences 1.04x and 0.99x (7 rounds, IQRs spanning 1): nothing measurable at inference there.
 
-Imports only the standard library and torch: shipped to the Hub as a flat sibling of the modeling
-files.
+Imports only the standard library, torch and its flat sibling `host_measurements`: shipped to the
+Hub beside the modeling files.
 """
 
 from __future__ import annotations
@@ -229,12 +229,92 @@ def _packing_applies(hidden_states: torch.Tensor, weight: torch.Tensor) -> bool:
     )
 
 
+# Packing pays off for a run when packing once costs less than what this many decoding steps save
+# (the mean Multi30k test2016 reference length in pieces + </s>, benchmark 3's forced length).
+_PACKING_BREAK_EVEN_STEPS = 16
+# Rows of the timed product: a batch of 64 sentences (greedy), benchmark 3's batch.
+_PACKING_PROBE_ROWS = 64
+# Within-process memo of the packing decisions: (cpu, torch, threads, weight shape) -> bool.
+_PACKING_DECISIONS: dict[tuple, bool] = {}
+
+
+def _time_packing(weight: torch.Tensor, bias: torch.Tensor | None) -> dict:
+    """Seconds to pack `weight`, and of one (64 × in) product through F.linear and the packed GEMM
+    (medians of interleaved repeats; random inputs of the weight's shape and dtype)."""
+    import statistics
+    import time
+
+    with torch.no_grad():
+        w = torch.randn_like(weight, device="cpu")
+        b = None if bias is None else torch.randn_like(bias, device="cpu")
+        x = torch.randn(_PACKING_PROBE_ROWS, weight.size(1), dtype=weight.dtype)
+        pack, plain, packed_step = [], [], []
+        packed = torch.ops.mkldnn._reorder_linear_weight(w, None)  # warm-up of both kernels
+        torch.ops.mkldnn._linear_pointwise(x, packed, b, "none", [], "")
+        F.linear(x, w, b)
+        for _ in range(5):
+            start = time.perf_counter()
+            packed = torch.ops.mkldnn._reorder_linear_weight(w, None)
+            pack.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            for _ in range(4):
+                F.linear(x, w, b)
+            plain.append((time.perf_counter() - start) / 4)
+            start = time.perf_counter()
+            for _ in range(4):
+                torch.ops.mkldnn._linear_pointwise(x, packed, b, "none", [], "")
+            packed_step.append((time.perf_counter() - start) / 4)
+    return {
+        "pack_s": round(statistics.median(pack), 6),
+        "plain_step_s": round(statistics.median(plain), 6),
+        "packed_step_s": round(statistics.median(packed_step), 6),
+    }
+
+
+def packing_pays_off(weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
+    """Whether prepacking `weight` for a decoding run is measured to save time on this machine.
+
+    The packed GEMM is faster per step on the hosts measured, but packing is paid once per run:
+    0.5 ms for the (8,000 × 256) output projection on a 2-core AMD EPYC (a step 2.68 → 1.24 ms),
+    5.5 ms on a 2-core Intel Xeon with AMX (a step only 1.14x faster), where a 16-step greedy run of
+    benchmark 3 came out 4% slower with packing (benchmarks/README.md). So the first use on a
+    machine times packing and one (64 × in_features) product both ways, and packs only where
+    packing costs less than `_PACKING_BREAK_EVEN_STEPS` steps save. The timing is kept per CPU,
+    torch version, thread count and weight shape (`host_measurements`, `packed_linear.json`; also
+    where this file ships as remote code) and in memory for the process.
+
+    Args:
+        weight: (out_features, in_features), float32 on the CPU.
+        bias: (out_features,) or None.
+
+    Returns:
+        True to pack.
+    """
+    from .host_measurements import cpu_name, measured
+
+    key = {
+        "cpu": cpu_name(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "shape": list(weight.shape),
+        "bias": bias is not None,
+        "rows": _PACKING_PROBE_ROWS,
+    }
+    memo = tuple(sorted((k, str(v)) for k, v in key.items()))
+    if memo not in _PACKING_DECISIONS:
+        entry, _, _ = measured("packed_linear.json", key, lambda: _time_packing(weight, bias))
+        saved = _PACKING_BREAK_EVEN_STEPS * (entry["plain_step_s"] - entry["packed_step_s"])
+        _PACKING_DECISIONS[memo] = entry["pack_s"] < saved
+    return _PACKING_DECISIONS[memo]
+
+
 def packed_linear(hidden_states: torch.Tensor, layer: nn.Linear, scope: object | None) -> torch.Tensor:
     """`layer(hidden_states)`, through a prepacked-weight oneDNN GEMM during one decoding run.
 
     Applies only where autograd records nothing (`torch.no_grad()` / `torch.inference_mode()`,
     which `generate()` uses), to float32 CPU tensors outside autocast and `torch.compile`, with
-    oneDNN enabled; everything else takes the plain `layer(hidden_states)`.
+    oneDNN enabled, on a machine where packing is measured to pay off (`packing_pays_off`);
+    everything else takes the plain `layer(hidden_states)`.
 
     Args:
         hidden_states: (..., in_features).
@@ -252,10 +332,12 @@ def packed_linear(hidden_states: torch.Tensor, layer: nn.Linear, scope: object |
         return layer(hidden_states)
     entry = _PACKED.get(layer)
     if entry is None or not entry.matches(weight, scope):
-        try:
-            packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
-        except RuntimeError:  # a build without this kernel
-            packed = None
+        packed = None
+        if packing_pays_off(weight, bias):
+            try:
+                packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
+            except RuntimeError:  # a build without this kernel
+                packed = None
         entry = _PackedWeight(weight, scope, packed)
         _PACKED[layer] = entry
     if entry.packed is None:
@@ -267,6 +349,58 @@ def packed_linear(hidden_states: torch.Tensor, layer: nn.Linear, scope: object |
         entry.packed = None
         return layer(hidden_states)
     return output.view(*hidden_states.shape[:-1], weight.size(0))
+
+
+# --------------------------------------------------------------------------------------------
+# Q, K, V of a decoding step: the fused weight built once per decoding run
+# --------------------------------------------------------------------------------------------
+
+
+class _FusedWeight:
+    """[W_1; W_2; ...] and [b_1; b_2; ...] of some Linear layers, valid for one decoding run
+    (`scope`: a weak reference to that `generate()` call's cache) and these very weights."""
+
+    __slots__ = ("scope", "data_ptrs", "weight", "bias")
+
+    def __init__(self, projections: tuple[nn.Linear, ...], scope: object):
+        self.scope = weakref.ref(scope)
+        self.data_ptrs = tuple(p.weight.data_ptr() for p in projections)
+        self.weight = torch.cat([p.weight for p in projections])
+        self.bias = torch.cat([p.bias for p in projections])
+
+    def matches(self, projections: tuple[nn.Linear, ...], scope: object) -> bool:
+        return self.scope() is scope and self.data_ptrs == tuple(p.weight.data_ptr() for p in projections)
+
+
+_FUSED: weakref.WeakKeyDictionary[nn.Linear, _FusedWeight] = weakref.WeakKeyDictionary()
+
+
+def fused_projection(hidden_states: torch.Tensor, projections: tuple[nn.Linear, ...], scope: object) -> torch.Tensor:
+    """`modeling_transformer_seq2seq.fused_linear(hidden_states, *projections)` in a decoding step.
+
+    The reference concatenates the weights at every call, which costs nothing next to a training
+    batch's multiply but copies 3 · d_model² floats for each decoder layer at each decoding step,
+    where the multiply has one row per sentence (64 × 256 rows against a 768 × 256 weight in
+    benchmark 3). Here the concatenated weight is built at a run's first step and reused until the
+    run ends (`scope`, the run's cache, as `packed_linear`); a new run concatenates again, so
+    weights changed between runs are always seen. Applies where autograd records nothing (on any
+    device); otherwise it concatenates as the reference does.
+
+    Args:
+        hidden_states: (batch, tgt_len, d_model).
+        projections: Linear layers d_model → d_model with biases (`q_proj`, `k_proj`, `v_proj`).
+        scope: the decoding cache of the running `generate()` call.
+
+    Returns:
+        (batch, tgt_len, len(projections) · d_model), the outputs side by side.
+    """
+    if torch.is_grad_enabled() or torch.compiler.is_compiling():
+        weight = torch.cat([p.weight for p in projections])
+        return F.linear(hidden_states, weight, torch.cat([p.bias for p in projections]))
+    entry = _FUSED.get(projections[0])
+    if entry is None or not entry.matches(projections, scope):
+        entry = _FUSED[projections[0]] = _FusedWeight(projections, scope)
+    return F.linear(hidden_states, entry.weight, entry.bias)
 
 
 # --------------------------------------------------------------------------------------------
@@ -430,6 +564,7 @@ class CPUFastPaths:
     attention_kernel = staticmethod(_attention_kernel)
     dropout = staticmethod(dropout)
     output_projection = staticmethod(packed_linear)
+    fused_projection = staticmethod(fused_projection)
 
     @staticmethod
     def padding_free_layout(attention_mask: torch.Tensor | None) -> PaddingFreeLayout | None:
@@ -454,6 +589,7 @@ def fast_paths(config) -> CPUFastPaths | None:
 
 __all__ = [
     "CPU_FAST_PATHS",
+    "fused_projection",
     "CPUFastPaths",
     "PaddingFreeLayout",
     "dropout",
@@ -461,4 +597,5 @@ __all__ = [
     "fast_paths",
     "label_smoothed_cross_entropy",
     "packed_linear",
+    "packing_pays_off",
 ]

@@ -252,7 +252,12 @@ class TransformerSeq2SeqAttention(nn.Module):
     ) -> tuple[torch.Tensor, ...]:
         """Query, key and value (batch, num_heads, len, head_dim), reading and filling the cache."""
         if not self.is_cross_attention:
-            states = fused_linear(hidden_states, self.q_proj, self.k_proj, self.v_proj)
+            fast = fast_paths(self.config) if cache is not None else None
+            projections = (self.q_proj, self.k_proj, self.v_proj)
+            if fast is not None:  # a decoding step: the fused weight kept for the run
+                states = fast.fused_projection(hidden_states, projections, scope=cache)
+            else:
+                states = fused_linear(hidden_states, *projections)
             if layout is not None:  # (tokens, 3·d_model) → (batch, src_len, 3·d_model)
                 states = layout.pad(states)
             query, key, value = self._split_heads(states, 3)

@@ -4,6 +4,7 @@ must give the plain computation's numbers and follow every change of the weights
 from __future__ import annotations
 
 import copy
+import json
 import pickle
 
 import pytest
@@ -20,8 +21,14 @@ class _Run:  # stands for the decoding cache of one generate() call
     pass
 
 
+@pytest.fixture
+def packing_on(monkeypatch):
+    """Pack whatever this machine measured (`packing_pays_off`): the packed path itself is under test."""
+    monkeypatch.setattr(cpu_fast_paths, "packing_pays_off", lambda weight, bias=None: True)
+
+
 @pytest.mark.parametrize("bias", [False, True])
-def test_packed_linear_equals_f_linear_within_a_run_and_repacks_for_the_next(bias):
+def test_packed_linear_equals_f_linear_within_a_run_and_repacks_for_the_next(bias, packing_on):
     torch.manual_seed(0)
     layer = nn.Linear(16, 50, bias=bias)
     x = torch.randn(3, 5, 16)
@@ -100,7 +107,7 @@ def test_evaluation_between_training_steps_sees_the_updated_weights():
         model.eval()
 
 
-def test_models_built_under_inference_mode_copy_and_pickle_after_generating():
+def test_models_built_under_inference_mode_copy_and_pickle_after_generating(packing_on):
     input_ids, attention_mask, _ = padded_batch()
     with torch.inference_mode():  # parameters are inference tensors: no version counter to read
         model = tiny_model()
@@ -219,3 +226,67 @@ def test_short_training_steps_without_sdpa_give_the_sdpa_loss_and_gradients(monk
     calls.clear()
     loss_and_grads()
     assert len(calls) == model.config.decoder_layers  # only the decoder self-attention (6 keys) bypassed it
+
+
+def test_fused_projection_keeps_the_weight_for_a_run_and_follows_changes_between_runs():
+    torch.manual_seed(0)
+    projections = tuple(nn.Linear(8, 8) for _ in range(3))
+    x = torch.randn(4, 1, 8)
+
+    def reference():
+        return modeling_transformer_seq2seq.fused_linear(x, *projections)
+
+    run = _Run()
+    with torch.no_grad():
+        torch.testing.assert_close(cpu_fast_paths.fused_projection(x, projections, run), reference())
+        kept = cpu_fast_paths._FUSED[projections[0]].weight
+        cpu_fast_paths.fused_projection(x, projections, run)
+        assert cpu_fast_paths._FUSED[projections[0]].weight is kept  # built once per run
+        projections[1].weight.mul_(-2.0)  # between runs, in place
+        torch.testing.assert_close(cpu_fast_paths.fused_projection(x, projections, _Run()), reference())
+        projections[2].weight.data.copy_(torch.randn(8, 8))  # bypasses the version counter
+        projections[0].bias.data.copy_(torch.randn(8))
+        torch.testing.assert_close(cpu_fast_paths.fused_projection(x, projections, _Run()), reference())
+    out = cpu_fast_paths.fused_projection(x, projections, _Run())  # under autograd: the reference's graph
+    out.sum().backward()
+    assert projections[1].weight.grad is not None
+
+
+@pytest.mark.parametrize(
+    "timing, packs",
+    [
+        ({"pack_s": 5.5e-3, "plain_step_s": 1.5e-3, "packed_step_s": 1.3e-3}, False),  # the Intel Xeon's
+        ({"pack_s": 0.5e-3, "plain_step_s": 2.68e-3, "packed_step_s": 1.24e-3}, True),  # the AMD EPYC's
+    ],
+)
+def test_packing_follows_the_measurement_of_this_machine_and_keeps_it(timing, packs, monkeypatch, tmp_path):
+    """Packing is chosen when packing once costs less than 16 steps save; the timing is stored,
+    so a second decision (in another process: the memo is cleared) reads it instead of measuring."""
+    monkeypatch.setenv("ATTENTION_SEQ2SEQ_CACHE", str(tmp_path))
+    monkeypatch.setattr(cpu_fast_paths, "_PACKING_DECISIONS", {})
+    calls = []
+    monkeypatch.setattr(cpu_fast_paths, "_time_packing", lambda weight, bias: calls.append(1) or dict(timing))
+    torch.manual_seed(0)
+    layer = nn.Linear(16, 50)
+    x = torch.randn(3, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(packed_linear(x, layer, _Run()), layer(x), rtol=1e-5, atol=1e-5)
+        if torch.backends.mkldnn.is_available():
+            assert (cpu_fast_paths._PACKED[layer].packed is not None) == packs
+        cpu_fast_paths._PACKING_DECISIONS.clear()
+        assert cpu_fast_paths.packing_pays_off(layer.weight, layer.bias) == packs
+    assert calls == [1]
+    assert (tmp_path / "packed_linear.json").is_file()
+
+
+def test_packing_measurement_times_both_products(monkeypatch, tmp_path):
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("no oneDNN in this torch build")
+    monkeypatch.setenv("ATTENTION_SEQ2SEQ_CACHE", str(tmp_path))
+    monkeypatch.setattr(cpu_fast_paths, "_PACKING_DECISIONS", {})
+    layer = nn.Linear(32, 300)
+    decision = cpu_fast_paths.packing_pays_off(layer.weight, layer.bias)
+    (entry,) = json.loads((tmp_path / "packed_linear.json").read_text()).values()
+    assert all(entry[k] > 0 for k in ("pack_s", "plain_step_s", "packed_step_s"))
+    saved = cpu_fast_paths._PACKING_BREAK_EVEN_STEPS * (entry["plain_step_s"] - entry["packed_step_s"])
+    assert decision == (entry["pack_s"] < saved)

@@ -22,6 +22,7 @@ import torch
 
 import attention_seq2seq as pkg
 from attention_seq2seq.cli import main as cli_main
+from attention_seq2seq.errors import UserError
 from attention_seq2seq.hub.export_native import (
     LAYOUTS,
     NativeExportRefused,
@@ -389,3 +390,75 @@ def test_batching_by_tokens_gives_the_same_translations(tokenizer):
     by_sentences = translate_n_best(loaded, sources, batch_size=3, num_beams=2, scores=False)
     by_tokens = translate_n_best(loaded, sources, max_batch_tokens=40, num_beams=2, scores=False)
     assert by_tokens == by_sentences
+
+
+# --- CTranslate2's thread layout (attention_seq2seq/inference_ct2.py: choose_thread_layout) ---
+
+
+def test_ct2_thread_layout_follows_the_measurement_and_keeps_it(ct2_run, monkeypatch, tmp_path):
+    """``auto`` takes the faster layout of the two timed, and a second load reads the stored
+    answer instead of measuring again; the threads given are what the measurement is keyed by."""
+    from attention_seq2seq import inference_ct2
+
+    _, exports = ct2_run
+    monkeypatch.setenv("ATTENTION_SEQ2SEQ_CACHE", str(tmp_path))
+    monkeypatch.delenv(inference_ct2.THREAD_LAYOUT_ENV, raising=False)
+    timings = {"inter_s": 0.5, "intra_s": 1.0}
+    calls = []
+
+    def fake_timing(path, device, compute_type, threads, tokenizer):
+        calls.append(threads)
+        return dict(timings)
+
+    monkeypatch.setattr(inference_ct2, "_time_layouts", fake_timing)
+    model, _ = inference_ct2.load_ct2(exports["int8"], device="cpu", threads=2)
+    assert (model.thread_layout.intra_threads, model.thread_layout.inter_threads) == (1, 2)
+    assert "measured now" in model.thread_layout.reason
+    timings.update(inter_s=2.0)  # a second load must not measure (nor see this)
+    model, _ = inference_ct2.load_ct2(exports["int8"], device="cpu", threads=2)
+    assert model.thread_layout.name == "inter" and "kept in" in model.thread_layout.reason
+    model, _ = inference_ct2.load_ct2(exports["int8"], device="cpu", threads=3)  # another key: measured
+    assert (model.thread_layout.intra_threads, model.thread_layout.inter_threads) == (3, 1)
+    assert calls == [2, 3]
+    model, _ = inference_ct2.load_ct2(exports["int8"], device="cpu", threads=1)  # nothing to choose
+    assert (model.thread_layout.intra_threads, model.thread_layout.inter_threads) == (1, 1) and calls == [2, 3]
+
+
+def test_ct2_thread_layout_can_be_fixed_and_a_wrong_name_is_one_line(ct2_run, monkeypatch, tmp_path, capsys):
+    from attention_seq2seq import inference_ct2
+
+    _, exports = ct2_run
+    monkeypatch.setenv("ATTENTION_SEQ2SEQ_CACHE", str(tmp_path))
+    monkeypatch.setattr(inference_ct2, "_time_layouts", lambda *a: pytest.fail("a fixed layout measures nothing"))
+    monkeypatch.setenv(inference_ct2.THREAD_LAYOUT_ENV, "inter")
+    model, _ = inference_ct2.load_ct2(exports["int8"], device="cpu", threads=2)
+    assert (model.thread_layout.intra_threads, model.thread_layout.inter_threads) == (1, 2)
+    model, _ = inference_ct2.load_ct2(exports["int8"], device="cpu", threads=2, thread_layout="intra")
+    assert (model.thread_layout.intra_threads, model.thread_layout.inter_threads) == (2, 1)
+    monkeypatch.setenv(inference_ct2.THREAD_LAYOUT_ENV, "both")
+    with pytest.raises(UserError, match=r"ATTENTION_SEQ2SEQ_CT2_THREADS=both.*auto, intra, inter"):
+        inference_ct2.load_ct2(exports["int8"], device="cpu", threads=2)
+
+
+def test_ct2_thread_layouts_translate_alike(ct2_run, monkeypatch, tmp_path):
+    """The real measurement runs, and both layouts give the same translations, n-best and scores."""
+    from attention_seq2seq import inference_ct2
+
+    _, exports = ct2_run
+    monkeypatch.setenv("ATTENTION_SEQ2SEQ_CACHE", str(tmp_path))
+    monkeypatch.delenv(inference_ct2.THREAD_LAYOUT_ENV, raising=False)
+    model, tok = inference_ct2.load_ct2(exports["float32"], device="cpu", threads=2)
+    assert "measured now" in model.thread_layout.reason
+    stored = json.loads((tmp_path / inference_ct2.THREAD_LAYOUT_CACHE_FILE).read_text())
+    (entry,) = stored.values()
+    assert entry["inter_s"] > 0 and entry["intra_s"] > 0
+    sources = [s for s, _ in read_pairs(24, split="val")]
+    found = {}
+    for layout in ("intra", "inter"):
+        model, tok = inference_ct2.load_ct2(exports["float32"], device="cpu", threads=2, thread_layout=layout)
+        found[layout] = inference_ct2.translate_ct2(
+            model, tok, sources, batch_size=4, num_beams=3, num_return_sequences=2
+        )
+    assert [[h for h, _ in n] for n in found["intra"]] == [[h for h, _ in n] for n in found["inter"]]
+    for a, b in zip(found["intra"], found["inter"]):
+        assert [s for _, s in a] == pytest.approx([s for _, s in b], abs=1e-5)

@@ -3,9 +3,9 @@
     configuration/ <- modeling/ <- data/ <- training/ <- hub/ <- command line (cli, inference, main_job)
 
 and hub/ reads the model registry and the corpus presets, never training/. The package root's
-small shared modules (errors, metrics, plotting, fonts, the evaluate metric folder) may be imported from
-any layer; they import nothing of the package but each other. Every import counts, also one inside a function; a bare
-``import attention_seq2seq`` (which registers the Auto classes) is allowed anywhere."""
+small shared modules (errors, metrics, plotting, fonts, the evaluate metric folder) may be
+imported from any layer; they import nothing of the package but each other. Every import counts, also one inside a
+function; a bare ``import attention_seq2seq`` (which registers the Auto classes) is allowed anywhere."""
 
 from __future__ import annotations
 

@@ -19,7 +19,8 @@ How the decision is made (:func:`resolve_mixed_precision`):
 Load from other processes slows both halves of each pair alike, so the
    ratio does not follow the machine's load. bf16 is chosen when it is at least
    :data:`BF16_MIN_SPEEDUP` times as fast; nearer than that, float32 keeps its precision.
-4. The measurement is kept in a small JSON file (:func:`cache_path`), keyed by the CPU, torch
+4. The measurement is kept in a small JSON file (:func:`cache_path`, through
+   :mod:`attention_seq2seq.modeling.host_measurements`), keyed by the CPU, torch
    version, thread count and the model's shape, so the same command on the same machine takes
    the same decision every time (bit-identical runs), and ranks of one machine share it. Delete
    the file, or set ``ATTENTION_SEQ2SEQ_CACHE`` to another folder, to measure again.
@@ -32,18 +33,15 @@ gives the same quality within noise; only the time differs.
 from __future__ import annotations
 
 import contextlib
-import datetime
-import hashlib
-import json
 import logging
-import os
-import platform
 import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+
+from ..modeling.host_measurements import cache_root, cpu_flags, cpu_name, measured
 
 logger = logging.getLogger("attention_seq2seq.training")
 
@@ -55,6 +53,8 @@ MEASURE_ROUNDS = 3
 #: costs more than one of short ones with the same tokens (an RNN steps through every position),
 #: so the step time is the mean over short, middle and long batches.
 SYNTHETIC_LENGTHS = (16, 32, 64)
+#: The file under the cache root that keeps the measurements.
+CACHE_FILE = "mixed_precision.json"
 
 
 @dataclass
@@ -86,27 +86,6 @@ class PrecisionChoice:
         return asdict(self)
 
 
-def _cpuinfo(field: str) -> str | None:
-    """The first ``field : value`` of ``/proc/cpuinfo`` (None where the file or field is missing)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith(field):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
-
-
-def cpu_flags() -> set[str]:
-    """The CPU's feature flags from ``/proc/cpuinfo`` (empty where that file does not exist)."""
-    return set((_cpuinfo("flags") or "").split())
-
-
-def cpu_name() -> str:
-    return _cpuinfo("model name") or platform.processor() or platform.machine()
-
-
 def cpu_has_bf16() -> bool:
     """True where the CPU has bf16 dot-product instructions (AVX512-BF16 or AMX-BF16).
 
@@ -117,16 +96,13 @@ def cpu_has_bf16() -> bool:
 
 def cache_path() -> Path:
     """``$ATTENTION_SEQ2SEQ_CACHE/mixed_precision.json``, else ``$XDG_CACHE_HOME`` or ``~/.cache``
-    ``/attention_seq2seq/mixed_precision.json``."""
-    root = os.environ.get("ATTENTION_SEQ2SEQ_CACHE")
-    if not root:
-        root = str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "attention_seq2seq")
-    return Path(root) / "mixed_precision.json"
+    ``/attention_seq2seq/mixed_precision.json`` (:func:`~attention_seq2seq.modeling.host_measurements.cache_root`)."""
+    return cache_root() / CACHE_FILE
 
 
-def cache_key(family: str, model_config: dict, vocab_size: int, max_tokens: int) -> str:
+def cache_key(family: str, model_config: dict, vocab_size: int, max_tokens: int) -> dict:
     """What the measurement depends on: host CPU, torch, threads, the model's shape, the batch size."""
-    described = {
+    return {
         "cpu": cpu_name(),
         "bf16_flags": sorted({"avx512_bf16", "amx_bf16"} & cpu_flags()),
         "torch": torch.__version__,
@@ -136,7 +112,6 @@ def cache_key(family: str, model_config: dict, vocab_size: int, max_tokens: int)
         "vocab_size": vocab_size,
         "max_tokens": max_tokens,
     }
-    return hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def synthetic_batch(vocab_size: int, max_tokens: int, length: int) -> dict[str, torch.Tensor]:
@@ -212,27 +187,6 @@ def measure_step_times(
     return statistics.fmean(means[False]), (statistics.fmean(means[True]) if bf16 else None)
 
 
-@contextlib.contextmanager
-def _locked(path: Path):
-    """An exclusive lock on ``path.lock`` (ranks of one machine measure once, the others wait)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "w") as handle:
-        try:
-            import fcntl
-
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        except ImportError:  # not POSIX: no lock, at worst two ranks measure
-            pass
-        yield
-
-
-def _read_cache(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-
-
 def resolve_mixed_precision(
     family: str, model_config: dict, vocab_size: int, max_tokens: int, build_model=None, use_cache: bool = True
 ) -> PrecisionChoice:
@@ -258,33 +212,21 @@ def resolve_mixed_precision(
             "no", "a CUDA GPU without bf16 (fp16 needs loss scaling: pass --mixed_precision fp16 for it)"
         )
     with_bf16 = cpu_has_bf16()
+
+    def measure() -> dict:
+        with torch.random.fork_rng(devices=[]):  # initialisation and dropout must not move the run's seed
+            model = build_model()
+            batches = [synthetic_batch(vocab_size, max_tokens, length) for length in SYNTHETIC_LENGTHS]
+            float32_s, bf16_s = measure_step_times(model, batches, bf16=with_bf16)
+            del model
+        return {
+            "float32_step_s": round(float32_s, 5),
+            "bf16_step_s": None if bf16_s is None else round(bf16_s, 5),
+            "threads": torch.get_num_threads(),
+        }
+
     key = cache_key(family, model_config, vocab_size, max_tokens)
-    path = cache_path()
-    lock = _locked(path) if use_cache else contextlib.nullcontext()
-    with lock:
-        entry = _read_cache(path).get(key) if use_cache else None
-        if entry is None:
-            with torch.random.fork_rng(devices=[]):  # initialisation and dropout must not move the run's seed
-                model = build_model()
-                batches = [synthetic_batch(vocab_size, max_tokens, length) for length in SYNTHETIC_LENGTHS]
-                float32_s, bf16_s = measure_step_times(model, batches, bf16=with_bf16)
-                del model
-            entry = {
-                "float32_step_s": round(float32_s, 5),
-                "bf16_step_s": None if bf16_s is None else round(bf16_s, 5),
-                "measured_at": datetime.date.today().isoformat(),
-                "cpu": cpu_name(),
-                "threads": torch.get_num_threads(),
-            }
-            if use_cache:
-                entries = _read_cache(path)
-                entries[key] = entry
-                tmp = path.with_suffix(f".tmp{os.getpid()}")
-                tmp.write_text(json.dumps(entries, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-                os.replace(tmp, path)
-            cached = False
-        else:
-            cached = True
+    entry, cached, path = measured(CACHE_FILE, key, measure, use_cache=use_cache)
     where = f"kept in {path} from {entry['measured_at']}" if cached else "measured now"
     if entry["bf16_step_s"] is None:
         reason = (

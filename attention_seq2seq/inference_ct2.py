@@ -15,22 +15,22 @@ Multi30k batches 2x *slower* than one thread, and batches of 8 10x slower, while
 side by side ran 1.9x faster than one. So ``thread_layout="auto"`` (the default) times both
 layouts on this machine, once per CPU, thread count, compute type and model size, and keeps the
 answer (:func:`choose_thread_layout`, stored through :mod:`attention_seq2seq.modeling.host_measurements`).
-``ATTENTION_SEQ2SEQ_CT2_THREADS=intra|inter`` fixes the layout instead.
+``ATTENTION_SEQ2SEQ_CT2_THREADS=intra|inter`` fixes the layout instead. On a CPU with AVX-512
+the same measurement also picks the instruction set of CTranslate2's kernels (its own choice is
+AVX2 on Intel CPUs; ``CT2_FORCE_CPU_ISA``, when set, is kept).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import statistics
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Sequence
 
 from .errors import UserError
-from .modeling.host_measurements import cpu_name, measured
+from .modeling.host_measurements import cpu_flags, cpu_name, measured
 from .hub.ct2_folder import MARKER_FILE, is_ct2_folder
 
 BEAM_PATIENCE = 2
@@ -39,24 +39,33 @@ BEAM_PATIENCE = 2
 THREAD_LAYOUTS = ("auto", "intra", "inter")
 #: The environment variable that fixes the layout (``intra`` or ``inter``) for every load.
 THREAD_LAYOUT_ENV = "ATTENTION_SEQ2SEQ_CT2_THREADS"
-#: The file under the measurement cache root that keeps the measured layouts.
+#: CTranslate2's own variable for its CPU kernels' instruction set; read once per process, at the
+#: first Translator. Set by the user, it is kept; otherwise it is set from the measurement.
+ISA_ENV = "CT2_FORCE_CPU_ISA"
+#: The file under the measurement cache root that keeps the measured settings.
 THREAD_LAYOUT_CACHE_FILE = "ct2_threads.json"
-#: The timed workload per layout: ``threads x 4`` batches of this many synthetic sentences of
+#: The timed workload per setting: ``threads x 2`` batches of this many synthetic sentences of
 #: ``_PROBE_SOURCE_TOKENS`` tokens, each decoded greedily for exactly ``_PROBE_NEW_TOKENS`` steps
 #: (the shape of a Multi30k batch), ``_PROBE_ROUNDS`` times, the layouts alternating.
-_PROBE_BATCH = 16
+_PROBE_BATCH = 32
 _PROBE_SOURCE_TOKENS = 20
 _PROBE_NEW_TOKENS = 16
 _PROBE_ROUNDS = 3
+#: Another instruction set than CTranslate2's own choice must be at least this much faster.
+ISA_MIN_SPEEDUP = 1.03
+#: Whether this process has created a CPU Translator (then its instruction set is fixed).
+_CPU_TRANSLATOR_MADE = False
 
 
 @dataclass
 class ThreadLayout:
-    """How a Translator spends its CPU threads, and why."""
+    """How a CPU Translator runs, and why: its threads, and the instruction set of its kernels
+    (``isa``: "AVX2"/"AVX512", or None for CTranslate2's own choice)."""
 
     intra_threads: int
     inter_threads: int
     reason: str
+    isa: str | None = None
 
     @property
     def name(self) -> str:
@@ -68,56 +77,96 @@ def _probe_tokens(tokenizer, threads: int) -> list[list[str]]:
     first = len(tokenizer.all_special_ids) + 1
     span = max(len(tokenizer) - first, 1)
     sentences = []
-    for i in range(threads * 4 * _PROBE_BATCH):
+    for i in range(max(threads, 1) * 2 * _PROBE_BATCH):
         ids = [first + (7919 * i + 104729 * j) % span for j in range(_PROBE_SOURCE_TOKENS)]
         sentences.append(tokenizer.convert_ids_to_tokens(ids) + [tokenizer.eos_token])
     return sentences
 
 
-def _time_layouts(path: Path, device: str, compute_type: str, threads: int, tokenizer) -> dict:
-    """Seconds (median of the rounds) of the probe workload with each layout."""
-    import ctranslate2
+# Runs in a fresh process (the instruction set is fixed per process): times the probe workload
+# with each thread layout, interleaved, and prints {layout: median seconds} as JSON.
+_PROBE_SCRIPT = r"""
+import json, statistics, sys, time
+import ctranslate2
+spec = json.load(open(sys.argv[1], encoding="utf-8"))
+threads = spec["threads"]
+shapes = {"intra": (threads, 1), "inter": (1, threads)}
+translators = {
+    name: ctranslate2.Translator(spec["path"], device="cpu", compute_type=spec["compute_type"],
+                                 intra_threads=shapes[name][0], inter_threads=shapes[name][1])
+    for name in spec["layouts"]
+}
+options = spec["options"]
+sentences = spec["sentences"]
+for translator in translators.values():  # warm-up (first-use allocations)
+    translator.translate_batch(sentences[: options["max_batch_size"]], **options)
+seconds = {name: [] for name in translators}
+for r in range(spec["rounds"]):
+    for name in (list(translators) if r % 2 == 0 else list(reversed(translators))):
+        start = time.perf_counter()
+        translators[name].translate_batch(sentences, **options)
+        seconds[name].append(time.perf_counter() - start)
+print(json.dumps({name: statistics.median(times) for name, times in seconds.items()}))
+"""
 
-    sentences = _probe_tokens(tokenizer, threads)
-    translators = {
-        "intra": ctranslate2.Translator(
-            str(path), device=device, compute_type=compute_type, intra_threads=threads, inter_threads=1
-        ),
-        "inter": ctranslate2.Translator(
-            str(path), device=device, compute_type=compute_type, intra_threads=1, inter_threads=threads
-        ),
+
+def _time_settings(path: Path, compute_type: str, threads: int, tokenizer, isas: list, layouts: list) -> dict:
+    """Seconds of the probe workload for every (instruction set, layout): one fresh process per
+    instruction set (a few seconds in all, once per machine and model)."""
+    import subprocess
+    import sys
+    import tempfile
+
+    spec = {
+        "path": str(path),
+        "compute_type": compute_type,
+        "threads": threads,
+        "layouts": layouts,
+        "rounds": _PROBE_ROUNDS,
+        "sentences": _probe_tokens(tokenizer, threads),
+        "options": {
+            "max_batch_size": _PROBE_BATCH,
+            "beam_size": 1,
+            "min_decoding_length": _PROBE_NEW_TOKENS,
+            "max_decoding_length": _PROBE_NEW_TOKENS,
+        },
     }
-    options = dict(
-        max_batch_size=_PROBE_BATCH,
-        beam_size=1,
-        min_decoding_length=_PROBE_NEW_TOKENS,
-        max_decoding_length=_PROBE_NEW_TOKENS,
-    )
-    seconds = {name: [] for name in translators}
-    for name, translator in translators.items():  # warm-up (first-use allocations)
-        translator.translate_batch(sentences[:_PROBE_BATCH], **options)
-    for r in range(_PROBE_ROUNDS):
-        order = list(translators) if r % 2 == 0 else list(reversed(translators))
-        for name in order:
-            start = time.perf_counter()
-            translators[name].translate_batch(sentences, **options)
-            seconds[name].append(time.perf_counter() - start)
-    return {f"{name}_s": round(statistics.median(times), 5) for name, times in seconds.items()}
+    seconds: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="ct2_probe_") as folder:
+        spec_file = Path(folder) / "spec.json"
+        spec_file.write_text(json.dumps(spec), encoding="utf-8")
+        for isa in isas:
+            env = {k: v for k, v in os.environ.items() if k != ISA_ENV}
+            if isa is not None:
+                env[ISA_ENV] = isa
+            done = subprocess.run(
+                [sys.executable, "-c", _PROBE_SCRIPT, str(spec_file)], env=env, capture_output=True, text=True
+            )
+            if done.returncode != 0:
+                last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+                raise RuntimeError(f"timing CTranslate2 with {ISA_ENV}={isa}: {last}")
+            for layout, value in json.loads(done.stdout.strip().splitlines()[-1]).items():
+                name = f"{isa or 'default'}/{layout}"
+                seconds[name] = round(value, 5)
+    return {"seconds": seconds}
 
 
 def choose_thread_layout(
     path, tokenizer, *, device: str, threads: int, compute_type: str, layout: str | None = None, use_cache: bool = True
 ) -> ThreadLayout:
-    """The thread layout of a CPU Translator (see the module docstring).
+    """How a CPU Translator should run on this machine (see the module docstring): the thread
+    layout, and on a CPU with AVX-512 also the instruction set of CTranslate2's kernels (it picks
+    AVX2 on Intel CPUs by itself; on the 2-core Intel Xeon of 2026-12-02 AVX512 decoded int8 11%
+    faster). Every candidate setting is timed on a synthetic workload, in fresh processes, once
+    per CPU, CTranslate2 version, thread count, compute type and model size; the fastest is kept.
 
     Args:
         path: the CTranslate2 folder (its ``model.bin`` size and compute type key the measurement).
         tokenizer: the folder's tokenizer (the probe's sentences are token strings of its vocabulary).
-        device: "cpu" or "cuda" (on a GPU threads do not matter: one batch at a time).
+        device: "cpu" or "cuda" (on a GPU: one batch at a time, nothing measured).
         threads: CPU cores to use.
         compute_type: the Translator's compute type.
-        layout: "auto" (measure once per host), "intra" or "inter"; None: ``$ATTENTION_SEQ2SEQ_CT2_THREADS``,
-            else "auto".
+        layout: "auto" (measured), "intra" or "inter"; None: ``$ATTENTION_SEQ2SEQ_CT2_THREADS``, else "auto".
         use_cache: False: measure anew and store nothing.
 
     Raises:
@@ -127,12 +176,16 @@ def choose_thread_layout(
     if layout not in THREAD_LAYOUTS:
         source = f"{THREAD_LAYOUT_ENV}={layout}" if layout == os.environ.get(THREAD_LAYOUT_ENV) else layout
         raise UserError(f"CTranslate2 thread layout {source!r}: use one of {', '.join(THREAD_LAYOUTS)}")
-    if device != "cpu" or threads <= 1:
-        return ThreadLayout(threads, 1, "one thread, or a GPU: one batch at a time")
-    if layout == "intra":
-        return ThreadLayout(threads, 1, f"{threads} threads inside each batch (asked for)")
-    if layout == "inter":
-        return ThreadLayout(1, threads, f"{threads} batches side by side, one thread each (asked for)")
+    if device != "cpu":
+        return ThreadLayout(threads, 1, "a GPU: one batch at a time")
+    layouts = ["intra"] if threads <= 1 else (["intra", "inter"] if layout == "auto" else [layout])
+    user_isa = os.environ.get(ISA_ENV)
+    # None: CTranslate2's own choice (AVX2 on Intel CPUs); AVX512 only where the CPU has it
+    isas = [user_isa or None] if user_isa or "avx512f" not in cpu_flags() else [None, "AVX512"]
+    shapes = {"intra": (threads, 1), "inter": (1, threads)}
+    if len(layouts) == 1 and len(isas) == 1:
+        why = "one thread" if threads <= 1 else f"{layout} (asked for)"
+        return ThreadLayout(*shapes[layouts[0]], why, isas[0])
     import ctranslate2
 
     path = Path(path)
@@ -142,20 +195,40 @@ def choose_thread_layout(
         "threads": threads,
         "compute_type": compute_type,
         "model_bytes": (path / "model.bin").stat().st_size,
+        "isas": isas,
+        "layouts": layouts,
     }
     entry, cached, store = measured(
         THREAD_LAYOUT_CACHE_FILE,
         key,
-        lambda: _time_layouts(path, device, compute_type, threads, tokenizer),
+        lambda: _time_settings(path, compute_type, threads, tokenizer, isas, layouts),
         use_cache=use_cache,
     )
+    seconds = entry["seconds"]
+    isa, best_layout = min(seconds, key=seconds.get).split("/")
+    default = f"{isas[0] or 'default'}/{best_layout}"
+    if seconds[f"{isa}/{best_layout}"] > seconds[default] / ISA_MIN_SPEEDUP:
+        isa = isas[0] or "default"  # another instruction set only for a clear gain, not for noise
     where = f"kept in {store} from {entry['measured_at']}" if cached else "measured now"
-    inter = entry["inter_s"] < entry["intra_s"]
-    reason = (
-        f"{threads} batches side by side took {entry['inter_s']:.3f} s, one batch on {threads} threads "
-        f"{entry['intra_s']:.3f} s ({where})"
-    )
-    return ThreadLayout(1, threads, reason) if inter else ThreadLayout(threads, 1, reason)
+    timings = ", ".join(f"{name} {value:.3f} s" for name, value in sorted(seconds.items()))
+    reason = f"fastest of {timings} ({where})"
+    return ThreadLayout(*shapes[best_layout], reason, None if isa == "default" else isa)
+
+
+def _use_isa(isa: str | None) -> None:
+    """Make CTranslate2 use ``isa`` in this process, if no CPU Translator has fixed it yet."""
+    import logging
+
+    if isa is None or os.environ.get(ISA_ENV) == isa:
+        return
+    if _CPU_TRANSLATOR_MADE:
+        logging.getLogger(__name__).warning(
+            "CTranslate2 would run faster here with %s=%s, but this process already fixed its instruction set",
+            ISA_ENV,
+            isa,
+        )
+        return
+    os.environ[ISA_ENV] = isa
 
 
 @dataclass
@@ -194,6 +267,7 @@ def load_ct2(
     Raises:
         UserError: ctranslate2 is not installed, or the folder cannot be loaded.
     """
+    global _CPU_TRANSLATOR_MADE
     try:
         import ctranslate2
     except ImportError:
@@ -220,6 +294,9 @@ def load_ct2(
             compute_type=compute_type,
             layout=thread_layout,
         )
+        if device == "cpu":
+            _use_isa(layout.isa)
+            _CPU_TRANSLATOR_MADE = True
         translator = ctranslate2.Translator(
             str(path),
             device=device,

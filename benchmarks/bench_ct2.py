@@ -16,7 +16,8 @@ backend: CTranslate2's OpenMP runtime and PyTorch's spin-wait after their parall
 in one process they slowed each other (on the 2-core Intel Xeon of 2026-12-02 our `generate`
 ran at 0.59x of its own speed beside a loaded CTranslate2). The parent sends "translate batch i
 with k beams" and the worker answers with the seconds it spent, timed inside the worker (the
-pipe is not timed). The CTranslate2 sides load as `translate -m` does (`load_ct2`): the thread
+pipe is not timed), after a pause of `--gap-ms` (20 ms) in which the previous side's OpenMP threads
+stop spin-waiting. The CTranslate2 sides load as `translate -m` does (`load_ct2`): the thread
 layout measured for this host (`inference_ct2.choose_thread_layout`); with the "inter" layout a
 batch of 64 goes to CTranslate2 as `64 / threads` sentences per sub-batch, decoded side by side,
 the way `translate` hands it a chunk.
@@ -165,6 +166,7 @@ def _worker(args) -> None:
                 min_decoding_length=args.new_tokens,
                 max_decoding_length=args.new_tokens,
                 patience=1,
+                return_scores=False,  # as the PyTorch sides, which return no scores either
             )
             assert all(len(r.hypotheses[0]) == args.new_tokens for r in out), side
 
@@ -220,6 +222,13 @@ def main(argv=None) -> dict:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--beams", type=int, nargs="+", default=[1, 5])
     parser.add_argument("--skip-quality", action="store_true", help="speed only")
+    parser.add_argument(
+        "--gap-ms",
+        type=float,
+        default=20.0,
+        help="pause between two sides' batches (not timed), so that the OpenMP threads of the side that just "
+        "finished stop spin-waiting before the next side's clock starts",
+    )
     parser.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)
     parser.add_argument("--new-tokens", type=int, help=argparse.SUPPRESS)
@@ -259,6 +268,7 @@ def main(argv=None) -> dict:
             for i in range(n_batches):
                 shift = (r + i) % len(SIDES)
                 for name in SIDES[shift:] + SIDES[:shift]:
+                    time.sleep(args.gap_ms / 1000)  # the previous side's threads stop spinning (not timed)
                     spent[name] += sides[name].translate(beams, i)
             for name in SIDES:
                 seconds[name].append(spent[name])
@@ -310,6 +320,7 @@ def main(argv=None) -> dict:
         "batch_size": batch_size,
         "new_tokens_per_sentence": new_tokens,
         "workers": {name: side.info for name, side in sides.items()},
+        "gap_ms": args.gap_ms,
         "results": results,
         "quality": quality_results,
     }

@@ -102,6 +102,12 @@ def _attention_kernel(
     if not (as_matmuls or in_float32):
         return interface
     kernel = eager if as_matmuls else interface
+    if not in_float32:  # a float32 decoding step: eq. 1 as matmuls, no weights returned (as SDPA)
+
+        def matmul_attention(module, query, key, value, attention_mask, **kwargs):
+            return kernel(module, query, key, value, attention_mask, **kwargs)[0], None
+
+        return matmul_attention
 
     def attention(module, query, key, value, attention_mask, **kwargs):
         compute_dtype = query.dtype
@@ -424,12 +430,15 @@ class PaddingFreeLayout:
 
     Attributes:
         index: (tokens,) positions of the real tokens in the flattened (batch · src_len) grid.
+        padding: the other positions.
         batch, src_len: the padded shape.
     """
 
     def __init__(self, attention_mask: torch.Tensor):
         self.batch, self.src_len = attention_mask.shape
-        self.index = attention_mask.reshape(-1).nonzero().squeeze(1)
+        flat = attention_mask.reshape(-1)
+        self.index = flat.nonzero().squeeze(1)
+        self.padding = (flat == 0).nonzero().squeeze(1)  # (padding positions,)
 
     @staticmethod
     def worth_it(attention_mask: torch.Tensor | None) -> bool:
@@ -442,8 +451,10 @@ class PaddingFreeLayout:
 
     def pad(self, tokens: torch.Tensor) -> torch.Tensor:
         """(tokens, features) → (batch, src_len, features), zeros at padding."""
-        padded = tokens.new_zeros(self.batch * self.src_len, tokens.size(-1))
-        return padded.index_copy_(0, self.index, tokens).view(self.batch, self.src_len, -1)
+        # Each row written once: the real tokens copied, the padding rows zeroed (not all rows zeroed first).
+        padded = tokens.new_empty(self.batch * self.src_len, tokens.size(-1))
+        padded.index_copy_(0, self.index, tokens).index_fill_(0, self.padding, 0.0)
+        return padded.view(self.batch, self.src_len, -1)
 
 
 # --------------------------------------------------------------------------------------------

@@ -4,7 +4,8 @@
    Python process where `attention_seq2seq` cannot be imported (`--python`: a venv with only torch
    and transformers), translates the test set with beam 5; the lines must equal our `generate`'s,
    and its teacher-forced logits on 64 test pairs are compared with ours (max |difference|).
-2. The CTranslate2 exports (float32, int8), greedy and beam 5: lines identical to ours and BLEU.
+2. The CTranslate2 exports (float32, int8), greedy and beam 5: lines identical to ours and BLEU;
+   for float32 beam 5, each differing line explained (`explain_beam_differences`).
 
     python benchmarks/check_deploy_exports.py RUN CORPUS_SPEC [--split test] [--name NAME] [--python BARE_VENV_PYTHON]
 
@@ -75,6 +76,52 @@ def _save_our_logits(loaded, sources, references, path: Path) -> None:
     torch.save({"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"],
                 "decoder_input_ids": decoder_input_ids, "decoder_attention_mask": decoder_attention_mask.long(),
                 "logits": logits}, path)  # fmt: skip
+
+
+def _normalized_logprob(loaded, sources, hypotheses) -> list[float]:
+    """Our model's log p(hypothesis | source) / length (tokens with </s>), teacher-forced: the
+    score the beam ranks finished hypotheses by (length_penalty 1.0)."""
+    import torch
+
+    tokenizer, model = loaded.tokenizer, loaded.model
+    scores = []
+    for source, hypothesis in zip(sources, hypotheses):
+        encoded = tokenizer([source], text_target=[hypothesis], return_tensors="pt")
+        labels = encoded["labels"]
+        start = torch.full_like(labels[:, :1], model.config.decoder_start_token_id)
+        with torch.inference_mode():
+            logits = model(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"],
+                           decoder_input_ids=torch.cat([start, labels[:, :-1]], dim=1)).logits  # fmt: skip
+        log_probs = logits.log_softmax(-1).gather(-1, labels[..., None]).squeeze(-1)
+        scores.append(float(log_probs.sum() / labels.size(1)))
+    return scores
+
+
+def explain_beam_differences(ours_model, ct2_folder: Path, sources, ours, theirs, differing) -> dict:
+    """Why CTranslate2's beam 5 differs from ours on `differing` lines: which hypothesis our model
+    scores higher (a search difference, not a model one), and whether CTranslate2 with patience 1
+    (stop once 5 hypotheses finished) gives our line instead (the stopping rule)."""
+    import attention_seq2seq.inference_ct2 as inference_ct2
+
+    if not differing:
+        return {}
+    picked = [sources[i] for i in differing]
+    ours_scores = _normalized_logprob(ours_model, picked, [ours[i] for i in differing])
+    ct2_scores = _normalized_logprob(ours_model, picked, [theirs[i] for i in differing])
+    model, tokenizer = inference_ct2.load_ct2(ct2_folder, device="cpu")
+    saved, inference_ct2.BEAM_PATIENCE = inference_ct2.BEAM_PATIENCE, 1
+    try:
+        found = inference_ct2.translate_ct2(model, tokenizer, picked, batch_size=32, num_beams=5)
+        patience1 = [hypotheses[0][0] for hypotheses in found]
+    finally:
+        inference_ct2.BEAM_PATIENCE = saved
+    return {
+        "lines": len(differing),
+        "ours_scores_higher": sum(o > c + 1e-6 for o, c in zip(ours_scores, ct2_scores)),
+        "ct2_scores_higher": sum(c > o + 1e-6 for o, c in zip(ours_scores, ct2_scores)),
+        "patience1_gives_ours": sum(p == ours[i] for p, i in zip(patience1, differing)),
+        "mean_normalized_logprob": {"ours": sum(ours_scores) / len(differing), "ct2": sum(ct2_scores) / len(differing)},
+    }
 
 
 def main(argv=None) -> dict:
@@ -148,6 +195,10 @@ def main(argv=None) -> dict:
                 "identical": len(sources) - len(differing), "differing_lines": differing,
                 "bleu": corpus_scores(theirs, references)["bleu"],
             }  # fmt: skip
+            if quantization == "float32" and beams > 1:
+                result[f"ct2_{quantization}_{mode}"]["explained"] = explain_beam_differences(
+                    ours_model, folder / quantization, sources, ours, theirs, differing
+                )
         log(f"{mode} done")
     shutil.rmtree(folder, ignore_errors=True)  # the temporary exports
     name = args.name or Path(args.run).name

@@ -27,8 +27,13 @@ What each path is for, as measured (benchmarks/README.md; 2 threads):
   with padded sources, any device). AMD EPYC: the encoder on a (64 × 32) test2016 batch with 53%
   padding, 42.7 → 25.0 ms (1.71x).
 - `output_projection`, `lm_head` through oneDNN's prepacked-weight GEMM (a private
-  `torch.ops.mkldnn` op; CPU float32 decoding steps without autograd). AMD EPYC: (64 × 256) ·
-  (256 × 8,000) 2.68 → 1.24 ms (2.2x).
+  `torch.ops.mkldnn` op; CPU float32 decoding steps without autograd), where packing is measured
+  to pay off on the machine (`packing_pays_off`, decided once per CPU and kept). AMD EPYC: (64 ×
+  256) · (256 × 8,000) 2.68 → 1.24 ms (2.2x), packing 0.5 ms: packed. Intel Xeon with AMX
+  (2026-12-02): 1.14x per step, packing 5.5 ms per run: greedy decoding 4% slower, so not packed.
+- `fused_projection`, the concatenated Q, K, V weight of decoder self-attention built once per
+  decoding run instead of at every step (decoding steps without autograd, any device). Intel Xeon,
+  2 threads: greedy benchmark 3 1.13 → 1.15x Marian (benchmarks/probe_cpu_paths.py).
 - `token_loss_sum`, the fused label-smoothed cross-entropy (`_LabelSmoothedCrossEntropy`): its
   backward writes softmax − target into one gradient, 2 × (tokens, vocab_size) less peak memory
   on every device; on a CPU it works through ~4 MiB row blocks that stay in the cache.
@@ -250,10 +255,11 @@ def _time_packing(weight: torch.Tensor, bias: torch.Tensor | None) -> dict:
     import statistics
     import time
 
+    generator = torch.Generator().manual_seed(0)  # the global random state (a run's dropout) is not touched
     with torch.no_grad():
-        w = torch.randn_like(weight, device="cpu")
-        b = None if bias is None else torch.randn_like(bias, device="cpu")
-        x = torch.randn(_PACKING_PROBE_ROWS, weight.size(1), dtype=weight.dtype)
+        w = torch.randn(weight.shape, dtype=weight.dtype, generator=generator)
+        b = None if bias is None else torch.randn(bias.shape, dtype=bias.dtype, generator=generator)
+        x = torch.randn(_PACKING_PROBE_ROWS, weight.size(1), dtype=weight.dtype, generator=generator)
         pack, plain, packed_step = [], [], []
         packed = torch.ops.mkldnn._reorder_linear_weight(w, None)  # warm-up of both kernels
         torch.ops.mkldnn._linear_pointwise(x, packed, b, "none", [], "")

@@ -285,7 +285,9 @@ def test_packing_measurement_times_both_products(monkeypatch, tmp_path):
     monkeypatch.setenv("ATTENTION_SEQ2SEQ_CACHE", str(tmp_path))
     monkeypatch.setattr(cpu_fast_paths, "_PACKING_DECISIONS", {})
     layer = nn.Linear(32, 300)
+    state = torch.get_rng_state()
     decision = cpu_fast_paths.packing_pays_off(layer.weight, layer.bias)
+    assert torch.equal(torch.get_rng_state(), state)  # a training run's dropout draws are not moved
     (entry,) = json.loads((tmp_path / "packed_linear.json").read_text()).values()
     assert all(entry[k] > 0 for k in ("pack_s", "plain_step_s", "packed_step_s"))
     saved = cpu_fast_paths._PACKING_BREAK_EVEN_STEPS * (entry["plain_step_s"] - entry["packed_step_s"])

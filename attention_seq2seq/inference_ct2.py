@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -198,12 +199,16 @@ def choose_thread_layout(
         "isas": isas,
         "layouts": layouts,
     }
-    entry, cached, store = measured(
-        THREAD_LAYOUT_CACHE_FILE,
-        key,
-        lambda: _time_settings(path, compute_type, threads, tokenizer, isas, layouts),
-        use_cache=use_cache,
-    )
+
+    def measure() -> dict:
+        print(
+            "attention-seq2seq: timing CTranslate2's thread layout and instruction set on this machine "
+            "(once per machine and model size, a few seconds)",
+            file=sys.stderr,
+        )
+        return _time_settings(path, compute_type, threads, tokenizer, isas, layouts)
+
+    entry, cached, store = measured(THREAD_LAYOUT_CACHE_FILE, key, measure, use_cache=use_cache)
     seconds = entry["seconds"]
     isa, best_layout = min(seconds, key=seconds.get).split("/")
     default = f"{isas[0] or 'default'}/{best_layout}"
@@ -212,6 +217,9 @@ def choose_thread_layout(
     where = f"kept in {store} from {entry['measured_at']}" if cached else "measured now"
     timings = ", ".join(f"{name} {value:.3f} s" for name, value in sorted(seconds.items()))
     reason = f"fastest of {timings} ({where})"
+    if not cached:
+        chosen = f"{best_layout} threads, {'its own' if isa == 'default' else isa} kernels"
+        print(f"attention-seq2seq: CTranslate2 will use {chosen}: {reason}", file=sys.stderr)
     return ThreadLayout(*shapes[best_layout], reason, None if isa == "default" else isa)
 
 

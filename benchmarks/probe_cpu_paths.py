@@ -10,6 +10,7 @@ rotating), so each variant's ratio to Marian is paired within the same moments o
   GEMM (`cpu_fast_paths.packed_linear`);
 - ``no-fused-weight``: Q, K, V weights concatenated at every decoding step, as the reference
   `fused_linear` does (`cpu_fast_paths.fused_projection` off);
+- ``no-greedy-loop``: transformers' own decoding loop instead of `cpu_fast_paths.greedy_decoding`;
 - ``no-padfree``: the encoder on the padded batch (no `PaddingFreeLayout`);
 - ``no-matmul-step``: SDPA for the decoding steps' attention instead of two matmuls
   (`_DECODE_STEP_MAX_QUERIES` = 0);
@@ -30,7 +31,7 @@ import time
 from common import TransformerDims, base_argparser, build_marian, build_ours, build_tokenizer, cpu_model, log
 from common import read_pairs, set_threads, write_result
 
-VARIANTS = ("all", "no-packed", "no-fused-weight", "no-padfree", "no-matmul-step", "none")
+VARIANTS = ("all", "no-greedy-loop", "no-packed", "no-fused-weight", "no-padfree", "no-matmul-step", "none")
 
 
 @contextlib.contextmanager
@@ -40,7 +41,7 @@ def variant(name: str):
     from attention_seq2seq.modeling.modeling_transformer_seq2seq import fused_linear
 
     paths = fast.CPUFastPaths
-    names = ("output_projection", "fused_projection", "padding_free_layout")
+    names = ("output_projection", "fused_projection", "padding_free_layout", "plain_greedy")
     saved = {n: paths.__dict__[n] for n in names}, fast._DECODE_STEP_MAX_QUERIES
     off = name == "none"
     if off or name == "no-packed":
@@ -49,6 +50,8 @@ def variant(name: str):
         paths.fused_projection = staticmethod(
             lambda hidden_states, projections, scope: fused_linear(hidden_states, *projections)
         )
+    if off or name == "no-greedy-loop":
+        paths.plain_greedy = staticmethod(lambda *args: False)
     if off or name == "no-padfree":
         paths.padding_free_layout = staticmethod(lambda attention_mask: None)
     if off or name == "no-matmul-step":

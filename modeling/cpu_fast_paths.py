@@ -245,6 +245,10 @@ def _packing_applies(hidden_states: torch.Tensor, weight: torch.Tensor) -> bool:
 _PACKING_BREAK_EVEN_STEPS = 16
 # Rows of the timed product: a batch of 64 sentences (greedy), benchmark 3's batch.
 _PACKING_PROBE_ROWS = 64
+# Packing inside a decoding run costs several times what the same packing costs when timed in a
+# loop (each run packs into fresh memory): 5.5 ms per generate() in the profile of the Intel Xeon
+# host against 1.1-1.9 ms timed alone. The timed cost is multiplied by this before comparing.
+_PACKING_COST_FACTOR = 4.0
 # Within-process memo of the packing decisions: (cpu, torch, threads, weight shape) -> bool.
 _PACKING_DECISIONS: dict[tuple, bool] = {}
 
@@ -289,9 +293,10 @@ def packing_pays_off(weight: torch.Tensor, bias: torch.Tensor | None = None) -> 
     The packed GEMM is faster per step on the hosts measured, but packing is paid once per run:
     0.5 ms for the (8,000 × 256) output projection on a 2-core AMD EPYC (a step 2.68 → 1.24 ms),
     5.5 ms on a 2-core Intel Xeon with AMX (a step only 1.14x faster), where a 16-step greedy run of
-    benchmark 3 came out 4% slower with packing (benchmarks/README.md). So the first use on a
+    benchmark 3 came out 3-4% slower with packing (benchmarks/README.md). So the first use on a
     machine times packing and one (64 × in_features) product both ways, and packs only where
-    packing costs less than `_PACKING_BREAK_EVEN_STEPS` steps save. The timing is kept per CPU,
+    packing, counted `_PACKING_COST_FACTOR` times (what it costs inside a run), costs less than
+    `_PACKING_BREAK_EVEN_STEPS` steps save. The timing is kept per CPU,
     torch version, thread count and weight shape (`host_measurements`, `packed_linear.json`; also
     where this file ships as remote code) and in memory for the process.
 
@@ -316,7 +321,7 @@ def packing_pays_off(weight: torch.Tensor, bias: torch.Tensor | None = None) -> 
     if memo not in _PACKING_DECISIONS:
         entry, _, _ = measured("packed_linear.json", key, lambda: _time_packing(weight, bias))
         saved = _PACKING_BREAK_EVEN_STEPS * (entry["plain_step_s"] - entry["packed_step_s"])
-        _PACKING_DECISIONS[memo] = entry["pack_s"] < saved
+        _PACKING_DECISIONS[memo] = _PACKING_COST_FACTOR * entry["pack_s"] < saved
     return _PACKING_DECISIONS[memo]
 
 
@@ -413,6 +418,71 @@ def fused_projection(hidden_states: torch.Tensor, projections: tuple[nn.Linear, 
     if entry is None or not entry.matches(projections, scope):
         entry = _FUSED[projections[0]] = _FusedWeight(projections, scope)
     return F.linear(hidden_states, entry.weight, entry.bias)
+
+
+# --------------------------------------------------------------------------------------------
+# Greedy decoding on a CPU without transformers' per-step extras
+# --------------------------------------------------------------------------------------------
+
+
+def plain_greedy(model, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus, streamer,
+                 model_kwargs) -> bool:  # fmt: skip
+    """True when `generate()` is plain greedy decoding on a CPU that `greedy_decoding` reproduces:
+    no sampling, no logits processors, no streamer, no scores or other outputs asked, stopping
+    only at the length limit or `</s>`, a cache, no compilation."""
+    from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
+
+    return (
+        input_ids.device.type == "cpu"
+        and not generation_config.do_sample
+        and len(logits_processor) == 0
+        and not generation_config.return_dict_in_generate
+        and streamer is None
+        and not synced_gpus
+        and not getattr(generation_config, "is_assistant", False)
+        and all(type(criterion) in (MaxLengthCriteria, EosTokenCriteria) for criterion in stopping_criteria)
+        and bool(model_kwargs.get("use_cache", True))
+        and not model._valid_auto_compile_criteria(model_kwargs, generation_config)
+    )
+
+
+def greedy_decoding(model, input_ids, stopping_criteria, generation_config, model_kwargs) -> torch.Tensor:
+    """transformers' `GenerationMixin._sample` for the case `plain_greedy` admits, step for step
+    the same tokens, without what that case does not need: the copy of each step's logits, the
+    empty logits-processor call, the stop check's bookkeeping, and `torch.argmax`, which on the
+    2-core Intel Xeon of 2026-12-02 took ~5x as long as `torch.max(dim=-1)` over (64, 8,000) scores
+    (0.41 ms of a ~7 ms greedy step). Both return the index of the first maximal value.
+
+    Args:
+        input_ids: (batch, 1), the decoder start tokens.
+        stopping_criteria / generation_config / model_kwargs: as `generate()` hands them to `_sample`
+            (the encoder output, attention mask and cache are in `model_kwargs`).
+
+    Returns:
+        (batch, 1 + generated) token ids, `pad_token_id` after a sequence's `</s>`, as `_sample`.
+    """
+    pad_token_id = generation_config._pad_token_tensor
+    has_eos = any(hasattr(criterion, "eos_token_id") for criterion in stopping_criteria)
+    unfinished = torch.ones(input_ids.size(0), dtype=torch.long, device=input_ids.device)
+    outputs = model._prefill(input_ids, generation_config, model_kwargs, is_first_iteration=True)
+    first = True
+    with model._optimize_model_for_decode():
+        while True:
+            if not first:
+                inputs = model.prepare_inputs_for_generation(input_ids, next_sequence_length=1, **model_kwargs)
+                outputs = model(**inputs, return_dict=True)
+            first = False
+            model_kwargs = model._update_model_kwargs_for_generation(
+                outputs, model_kwargs, is_encoder_decoder=model.config.is_encoder_decoder
+            )
+            next_tokens = outputs.logits[:, -1].float().max(dim=-1).indices  # (batch,)
+            if has_eos:  # finished sequences get padding
+                next_tokens = next_tokens * unfinished + pad_token_id * (1 - unfinished)
+            input_ids = torch.cat([input_ids, next_tokens[:, None]], dim=-1)
+            unfinished = unfinished & ~stopping_criteria(input_ids, None)
+            del outputs
+            if not bool(unfinished.max()):
+                return input_ids
 
 
 # --------------------------------------------------------------------------------------------
@@ -582,6 +652,8 @@ class CPUFastPaths:
     dropout = staticmethod(dropout)
     output_projection = staticmethod(packed_linear)
     fused_projection = staticmethod(fused_projection)
+    plain_greedy = staticmethod(plain_greedy)
+    greedy_decoding = staticmethod(greedy_decoding)
 
     @staticmethod
     def padding_free_layout(attention_mask: torch.Tensor | None) -> PaddingFreeLayout | None:
@@ -607,6 +679,8 @@ def fast_paths(config) -> CPUFastPaths | None:
 __all__ = [
     "CPU_FAST_PATHS",
     "fused_projection",
+    "greedy_decoding",
+    "plain_greedy",
     "CPUFastPaths",
     "PaddingFreeLayout",
     "dropout",

@@ -31,6 +31,11 @@ What each path is for, as measured (benchmarks/README.md; 2 threads):
   to pay off on the machine (`packing_pays_off`, decided once per CPU and kept). AMD EPYC: (64 ×
   256) · (256 × 8,000) 2.68 → 1.24 ms (2.2x), packing 0.5 ms: packed. Intel Xeon with AMX
   (2026-12-02): 1.14x per step, packing 5.5 ms per run: greedy decoding 4% slower, so not packed.
+- `greedy_decoding`, plain greedy `generate()` on a CPU (no processors, streamer or extra outputs:
+  `plain_greedy`) through transformers' own loop minus what that case does not need: the copy of
+  each step's logits, the empty processor call, and `torch.argmax`, ~5x slower than
+  `torch.max(dim=-1)` over (64, 8,000) scores on the Intel Xeon host (same first-maximum index).
+  Same tokens as transformers' `_sample` (tests); Intel Xeon probe: greedy 1.14 → 1.22x Marian.
 - `fused_projection`, the concatenated Q, K, V weight of decoder self-attention built once per
   decoding run instead of at every step (decoding steps without autograd, any device). Intel Xeon,
   2 threads: greedy benchmark 3 1.13 → 1.15x Marian (benchmarks/probe_cpu_paths.py).

@@ -133,10 +133,7 @@ def _worker(args) -> None:
         config = ours.model.config
         model = ours.model
         if side == "marian":
-            dims = TransformerDims(vocab_size=config.vocab_size, d_model=config.d_model, layers=config.encoder_layers,
-                                   heads=config.encoder_attention_heads, ffn=config.encoder_ffn_dim,
-                                   max_positions=config.max_position_embeddings)  # fmt: skip
-            model = build_marian(dims).eval()
+            model = build_marian(TransformerDims.from_config(config)).eval()
         model.generation_config.eos_token_id = None
         batches = [tokenizer(chunk, padding=True, return_tensors="pt") for chunk in chunks]
 
@@ -245,9 +242,7 @@ def main(argv=None) -> dict:
     run = Path(args.run)
     loaded = load_for_inference(run, device="cpu")
     tokenizer, config = loaded.tokenizer, loaded.model.config
-    dims = TransformerDims(vocab_size=config.vocab_size, d_model=config.d_model, layers=config.encoder_layers,
-                           heads=config.encoder_attention_heads, ffn=config.encoder_ffn_dim,
-                           max_positions=config.max_position_embeddings)  # fmt: skip
+    dims = TransformerDims.from_config(config)
     pairs = read_pairs("test2016")
     ref_lengths = [len(ids) for ids in tokenizer([t for _, t in pairs])["input_ids"]]
     new_tokens = math.ceil(sum(ref_lengths) / len(ref_lengths))

@@ -64,11 +64,12 @@ def _save_our_logits(loaded, sources, references, path: Path) -> None:
     """Our teacher-forced logits on some test pairs, with the inputs, for the native process to compare."""
     import torch
 
+    from attention_seq2seq.modeling.losses import shift_tokens_right
+
     tokenizer, model = loaded.tokenizer, loaded.model
     encoded = tokenizer(sources, text_target=references, padding=True, return_tensors="pt")
     labels = encoded["labels"]
-    start = model.config.decoder_start_token_id
-    decoder_input_ids = torch.cat([torch.full_like(labels[:, :1], start), labels[:, :-1]], dim=1)
+    decoder_input_ids = shift_tokens_right(labels, tokenizer.pad_token_id, model.config.decoder_start_token_id)
     decoder_attention_mask = torch.cat([torch.ones_like(labels[:, :1]), (labels[:, :-1] != tokenizer.pad_token_id)], 1)
     with torch.inference_mode():
         logits = model(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"],
@@ -83,15 +84,17 @@ def _normalized_logprob(loaded, sources, hypotheses) -> list[float]:
     score the beam ranks finished hypotheses by (length_penalty 1.0)."""
     import torch
 
+    from attention_seq2seq.modeling.losses import shift_tokens_right
+
     tokenizer, model = loaded.tokenizer, loaded.model
     scores = []
     for source, hypothesis in zip(sources, hypotheses):
         encoded = tokenizer([source], text_target=[hypothesis], return_tensors="pt")
         labels = encoded["labels"]
-        start = torch.full_like(labels[:, :1], model.config.decoder_start_token_id)
+        decoder_input_ids = shift_tokens_right(labels, tokenizer.pad_token_id, model.config.decoder_start_token_id)
         with torch.inference_mode():
             logits = model(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"],
-                           decoder_input_ids=torch.cat([start, labels[:, :-1]], dim=1)).logits  # fmt: skip
+                           decoder_input_ids=decoder_input_ids).logits  # fmt: skip
         log_probs = logits.log_softmax(-1).gather(-1, labels[..., None]).squeeze(-1)
         scores.append(float(log_probs.sum() / labels.size(1)))
     return scores

@@ -322,6 +322,13 @@ class TransformerDims:
     dropout: float = 0.1
     max_positions: int = 256
 
+    @classmethod
+    def from_config(cls, config) -> "TransformerDims":
+        """The dimensions of a trained model's `TransformerSeq2SeqConfig` (e.g. to build a Marian peer)."""
+        return cls(vocab_size=config.vocab_size, d_model=config.d_model, layers=config.encoder_layers,
+                   heads=config.encoder_attention_heads, ffn=config.encoder_ffn_dim,
+                   max_positions=config.max_position_embeddings)  # fmt: skip
+
 
 # Transformer-small is the dimensions above; Transformer-base is the paper's base model (Vaswani et
 # al. 2017, Table 3: 6 + 6 layers, d_model 512, 8 heads, FFN 2048) on the same vocabulary.

@@ -14,7 +14,7 @@ on the 2-core Intel Xeon of 2026-12-02 two intra-op threads made int8 greedy dec
 Multi30k batches 2x *slower* than one thread, and batches of 8 10x slower, while two batches
 side by side ran 1.9x faster than one. So ``thread_layout="auto"`` (the default) times both
 layouts on this machine, once per CPU, thread count, compute type and model size, and keeps the
-answer (:func:`choose_thread_layout`, stored through :mod:`attention_seq2seq.modeling.host_measurements`).
+answer (:func:`choose_thread_layout`, stored through :mod:`attention_seq2seq.data.host_measurements`).
 ``ATTENTION_SEQ2SEQ_CT2_THREADS=intra|inter`` fixes the layout instead. On a CPU with AVX-512
 the same measurement also picks the instruction set of CTranslate2's kernels (its own choice is
 AVX2 on Intel CPUs; ``CT2_FORCE_CPU_ISA``, when set, is kept).
@@ -31,7 +31,7 @@ from types import SimpleNamespace
 from typing import Sequence
 
 from .errors import UserError
-from .modeling.host_measurements import cpu_flags, cpu_name, measured
+from .data.host_measurements import cpu_flags, cpu_name, measured
 from .hub.ct2_folder import MARKER_FILE, is_ct2_folder
 
 BEAM_PATIENCE = 2

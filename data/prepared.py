@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attention_seq2seq.modeling.host_measurements import cache_root as measurements_root
+from .host_measurements import cache_root as measurements_root
 
 logger = logging.getLogger(__name__)
 
@@ -425,7 +425,7 @@ def tokenizer_sample(num_pairs: int, limit: int | None, seed: int = 0) -> np.nda
 
 def cache_root() -> Path:
     """``$ATTENTION_SEQ2SEQ_CACHE/corpora``, else ``$XDG_CACHE_HOME`` or ``~/.cache`` +
-    ``attention_seq2seq/corpora`` (the root of :mod:`attention_seq2seq.modeling.host_measurements`)."""
+    ``attention_seq2seq/corpora`` (the root of :mod:`attention_seq2seq.data.host_measurements`)."""
     return measurements_root() / "corpora"
 
 

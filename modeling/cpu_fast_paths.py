@@ -31,11 +31,6 @@ What each path is for, as measured (benchmarks/README.md; 2 threads):
   to pay off on the machine (`packing_pays_off`, decided once per CPU and kept). AMD EPYC: (64 ×
   256) · (256 × 8,000) 2.68 → 1.24 ms (2.2x), packing 0.5 ms: packed. Intel Xeon with AMX
   (2026-12-02): 1.14x per step, packing 5.5 ms per run: greedy decoding 4% slower, so not packed.
-- `greedy_decoding`, plain greedy `generate()` on a CPU (no processors, streamer or extra outputs:
-  `plain_greedy`) through transformers' own loop minus what that case does not need: the copy of
-  each step's logits, the empty processor call, and `torch.argmax`, ~5x slower than
-  `torch.max(dim=-1)` over (64, 8,000) scores on the Intel Xeon host (same first-maximum index).
-  Same tokens as transformers' `_sample` (tests); Intel Xeon probe: greedy 1.14 → 1.22x Marian.
 - `fused_projection`, the concatenated Q, K, V weight of decoder self-attention built once per
   decoding run instead of at every step (decoding steps without autograd, any device). Intel Xeon,
   2 threads: greedy benchmark 3 1.13 → 1.15x Marian (benchmarks/probe_cpu_paths.py).
@@ -426,71 +421,6 @@ def fused_projection(hidden_states: torch.Tensor, projections: tuple[nn.Linear, 
 
 
 # --------------------------------------------------------------------------------------------
-# Greedy decoding on a CPU without transformers' per-step extras
-# --------------------------------------------------------------------------------------------
-
-
-def plain_greedy(model, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus, streamer,
-                 model_kwargs) -> bool:  # fmt: skip
-    """True when `generate()` is plain greedy decoding on a CPU that `greedy_decoding` reproduces:
-    no sampling, no logits processors, no streamer, no scores or other outputs asked, stopping
-    only at the length limit or `</s>`, a cache, no compilation."""
-    from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
-
-    return (
-        input_ids.device.type == "cpu"
-        and not generation_config.do_sample
-        and len(logits_processor) == 0
-        and not generation_config.return_dict_in_generate
-        and streamer is None
-        and not synced_gpus
-        and not getattr(generation_config, "is_assistant", False)
-        and all(type(criterion) in (MaxLengthCriteria, EosTokenCriteria) for criterion in stopping_criteria)
-        and bool(model_kwargs.get("use_cache", True))
-        and not model._valid_auto_compile_criteria(model_kwargs, generation_config)
-    )
-
-
-def greedy_decoding(model, input_ids, stopping_criteria, generation_config, model_kwargs) -> torch.Tensor:
-    """transformers' `GenerationMixin._sample` for the case `plain_greedy` admits, step for step
-    the same tokens, without what that case does not need: the copy of each step's logits, the
-    empty logits-processor call, the stop check's bookkeeping, and `torch.argmax`, which on the
-    2-core Intel Xeon of 2026-12-02 took ~5x as long as `torch.max(dim=-1)` over (64, 8,000) scores
-    (0.41 ms of a ~7 ms greedy step). Both return the index of the first maximal value.
-
-    Args:
-        input_ids: (batch, 1), the decoder start tokens.
-        stopping_criteria / generation_config / model_kwargs: as `generate()` hands them to `_sample`
-            (the encoder output, attention mask and cache are in `model_kwargs`).
-
-    Returns:
-        (batch, 1 + generated) token ids, `pad_token_id` after a sequence's `</s>`, as `_sample`.
-    """
-    pad_token_id = generation_config._pad_token_tensor
-    has_eos = any(hasattr(criterion, "eos_token_id") for criterion in stopping_criteria)
-    unfinished = torch.ones(input_ids.size(0), dtype=torch.long, device=input_ids.device)
-    outputs = model._prefill(input_ids, generation_config, model_kwargs, is_first_iteration=True)
-    first = True
-    with model._optimize_model_for_decode():
-        while True:
-            if not first:
-                inputs = model.prepare_inputs_for_generation(input_ids, next_sequence_length=1, **model_kwargs)
-                outputs = model(**inputs, return_dict=True)
-            first = False
-            model_kwargs = model._update_model_kwargs_for_generation(
-                outputs, model_kwargs, is_encoder_decoder=model.config.is_encoder_decoder
-            )
-            next_tokens = outputs.logits[:, -1].float().max(dim=-1).indices  # (batch,)
-            if has_eos:  # finished sequences get padding
-                next_tokens = next_tokens * unfinished + pad_token_id * (1 - unfinished)
-            input_ids = torch.cat([input_ids, next_tokens[:, None]], dim=-1)
-            unfinished = unfinished & ~stopping_criteria(input_ids, None)
-            del outputs
-            if not bool(unfinished.max()):
-                return input_ids
-
-
-# --------------------------------------------------------------------------------------------
 # The encoder on real tokens only
 # --------------------------------------------------------------------------------------------
 
@@ -657,8 +587,6 @@ class CPUFastPaths:
     dropout = staticmethod(dropout)
     output_projection = staticmethod(packed_linear)
     fused_projection = staticmethod(fused_projection)
-    plain_greedy = staticmethod(plain_greedy)
-    greedy_decoding = staticmethod(greedy_decoding)
 
     @staticmethod
     def padding_free_layout(attention_mask: torch.Tensor | None) -> PaddingFreeLayout | None:
@@ -684,8 +612,6 @@ def fast_paths(config) -> CPUFastPaths | None:
 __all__ = [
     "CPU_FAST_PATHS",
     "fused_projection",
-    "greedy_decoding",
-    "plain_greedy",
     "CPUFastPaths",
     "PaddingFreeLayout",
     "dropout",

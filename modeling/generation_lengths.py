@@ -6,17 +6,17 @@ wins. A model with a position table (the Transformer's `max_position_embeddings`
 default length at what the table can represent and refuses, before decoding, an explicit request
 that would run past it.
 
-Plain greedy decoding on a CPU goes through `cpu_fast_paths.greedy_decoding` (`_sample` below).
+Decoding itself is transformers' own loop: nothing here overrides a private member of
+`GenerationMixin` other than the two length hooks below, so the remote-code export runs under
+whatever transformers a Hub user has.
 
 Shipped to the Hub next to the modeling files (a flat sibling: ``from .generation_lengths import
-...``); imports transformers and its flat sibling `cpu_fast_paths`.
+...``); imports only transformers.
 """
 
 from __future__ import annotations
 
 from transformers import GenerationConfig, GenerationMixin
-
-from .cpu_fast_paths import fast_paths
 
 # Set on generate()'s own copy of the generation config: True when the caller chose the length
 # (max_length or max_new_tokens, as an argument or in a `generation_config` passed to generate()).
@@ -86,33 +86,6 @@ class Seq2SeqGenerationMixin(GenerationMixin):
             if generation_config.max_new_tokens is not None:
                 generation_config.max_new_tokens = max(limit - input_ids_length, 0)
         return generation_config
-
-    def _sample(
-        self,
-        input_ids,
-        logits_processor,
-        stopping_criteria,
-        generation_config,
-        synced_gpus: bool = False,
-        streamer=None,
-        **model_kwargs,
-    ):
-        """transformers' decoding loop for greedy search and sampling; plain greedy decoding on a CPU
-        takes the faster, equal `cpu_fast_paths.greedy_decoding` (unless `use_cpu_fast_paths` is off)."""
-        fast = fast_paths(self.config)
-        if fast is not None and fast.plain_greedy(
-            self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus, streamer, model_kwargs
-        ):
-            return fast.greedy_decoding(self, input_ids, stopping_criteria, generation_config, model_kwargs)
-        return super()._sample(
-            input_ids,
-            logits_processor,
-            stopping_criteria,
-            generation_config,
-            synced_gpus=synced_gpus,
-            streamer=streamer,
-            **model_kwargs,
-        )
 
 
 __all__ = ["Seq2SeqGenerationMixin"]

@@ -20,7 +20,7 @@ Load from other processes slows both halves of each pair alike, so the
    ratio does not follow the machine's load. bf16 is chosen when it is at least
    :data:`BF16_MIN_SPEEDUP` times as fast; nearer than that, float32 keeps its precision.
 4. The measurement is kept in a small JSON file (:func:`cache_path`, through
-   :mod:`attention_seq2seq.modeling.host_measurements`), keyed by the CPU, torch
+   :mod:`attention_seq2seq.data.host_measurements`), keyed by the CPU, torch
    version, thread count and the model's shape, so the same command on the same machine takes
    the same decision every time (bit-identical runs), and ranks of one machine share it. Delete
    the file, or set ``ATTENTION_SEQ2SEQ_CACHE`` to another folder, to measure again.
@@ -41,7 +41,7 @@ from pathlib import Path
 
 import torch
 
-from ..modeling.host_measurements import cache_root, cpu_flags, cpu_name, measured
+from ..data.host_measurements import cache_root, cpu_flags, cpu_name, measured
 
 logger = logging.getLogger("attention_seq2seq.training")
 
@@ -96,7 +96,7 @@ def cpu_has_bf16() -> bool:
 
 def cache_path() -> Path:
     """``$ATTENTION_SEQ2SEQ_CACHE/mixed_precision.json``, else ``$XDG_CACHE_HOME`` or ``~/.cache``
-    ``/attention_seq2seq/mixed_precision.json`` (:func:`~attention_seq2seq.modeling.host_measurements.cache_root`)."""
+    ``/attention_seq2seq/mixed_precision.json`` (:func:`~attention_seq2seq.data.host_measurements.cache_root`)."""
     return cache_root() / CACHE_FILE
 
 

@@ -7,9 +7,10 @@ that owns such a path times the alternatives on the machine itself, once, and st
 here:
 
 - ``training/precision.py``: ``mixed_precision: auto`` (``mixed_precision.json``);
-- ``attention_seq2seq/inference_ct2.py``: CTranslate2's thread layout (``ct2_threads.json``);
-- ``modeling/cpu_fast_paths.py``: whether prepacking the output projection pays off
-  (``packed_linear.json``).
+- ``attention_seq2seq/inference_ct2.py``: CTranslate2's thread layout (``ct2_threads.json``).
+
+Only our own tools (the trainer, the command line) measure: the shipped model files never time,
+write or read anything here (a Hub user's ``from_pretrained`` + ``generate`` measures nothing).
 
 A measurement is keyed by what it depends on (the CPU's name, versions, thread count, the
 model's shape: the caller's ``key`` fields, hashed) and stored in a small JSON file under
@@ -17,9 +18,8 @@ model's shape: the caller's ``key`` fields, hashed) and stored in a small JSON f
 others wait). Delete the file, or point ``ATTENTION_SEQ2SEQ_CACHE`` at another folder, to
 measure again.
 
-The standard library only: it ships flat beside the modeling files in a remote-code export
-(``cpu_fast_paths`` decides its prepacked output projection with it), and every layer above
-``modeling/`` may use it.
+The standard library only; it lives in ``data/`` beside the prepared-corpus cache, which shares
+:func:`cache_root`, so every layer from ``data/`` up may use it.
 """
 
 from __future__ import annotations

@@ -71,19 +71,31 @@ def check_choice(name: str, value: object, valid: tuple[str, ...]) -> None:
         raise ValueError(f"{name} must be one of {choices}; got {value!r}")
 
 
+def _close_option(config: object, key: str) -> str | None:
+    """The option of ``config`` that ``key`` is one typo away from, if any (``d_modle`` -> ``d_model``)."""
+    fields = [name for name in type(config).__dataclass_fields__ if not name.startswith("_")]
+    if key in fields:
+        return None
+    close = difflib.get_close_matches(key, fields, n=1, cutoff=0.85)
+    return close[0] if close else None
+
+
 def reject_misspelt_options(config: object, kwargs: dict) -> None:
     """Raise ``ValueError`` for an unknown keyword that is one typo away from a real option.
 
     ``PreTrainedConfig`` stores unknown keys silently (a ``config.json`` carries bookkeeping keys
     such as ``architectures``), so ``d_modle=512`` would otherwise be ignored without a word.
     """
-    fields = [name for name in type(config).__dataclass_fields__ if not name.startswith("_")]
     for key in kwargs:
-        if key in fields:
-            continue
-        close = difflib.get_close_matches(key, fields, n=1, cutoff=0.85)
+        close = _close_option(config, key)
         if close:
-            raise ValueError(f"unknown option {key!r} for {type(config).__name__}; did you mean {close[0]!r}?")
+            raise ValueError(f"unknown option {key!r} for {type(config).__name__}; did you mean {close!r}?")
+
+
+def is_loaded_from_saved_config(config: object) -> bool:
+    """Whether ``config`` is being built from a dict that transformers serialised (``save_pretrained``,
+    ``to_dict``): ``transformers_version`` is a field only ``to_dict`` fills in."""
+    return getattr(config, "transformers_version", None) is not None
 
 
 def generation_setting_names(generation_config_class: type, config: object) -> frozenset[str]:
@@ -120,14 +132,23 @@ def sort_extra_options(
       nor an alias (a config's ``attribute_map``): stored as transformers stores unknown keys, with
       one warning naming them all, since no part of the model reads it.
 
+    The first two refuse what a user types; a config read back from what ``save_pretrained`` wrote
+    (``is_loaded_from_saved_config``) is never refused: whatever was set on the saved config's object
+    was written, and a config must load what it saved. transformers' own helpers set generic names on
+    any config (``testing_utils.set_config_for_less_flaky_test`` sets ``layer_norm_epsilon``,
+    ``norm_eps``, ...). Such keys are stored with the same one warning, which names our option
+    where the key looks like one.
+
     Raises:
-        ValueError: a misspelt option or another toolkit's option name.
+        ValueError: a misspelt option or another toolkit's option name, given by the user.
     """
-    reject_misspelt_options(config, kwargs)
     name = type(config).__name__
-    for key in kwargs:
-        if key in foreign_names:
-            raise ValueError(f"{name} has no option {key!r} (another toolkit's name); use {foreign_names[key]}")
+    saved = is_loaded_from_saved_config(config)
+    if not saved:
+        reject_misspelt_options(config, kwargs)
+        for key in kwargs:
+            if key in foreign_names:
+                raise ValueError(f"{name} has no option {key!r} (another toolkit's name); use {foreign_names[key]}")
     generation = {key: kwargs.pop(key) for key in [k for k in kwargs if k in generation_names]}
     if generation:
         listed = ", ".join(f"{key}={value!r}" for key, value in generation.items())
@@ -139,8 +160,13 @@ def sort_extra_options(
         )
     unknown = [key for key in kwargs if not key.startswith("_") and key not in BOOKKEEPING_KEYS and key not in aliases]
     if unknown:
+
+        def described(key: str) -> str:
+            ours = foreign_names.get(key) or _close_option(config, key)
+            return f"{key!r} (ours: {ours})" if ours else repr(key)
+
         warnings.warn(
-            f"{name}: unknown option(s) {', '.join(repr(key) for key in unknown)} stored in the config but "
+            f"{name}: unknown option(s) {', '.join(described(key) for key in unknown)} stored in the config but "
             f"read by no part of the model",
             UserWarning,
             stacklevel=4,

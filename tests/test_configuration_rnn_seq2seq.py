@@ -78,3 +78,21 @@ def test_config_round_trips_resolved_defaults(tmp_path):
     )
     config.save_pretrained(tmp_path)
     assert RNNSeq2SeqConfig.from_pretrained(tmp_path).to_dict() == config.to_dict()
+
+
+def test_a_config_loads_what_it_saved_after_transformers_helpers_set_generic_names(tmp_path):
+    """transformers' own test helper sets layer_norm_eps, norm_eps, ... on any config; the folder
+    save_pretrained writes must load back (a user typing them still gets the warning or refusal)."""
+    from transformers.testing_utils import set_config_for_less_flaky_test
+
+    config = RNNSeq2SeqConfig(vocab_size=VOCAB, hidden_size=8, embedding_size=8)
+    set_config_for_less_flaky_test(config)
+    config.rnn_type = "lstm"  # another toolkit's name, set on the object: saved, so it must load
+    RNNSeq2SeqForConditionalGeneration(config).save_pretrained(tmp_path)
+    with pytest.warns(UserWarning, match=r"'rnn_type' \(ours: cell_type='gru' or 'lstm'\)"):
+        reloaded = RNNSeq2SeqConfig.from_pretrained(tmp_path)
+    assert reloaded.to_dict() == config.to_dict()
+    with pytest.warns(UserWarning, match="unknown option"):
+        RNNSeq2SeqForConditionalGeneration.from_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="no option 'rnn_type'"):
+        RNNSeq2SeqConfig(vocab_size=VOCAB, hidden_size=8, embedding_size=8, rnn_type="lstm")

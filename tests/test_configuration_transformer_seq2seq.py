@@ -99,3 +99,33 @@ def test_config_defaults_follow_the_paper_and_the_token_contract():
         BOS,
     )
     assert (config.position_embedding_type, config.norm_order, config.scale_embedding) == ("sinusoidal", "post", True)
+
+
+def test_a_config_loads_what_it_saved_after_transformers_helpers_set_generic_names(tmp_path):
+    """transformers' own test helper sets layer_norm_epsilon, norm_eps, ... on any config;
+    save_pretrained writes them, and the folder used to be refused ("did you mean 'layer_norm_eps'?")."""
+    import json
+
+    from transformers.testing_utils import set_config_for_less_flaky_test
+
+    config = tiny_config()
+    set_config_for_less_flaky_test(config)  # layer_norm_eps = 1.0, and six generic names beside it
+    TransformerSeq2SeqForConditionalGeneration(config).save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["layer_norm_epsilon"] == 1.0
+    with pytest.warns(UserWarning, match=r"unknown option.*'layer_norm_epsilon' \(ours: layer_norm_eps\)"):
+        reloaded = TransformerSeq2SeqConfig.from_pretrained(tmp_path)
+    assert reloaded.to_dict() == config.to_dict()
+    with pytest.warns(UserWarning, match="unknown option"):
+        model = TransformerSeq2SeqForConditionalGeneration.from_pretrained(tmp_path)
+    assert model.config.layer_norm_eps == 1.0
+
+
+def test_a_saved_config_with_another_toolkits_name_loads_but_a_users_is_refused(tmp_path):
+    """The guard refuses what a user types; a folder save_pretrained wrote loads, naming ours."""
+    config = tiny_config()
+    config.normalize_before = True
+    config.save_pretrained(tmp_path)
+    with pytest.warns(UserWarning, match=r"'normalize_before' \(ours: norm_order='pre'\)"):
+        assert TransformerSeq2SeqConfig.from_pretrained(tmp_path).normalize_before is True
+    with pytest.raises(ValueError, match="no option 'normalize_before'.*use norm_order='pre'"):
+        tiny_config(normalize_before=True)

@@ -17,8 +17,11 @@ Variants (all chosen in ``RNNSeq2SeqConfig``):
 Speed: a decoder whose step t does not depend on step t-1's attention (no attention, or Luong
 without input feeding and without coverage) runs its RNN over the whole target in one cuDNN/oneDNN
 call and attends every position with one batched matmul. The other variants loop over target
-positions with the key projections precomputed once per source, torch's fused single-step
-LSTM/GRU cell kernels, and the output layers (deep output, ``lm_head``) applied once to all steps.
+positions with the key projections precomputed once per source and the output layers (deep
+output, ``lm_head``) applied once to all steps. Every layer is called as a module; the one direct
+weight read, torch's fused single-step LSTM/GRU cell kernels in the step loop, applies only to an
+exactly ``nn.LSTM``/``nn.GRU`` with plain parameters and no hooks (``plain_cell_weights``), so a
+quantized, wrapped or hooked RNN is called instead.
 """
 
 from __future__ import annotations
@@ -47,6 +50,37 @@ from .pipeline_translation import Seq2SeqTranslationPipeline  # noqa: F401
 _RNN_CLASSES = {"gru": nn.GRU, "lstm": nn.LSTM}
 # Bahdanau et al. (2015), A.2.2: the deep output is a maxout layer with pools of two units.
 BAHDANAU_MAXOUT_POOL = 2
+
+
+def _has_hooks(module: nn.Module) -> bool:
+    """Whether calling ``module`` would run anything besides its ``forward``: hooks registered on it or,
+    through ``torch.nn.modules.module.register_module_*_hook``, on every module."""
+    kinds = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+    on_module = any(getattr(module, kind, None) for kind in kinds)
+    on_all = any(getattr(torch.nn.modules.module, "_global" + kind, None) for kind in kinds)
+    return on_module or on_all
+
+
+def plain_cell_weights(rnn: nn.Module) -> list[tuple[torch.Tensor, ...]] | None:
+    """Each layer's (w_ih, w_hh, b_ih, b_hh) of ``rnn`` when the fused cell kernels may stand in for
+    calling it, else None.
+
+    Only an exact ``nn.LSTM``/``nn.GRU`` (not a subclass, a quantized or parametrized replacement)
+    with plain ``nn.Parameter`` weights, biases, one direction, no LSTM projection and no hooks
+    qualifies; anything else must be called so that it does its own work.
+    """
+    if type(rnn) not in (nn.LSTM, nn.GRU) or _has_hooks(rnn):
+        return None
+    if rnn.bidirectional or not rnn.bias or getattr(rnn, "proj_size", 0):
+        return None
+    names = ("weight_ih_l{}", "weight_hh_l{}", "bias_ih_l{}", "bias_hh_l{}")
+    weights = []
+    for layer in range(rnn.num_layers):
+        layer_weights = tuple(getattr(rnn, name.format(layer), None) for name in names)
+        if any(type(w) is not nn.Parameter for w in layer_weights):
+            return None
+        weights.append(layer_weights)
+    return weights
 
 
 # ---------------------------------------------------------------------------------------------
@@ -380,26 +414,28 @@ class RNNSeq2SeqDecoder(nn.Module):
     def _rnn_step(self, rnn_input: torch.Tensor, cache: RNNDecoderCache) -> torch.Tensor:
         """One step of the stacked decoder RNN: (batch, 1, input_size) -> top layer (batch, 1, hidden_size).
 
-        Same parameters and arithmetic as ``self.rnn`` (dropout between layers while training), but
-        through torch's fused single-step kernels: calling the stacked ``nn.LSTM`` once per token
-        goes through a whole-sequence kernel (oneDNN on CPU) and measured 1.5-2x slower per step.
+        The reference path calls ``self.rnn`` on the length-1 step, so whatever stands in ``self.rnn``
+        (a quantized, wrapped or hooked module) does the work. When ``self.rnn`` is exactly a plain
+        ``nn.LSTM``/``nn.GRU`` (see ``plain_cell_weights``), the same parameters and arithmetic run
+        through torch's fused single-step kernels instead: calling the stacked module once per token
+        goes through a whole-sequence kernel (oneDNN on CPU), which is slower per step. Both paths
+        use the same parameters, so the same parameters get gradients.
         """
+        weights = plain_cell_weights(self.rnn)
+        if weights is None:
+            output, cache.rnn_state = self.rnn(rnn_input, cache.rnn_state)
+            return output
         x = rnn_input.squeeze(1)  # (batch, input_size)
         hiddens, cells = [], []
-        for layer in range(self.rnn.num_layers):
-            weights = (
-                getattr(self.rnn, f"weight_ih_l{layer}"),
-                getattr(self.rnn, f"weight_hh_l{layer}"),
-                getattr(self.rnn, f"bias_ih_l{layer}"),
-                getattr(self.rnn, f"bias_hh_l{layer}"),
-            )
+        for layer, layer_weights in enumerate(weights):
             if cache.cell is not None:
-                h, c = torch.lstm_cell(x, (cache.hidden[layer], cache.cell[layer]), *weights)
+                h, c = torch.lstm_cell(x, (cache.hidden[layer], cache.cell[layer]), *layer_weights)
                 cells.append(c)
             else:
-                h = torch.gru_cell(x, cache.hidden[layer], *weights)
+                h = torch.gru_cell(x, cache.hidden[layer], *layer_weights)
             hiddens.append(h)
-            x = h if layer == self.rnn.num_layers - 1 else F.dropout(h, self.rnn.dropout, self.training)
+            # dropout between layers while training, as the stacked module applies it
+            x = h if layer == len(weights) - 1 else F.dropout(h, self.rnn.dropout, self.training)
         cache.hidden = torch.stack(hiddens)  # (decoder_layers, batch, hidden_size)
         if cells:
             cache.cell = torch.stack(cells)

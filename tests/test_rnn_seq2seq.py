@@ -79,6 +79,7 @@ def target_batch():
 
 ALL = list(VARIANTS)
 ATTENDING = [v for v in VARIANTS if VARIANTS[v]["attention"] != "none"]
+STEPWISE = [v for v in VARIANTS if RNNSeq2SeqConfig(**VARIANTS[v]).is_stepwise]  # decoded one step at a time
 
 
 # ---------------------------------------------------------------------------------------------
@@ -787,3 +788,133 @@ def test_data_collator_for_seq2seq_builds_the_decoder_inputs_the_model_would():
             input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]
         ).loss
     torch.testing.assert_close(with_inputs, labels_only, rtol=0, atol=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The ecosystem's tools: quantization, hooks, LoRA (the layers are called, never bypassed)
+# ---------------------------------------------------------------------------------------------
+
+CELLS = ["gru", "lstm"]
+
+
+def _ecosystem_model(variant: str, cell_type: str, **overrides):
+    # Wide enough for int8 weights to keep the float model's choices; the default init range.
+    return make_model(variant, cell_type=cell_type, hidden_size=32, embedding_size=16, init_range=0.1, **overrides)
+
+
+@pytest.mark.parametrize("cell_type", CELLS)
+@pytest.mark.parametrize("variant", ALL)
+def test_dynamic_int8_quantization_then_generate_keeps_most_tokens(variant, cell_type):
+    from torch import nn
+
+    model = _ecosystem_model(variant, cell_type)
+    input_ids, attention_mask = source_batch()
+    kwargs = dict(attention_mask=attention_mask, num_beams=1, min_new_tokens=8, max_new_tokens=8)
+    expected = model.generate(input_ids, **kwargs)
+    quantized = torch.ao.quantization.quantize_dynamic(model, {nn.Linear, nn.LSTM, nn.GRU}, torch.qint8)
+    # Every RNN and Linear is replaced: the model can only run by calling them.
+    assert type(quantized.model.decoder.rnn).__module__.startswith("torch.ao.nn.quantized.dynamic")
+    assert not any(type(m) in (nn.Linear, nn.LSTM, nn.GRU) for m in quantized.modules())
+    got = quantized.generate(input_ids, **kwargs)
+    assert torch.equal(got[:, :2], expected[:, :2])  # the first token of every row
+    assert (got == expected).float().mean() >= 0.8
+
+
+@pytest.mark.parametrize("cell_type", CELLS)
+@pytest.mark.parametrize("variant", ALL)
+def test_a_forward_hook_on_the_decoder_rnn_fires_at_every_generate_step(variant, cell_type):
+    model = make_model(variant, cell_type=cell_type)
+    input_ids, attention_mask = source_batch()
+    kwargs = dict(attention_mask=attention_mask, num_beams=1, min_new_tokens=4, max_new_tokens=4)
+    expected = model.generate(input_ids, **kwargs)
+    calls = []
+    handle = model.model.decoder.rnn.register_forward_hook(lambda module, args, output: calls.append(args[0].shape))
+    try:
+        got = model.generate(input_ids, **kwargs)
+    finally:
+        handle.remove()
+    assert torch.equal(got, expected)
+    # one call per generated token, each on the one new token: (batch, 1, input_size)
+    assert [shape[:2] for shape in calls] == [(3, 1)] * 4
+
+
+@pytest.mark.parametrize("cell_type", CELLS)
+@pytest.mark.parametrize("variant", STEPWISE)
+def test_a_hooked_rnn_gives_the_fused_steps_logits_and_gradients(variant, cell_type):
+    # The fused step kernels stand in for the module only while it is plain; calling the hooked
+    # module instead gives the same numbers, and the same parameters get the same gradients.
+    from attention_seq2seq.modeling.modeling_rnn_seq2seq import plain_cell_weights
+
+    model = make_model(variant, cell_type=cell_type, dropout=0.0).train()
+    input_ids, attention_mask = source_batch()
+    decoder_input_ids, _ = target_batch()
+    kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, labels=decoder_input_ids)
+
+    def loss_and_grads():
+        model.zero_grad()
+        out = model(**kwargs)
+        out.loss.backward()
+        return out.logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    assert plain_cell_weights(model.model.decoder.rnn) is not None
+    fused_logits, fused_grads = loss_and_grads()
+    handle = model.model.decoder.rnn.register_forward_pre_hook(lambda module, args: None)
+    try:
+        assert plain_cell_weights(model.model.decoder.rnn) is None
+        called_logits, called_grads = loss_and_grads()
+    finally:
+        handle.remove()
+    torch.testing.assert_close(called_logits, fused_logits, atol=1e-5, rtol=1e-5)
+    assert called_grads.keys() == fused_grads.keys()
+    for name, grad in fused_grads.items():
+        torch.testing.assert_close(called_grads[name], grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_only_an_exactly_plain_rnn_takes_the_fused_step():
+    from torch import nn
+    from torch.nn.utils import parametrize
+
+    from attention_seq2seq.modeling.modeling_rnn_seq2seq import plain_cell_weights
+
+    class MyGRU(nn.GRU):
+        pass
+
+    assert plain_cell_weights(nn.GRU(4, 4, batch_first=True)) is not None
+    assert plain_cell_weights(nn.LSTM(4, 4, num_layers=2, batch_first=True)) is not None
+    assert plain_cell_weights(MyGRU(4, 4, batch_first=True)) is None
+    hooked = nn.LSTM(4, 4, batch_first=True)
+    hooked.register_forward_hook(lambda *args: None)
+    assert plain_cell_weights(hooked) is None
+    reparametrized = nn.GRU(4, 4, batch_first=True)
+    parametrize.register_parametrization(reparametrized, "weight_hh_l0", nn.Identity())
+    assert plain_cell_weights(reparametrized) is None
+    global_hook = torch.nn.modules.module.register_module_forward_hook(lambda *args: None)
+    try:
+        assert plain_cell_weights(nn.GRU(4, 4, batch_first=True)) is None
+    finally:
+        global_hook.remove()
+    quantized = torch.ao.quantization.quantize_dynamic(nn.Sequential(nn.GRU(4, 4)), {nn.GRU}, torch.qint8)
+    assert plain_cell_weights(quantized[0]) is None
+
+
+@pytest.mark.parametrize("cell_type", CELLS)
+@pytest.mark.parametrize("variant", ATTENDING)
+def test_lora_on_every_attention_and_output_linear_gives_every_adapter_a_gradient(variant, cell_type):
+    peft = pytest.importorskip("peft")
+    from torch import nn
+
+    model = make_model(variant, cell_type=cell_type, dropout=0.0)
+    decoder = model.model.decoder
+    targets = [f"model.decoder.attention.{name}" for name, m in decoder.attention.named_modules() if name]
+    targets = [t for t in targets if isinstance(model.get_submodule(t), nn.Linear)]
+    output_layer = "deep_output" if model.config.attention == "bahdanau" else "attn_combine"
+    targets += [f"model.decoder.{output_layer}", "lm_head"]
+    # init_lora_weights=False: B starts random, not zero, so A's gradient is not zero by construction.
+    lora = peft.get_peft_model(model, peft.LoraConfig(r=2, target_modules=targets, init_lora_weights=False))
+    input_ids, attention_mask = source_batch()
+    decoder_input_ids, _ = target_batch()
+    lora(input_ids=input_ids, attention_mask=attention_mask, labels=decoder_input_ids).loss.backward()
+    adapters = {name: p for name, p in lora.named_parameters() if "lora_" in name}
+    assert len(adapters) == 2 * len(targets)
+    without_gradient = [name for name, p in adapters.items() if p.grad is None or not p.grad.abs().sum() > 0]
+    assert without_gradient == []

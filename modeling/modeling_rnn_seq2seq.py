@@ -206,6 +206,7 @@ class RNNSeq2SeqEncoder(nn.Module):
         )
         self.num_layers = config.encoder_layers
         self.num_directions = config.num_directions
+        self.gradient_checkpointing = False  # set by gradient_checkpointing_enable()
 
     def forward(
         self,
@@ -223,7 +224,7 @@ class RNNSeq2SeqEncoder(nn.Module):
             ValueError: a row of ``attention_mask`` is all 0 (a sentence without a real token),
                 naming the rows.
         """
-        batch, src_len = input_ids.shape
+        batch = input_ids.size(0)
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         lengths = attention_mask.sum(-1).cpu()
@@ -234,16 +235,17 @@ class RNNSeq2SeqEncoder(nn.Module):
             )
 
         embeds = self.dropout(self.embed_tokens(input_ids))  # (batch, src_len, embedding_size)
-        packed = pack_padded_sequence(embeds, lengths, batch_first=True, enforce_sorted=False)
-        packed_out, state = self.rnn(packed)
-        outputs, _ = pad_packed_sequence(packed_out, batch_first=True, total_length=src_len)
+        if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+            # The stacked RNN's activations are recomputed in backward; the embeddings are its input.
+            outputs, final_hidden, final_cell = self._gradient_checkpointing_func(self._run_rnn, embeds, lengths)
+        else:
+            outputs, final_hidden, final_cell = self._run_rnn(embeds, lengths)
 
         def per_layer(final: torch.Tensor) -> torch.Tensor:
             # (layers * directions, batch, hidden) -> (batch, layers, directions * hidden)
             final = final.view(self.num_layers, self.num_directions, batch, -1)
             return final.permute(2, 0, 1, 3).reshape(batch, self.num_layers, -1)
 
-        final_hidden, final_cell = (state, None) if not isinstance(state, tuple) else state
         output = RNNEncoderOutput(
             last_hidden_state=outputs,
             final_hidden_state=per_layer(final_hidden),
@@ -251,6 +253,16 @@ class RNNSeq2SeqEncoder(nn.Module):
             hidden_states=(outputs,) if output_hidden_states else None,
         )
         return output if return_dict is not False else output.to_tuple()
+
+    def _run_rnn(self, embeds: torch.Tensor, lengths: torch.Tensor):
+        """The stacked RNN over ``embeds`` (batch, src_len, embedding_size) packed by ``lengths``:
+        top-layer outputs (batch, src_len, encoder_output_size), zero at padding, and the final
+        hidden (and LSTM cell, else None) states, (layers * directions, batch, encoder_hidden_size)."""
+        packed = pack_padded_sequence(embeds, lengths, batch_first=True, enforce_sorted=False)
+        packed_out, state = self.rnn(packed)
+        outputs, _ = pad_packed_sequence(packed_out, batch_first=True, total_length=embeds.size(1))
+        final_hidden, final_cell = (state, None) if not isinstance(state, tuple) else state
+        return outputs, final_hidden, final_cell
 
 
 class RNNBridge(nn.Module):
@@ -318,6 +330,7 @@ class RNNSeq2SeqDecoder(nn.Module):
         self.input_feeding = config.input_feeding
         self.use_coverage = config.coverage
         self.stepwise = config.is_stepwise
+        self.gradient_checkpointing = False  # set by gradient_checkpointing_enable(): each step is checkpointed
 
         self.embed_tokens = nn.Embedding(config.vocab_size, config.embedding_size, padding_idx=config.pad_token_id)
         self.dropout = nn.Dropout(config.dropout)
@@ -386,29 +399,70 @@ class RNNSeq2SeqDecoder(nn.Module):
         start = cache.seen_tokens
         positions = torch.arange(start, start + tgt_len, device=input_ids.device)
         embeds = self.dropout(self.embed_tokens(input_ids))  # (batch, tgt_len, embedding_size)
+        source = (cache.keys, encoder_hidden_states, attention_mask)
 
         if not self.stepwise:
-            features, weights, rnn_outputs = self._forward_parallel(
-                embeds, encoder_hidden_states, attention_mask, positions, cache
+            features, weights, rnn_outputs = self._checkpointed(
+                self._forward_parallel, cache, embeds, *source, positions
             )
             coverage_penalty = None
-        elif self.kind == "bahdanau":
-            features, weights, coverage_penalty, rnn_outputs = self._forward_bahdanau(
-                embeds, encoder_hidden_states, attention_mask, positions, cache
-            )
         else:
-            features, weights, coverage_penalty, rnn_outputs = self._forward_luong_stepwise(
-                embeds, encoder_hidden_states, attention_mask, positions, cache
-            )
+            step = self._bahdanau_step if self.kind == "bahdanau" else self._luong_step
+            # split() once: slicing embeds[:, t] in the loop would make backward build a full-size
+            # zero gradient per step (quadratic in tgt_len).
+            steps = [
+                self._checkpointed(step, cache, embed_t, *source, positions[t : t + 1])
+                for t, embed_t in enumerate(embeds.split(1, dim=1))
+            ]
+            # each output of the steps concatenated over time, (batch, tgt_len, ...); None stays None
+            outputs = [torch.cat(parts, 1) if parts[0] is not None else None for parts in zip(*steps, strict=True)]
+            if self.kind == "bahdanau":
+                queries, contexts, weights, coverage_penalty, rnn_outputs = outputs
+                # The deep output needs no recurrence: one matmul for all steps. A.2.2 reads s_{i-1}.
+                deep = self.deep_output(torch.cat([queries, embeds, contexts], dim=-1))
+                features = maxout(deep, BAHDANAU_MAXOUT_POOL)
+            else:
+                rnn_outputs, features, weights, coverage_penalty = outputs
         cache.seen_tokens = start + tgt_len
         return self.dropout(features), weights, coverage_penalty, rnn_outputs
 
-    def _forward_parallel(self, embeds, encoder_hidden_states, attention_mask, positions, cache):
-        """No attention, or Luong without input feeding or coverage: one RNN call, one attention."""
+    # The recurrent part of the cache: what one step reads and writes (keys stay fixed per source).
+    _STATE_NAMES = ("hidden", "cell", "attentional_state", "coverage")
+
+    def _checkpointed(self, step, cache: RNNDecoderCache, *inputs):
+        """``step(cache, *inputs)``: advances the recurrent state in ``cache`` and returns a tuple of
+        tensors (or None), here or, under gradient checkpointing, through ``_gradient_checkpointing_func``.
+
+        Checkpointed, a step keeps only its inputs and outputs; its activations (the cell's gates,
+        the additive score's (batch, tgt_len, src_len, hidden_size) features) are recomputed in
+        backward. The recomputation must start from the state the step first saw, so the step then
+        runs on a fresh cache built from the state tensors, and every tensor it reads enters as an
+        input (reentrant checkpointing differentiates through its explicit inputs only).
+        """
+        if not (self.gradient_checkpointing and self.training and torch.is_grad_enabled()):
+            return step(cache, *inputs)
+        names = [name for name in self._STATE_NAMES if getattr(cache, name) is not None]
+        present = []  # which outputs of step are tensors (the checkpoint function returns tensors only)
+
+        def run(*tensors):
+            local = RNNDecoderCache(**dict(zip(names, tensors[: len(names)], strict=True)))
+            outputs = step(local, *tensors[len(names) :])
+            present[:] = [output is not None for output in outputs]
+            return (*(output for output in outputs if output is not None), *(getattr(local, n) for n in names))
+
+        results = self._gradient_checkpointing_func(run, *(getattr(cache, n) for n in names), *inputs)
+        kept, state = iter(results[: len(results) - len(names)]), results[len(results) - len(names) :]
+        for name, tensor in zip(names, state, strict=True):
+            setattr(cache, name, tensor)
+        return tuple(next(kept) if is_tensor else None for is_tensor in present)
+
+    def _forward_parallel(self, cache, embeds, keys, encoder_hidden_states, attention_mask, positions):
+        """No attention, or Luong without input feeding or coverage: one RNN call, one attention.
+        Returns features, weights (or None), top RNN states."""
         rnn_outputs, cache.rnn_state = self.rnn(embeds, cache.rnn_state)  # (batch, tgt_len, hidden_size)
         if self.attention is None:
             return rnn_outputs, None, rnn_outputs
-        context, weights = self.attention(rnn_outputs, cache.keys, encoder_hidden_states, attention_mask, positions)
+        context, weights = self.attention(rnn_outputs, keys, encoder_hidden_states, attention_mask, positions)
         return luong_attentional_state(context, rnn_outputs, self.attn_combine), weights, rnn_outputs
 
     def _rnn_step(self, rnn_input: torch.Tensor, cache: RNNDecoderCache) -> torch.Tensor:
@@ -441,56 +495,45 @@ class RNNSeq2SeqDecoder(nn.Module):
             cache.cell = torch.stack(cells)
         return x.unsqueeze(1)
 
-    def _coverage_step(self, cache, weights_t, penalties):
-        # See et al. (2017), eq. 12 penalises overlap with the coverage *before* this step (eq. 10).
-        penalties.append(torch.minimum(weights_t, cache.coverage.unsqueeze(1)).sum(-1))  # (batch, 1)
+    def _coverage_step(self, cache, weights_t):
+        """Adds a_t to the coverage; returns See et al. (2017)'s eq. 12 penalty Σ_i min(a_i^t, c_i^t)
+        (batch, 1), which reads the coverage *before* this step (eq. 10)."""
+        penalty = torch.minimum(weights_t, cache.coverage.unsqueeze(1)).sum(-1)
         cache.coverage = cache.coverage + weights_t.squeeze(1)
+        return penalty
 
-    def _forward_bahdanau(self, embeds, encoder_hidden_states, attention_mask, positions, cache):
-        """Bahdanau et al. (2015): e_ij from s_{i-1} (A.1.2) → c_i (eq. 5) → s_i = f(s_{i-1}, y_{i-1}, c_i)."""
-        queries, states, contexts, weights, penalties = [], [], [], [], []
-        # split() once: slicing embeds[:, t] in the loop would make backward build a full-size
-        # zero gradient per step (quadratic in tgt_len).
-        for t, embed_t in enumerate(embeds.split(1, dim=1)):
-            query = cache.hidden[-1].unsqueeze(1)  # s_{i-1} of the top layer, (batch, 1, hidden_size)
-            queries.append(query)
-            context, weights_t = self.attention(
-                query, cache.keys, encoder_hidden_states, attention_mask, positions[t : t + 1], cache.coverage
-            )
-            if self.use_coverage:
-                self._coverage_step(cache, weights_t, penalties)
-            rnn_input = torch.cat([embed_t, context], dim=-1)
-            state_t = self._rnn_step(rnn_input, cache)  # s_i, (batch, 1, hidden_size)
-            states.append(state_t)
-            contexts.append(context)
-            weights.append(weights_t)
-        queries, contexts = torch.cat(queries, 1), torch.cat(contexts, 1)
-        # The deep output needs no recurrence: one matmul for all steps. A.2.2 reads s_{i-1}.
-        features = maxout(self.deep_output(torch.cat([queries, embeds, contexts], dim=-1)), BAHDANAU_MAXOUT_POOL)
-        states = torch.cat(states, 1)
-        penalty = torch.cat(penalties, 1) if penalties else None
-        return features, torch.cat(weights, 1), penalty, states
+    def _bahdanau_step(self, cache, embed_t, keys, encoder_hidden_states, attention_mask, position):
+        """Bahdanau et al. (2015): e_ij from s_{i-1} (A.1.2) → c_i (eq. 5) → s_i = f(s_{i-1}, y_{i-1}, c_i).
 
-    def _forward_luong_stepwise(self, embeds, encoder_hidden_states, attention_mask, positions, cache):
-        """Luong et al. (2015) with input feeding (§3.3) and/or coverage: h_t → a_t → c_t → h̃_t."""
-        states, attentional, weights, penalties = [], [], [], []
-        for t, rnn_input in enumerate(embeds.split(1, dim=1)):  # split once, see _forward_bahdanau
-            if self.input_feeding:
-                rnn_input = torch.cat([rnn_input, cache.attentional_state.unsqueeze(1)], dim=-1)
-            state_t = self._rnn_step(rnn_input, cache)  # h_t, (batch, 1, hidden_size)
-            context, weights_t = self.attention(
-                state_t, cache.keys, encoder_hidden_states, attention_mask, positions[t : t + 1], cache.coverage
-            )
-            if self.use_coverage:
-                self._coverage_step(cache, weights_t, penalties)
-            attentional_t = luong_attentional_state(context, state_t, self.attn_combine)  # h̃_t
-            if self.input_feeding:
-                cache.attentional_state = attentional_t.squeeze(1)
-            states.append(state_t)
-            attentional.append(attentional_t)
-            weights.append(weights_t)
-        penalty = torch.cat(penalties, 1) if penalties else None
-        return torch.cat(attentional, 1), torch.cat(weights, 1), penalty, torch.cat(states, 1)
+        embed_t: E y_{i-1}, (batch, 1, embedding_size). Returns s_{i-1} (the query), c_i, a_i, the
+        coverage penalty (or None) and s_i, each (batch, 1, ...).
+        """
+        query = cache.hidden[-1].unsqueeze(1)  # s_{i-1} of the top layer, (batch, 1, hidden_size)
+        context, weights_t = self.attention(
+            query, keys, encoder_hidden_states, attention_mask, position, cache.coverage
+        )
+        penalty = self._coverage_step(cache, weights_t) if self.use_coverage else None
+        state_t = self._rnn_step(torch.cat([embed_t, context], dim=-1), cache)  # s_i, (batch, 1, hidden_size)
+        return query, context, weights_t, penalty, state_t
+
+    def _luong_step(self, cache, embed_t, keys, encoder_hidden_states, attention_mask, position):
+        """Luong et al. (2015) with input feeding (§3.3) and/or coverage: h_t → a_t → c_t → h̃_t.
+
+        embed_t: E y_t, (batch, 1, embedding_size). Returns h_t, h̃_t, a_t and the coverage penalty
+        (or None), each (batch, 1, ...).
+        """
+        rnn_input = embed_t
+        if self.input_feeding:
+            rnn_input = torch.cat([embed_t, cache.attentional_state.unsqueeze(1)], dim=-1)
+        state_t = self._rnn_step(rnn_input, cache)  # h_t, (batch, 1, hidden_size)
+        context, weights_t = self.attention(
+            state_t, keys, encoder_hidden_states, attention_mask, position, cache.coverage
+        )
+        penalty = self._coverage_step(cache, weights_t) if self.use_coverage else None
+        attentional_t = luong_attentional_state(context, state_t, self.attn_combine)  # h̃_t
+        if self.input_feeding:
+            cache.attentional_state = attentional_t.squeeze(1)
+        return state_t, attentional_t, weights_t, penalty
 
 
 # ---------------------------------------------------------------------------------------------
@@ -502,7 +545,7 @@ class RNNSeq2SeqPreTrainedModel(Seq2SeqSavingMixin, PreTrainedModel):
     config_class = RNNSeq2SeqConfig
     base_model_prefix = "model"
     main_input_name = "input_ids"
-    supports_gradient_checkpointing = False
+    supports_gradient_checkpointing = True
     _no_split_modules = ["RNNSeq2SeqEncoder", "RNNSeq2SeqDecoder"]
 
     @torch.no_grad()

@@ -918,3 +918,47 @@ def test_lora_on_every_attention_and_output_linear_gives_every_adapter_a_gradien
     assert len(adapters) == 2 * len(targets)
     without_gradient = [name for name, p in adapters.items() if p.grad is None or not p.grad.abs().sum() > 0]
     assert without_gradient == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Gradient checkpointing
+# ---------------------------------------------------------------------------------------------
+
+
+def _loss_and_gradients(model, seed=0):
+    input_ids, attention_mask = source_batch()
+    decoder_input_ids, _ = target_batch()
+    model.zero_grad()
+    torch.manual_seed(seed)  # the same dropout masks in both runs
+    loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=decoder_input_ids).loss
+    loss.backward()
+    return loss.detach(), {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("use_reentrant", [False, True])
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+@pytest.mark.parametrize("cell_type", CELLS)
+@pytest.mark.parametrize("variant", ALL)
+def test_gradient_checkpointing_gives_the_plain_backwards_gradients(variant, cell_type, dropout, use_reentrant):
+    # Two layers each side so that the RNNs' own dropout between layers is inside the checkpoints;
+    # torch's checkpoint restores the RNG state before recomputing, so dropout > 0 must match too.
+    model = make_model(variant, cell_type=cell_type, dropout=dropout, encoder_layers=2, decoder_layers=2).train()
+    decoder = model.model.decoder
+    # Counting calls shows the checkpoints at work: backward runs each checkpointed part again.
+    calls = []
+    for module in (model.model.encoder.rnn, decoder.attention or decoder.rnn):
+        module.register_forward_pre_hook(lambda module, args: calls.append(module))
+    expected_loss, expected = _loss_and_gradients(model)
+    plain_calls, calls[:] = len(calls), []
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": use_reentrant})
+    assert model.model.encoder.gradient_checkpointing and decoder.gradient_checkpointing
+    loss, got = _loss_and_gradients(model)
+    assert len(calls) == 2 * plain_calls
+    # Reentrant checkpointing runs the first forward without autograd, where oneDNN may pick
+    # another kernel: equal to rounding.
+    torch.testing.assert_close(loss, expected_loss, rtol=1e-6, atol=1e-7)
+    assert got.keys() == expected.keys() == {n for n, p in model.named_parameters() if p.requires_grad}
+    for name, grad in expected.items():
+        torch.testing.assert_close(got[name], grad, rtol=1e-5, atol=1e-6, msg=name)
+    model.gradient_checkpointing_disable()
+    assert not model.model.decoder.gradient_checkpointing

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
-from transformers import PreTrainedModel
+from transformers import GenerationConfig, PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import ModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
 
@@ -704,10 +704,28 @@ class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, Seq2SeqGener
         for name, value in (getattr(config, "_generation_settings", None) or {}).items():
             setattr(self.generation_config, name, value)
 
+    # A recurrent state cannot be rolled back to an earlier prefix, which assisted (speculative)
+    # decoding needs: transformers' generate refuses assistant_model up front for stateful models.
+    _is_stateful = True
+
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:
         # The decoder state is an RNNDecoderCache, not key/value pairs; generate must not build a DynamicCache.
         return False
+
+    def _prepare_generation_config(self, generation_config: GenerationConfig | None, **kwargs):
+        """transformers' preparation, then a refusal, before anything is encoded, of a key/value cache
+        implementation (static, offloaded, quantized, ...), which transformers would otherwise ignore
+        with a log line for a model that builds its own decoder state."""
+        generation_config, model_kwargs = super()._prepare_generation_config(generation_config, **kwargs)
+        implementation = generation_config.cache_implementation
+        if implementation not in (None, "dynamic"):
+            raise ValueError(
+                f"cache_implementation={implementation!r} is not supported by {type(self).__name__}: its decoder "
+                "carries its own recurrent state (RNNDecoderCache: RNN states, input feeding, coverage), not a "
+                "key/value cache; leave cache_implementation unset (or 'dynamic') for dynamic decoding"
+            )
+        return generation_config, model_kwargs
 
     def _tied_keys_from_config(self) -> dict[str, str]:
         keys = {f"model.{k}": f"model.{v}" for k, v in self._tied_embedding_keys("").items()}

@@ -962,3 +962,49 @@ def test_gradient_checkpointing_gives_the_plain_backwards_gradients(variant, cel
         torch.testing.assert_close(got[name], grad, rtol=1e-5, atol=1e-6, msg=name)
     model.gradient_checkpointing_disable()
     assert not model.model.decoder.gradient_checkpointing
+
+
+# ---------------------------------------------------------------------------------------------
+# Routes that do not exist for a recurrent state: refused up front, in one line
+# ---------------------------------------------------------------------------------------------
+
+
+def test_assisted_generation_is_refused_up_front_for_the_stateful_rnn():
+    model, assistant = make_model("luong-general-feed-gru"), make_model("bahdanau-gru")
+    input_ids, attention_mask = source_batch()
+    encoder_calls = []
+    model.model.encoder.register_forward_pre_hook(lambda *args: encoder_calls.append(1))
+    with pytest.raises(ValueError, match="^assisted generation is not supported with stateful models, such as RNN"):
+        model.generate(input_ids, attention_mask=attention_mask, num_beams=1, assistant_model=assistant)
+    assert encoder_calls == []  # refused before any work
+
+
+@pytest.mark.parametrize("implementation", ["static", "offloaded_static", "sliding_window", "offloaded", "quantized"])
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_a_key_value_cache_implementation_is_refused_in_one_line_naming_the_supported_route(implementation, num_beams):
+    model = make_model("luong-general-feed-gru")
+    input_ids, attention_mask = source_batch()
+    encoder_calls = []
+    model.model.encoder.register_forward_pre_hook(lambda *args: encoder_calls.append(1))
+    with pytest.raises(ValueError) as refused:
+        model.generate(
+            input_ids, attention_mask=attention_mask, num_beams=num_beams, cache_implementation=implementation
+        )
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith(f"cache_implementation={implementation!r} is not supported by RNNSeq2Seq")
+    assert "own recurrent state" in message and "unset (or 'dynamic') for dynamic decoding" in message
+    assert encoder_calls == []
+    # The same refusal when the implementation comes with the model's generation config.
+    model.generation_config.cache_implementation = implementation
+    with pytest.raises(ValueError, match=f"^cache_implementation={implementation!r} is not supported"):
+        model.generate(input_ids, attention_mask=attention_mask, num_beams=num_beams)
+
+
+@pytest.mark.parametrize("variant", ["luong-general-feed-gru", "bahdanau-lstm-coverage"])
+def test_cache_implementation_dynamic_is_the_rnns_own_decoding(variant):
+    model = make_model(variant)
+    input_ids, attention_mask = source_batch()
+    kwargs = dict(attention_mask=attention_mask, num_beams=3, max_new_tokens=6)
+    expected = model.generate(input_ids, **kwargs)
+    assert torch.equal(model.generate(input_ids, cache_implementation="dynamic", **kwargs), expected)

@@ -393,7 +393,8 @@ class RNNSeq2SeqDecoder(nn.Module):
         Returns:
             features (batch, tgt_len, output_feature_size) for ``lm_head``; attention weights
             (batch, tgt_len, src_len) or None; coverage penalty (batch, tgt_len) or None; top RNN
-            states (batch, tgt_len, hidden_size).
+            states (batch, tgt_len, hidden_size), the very tensor the output layers read (Bahdanau:
+            s_i, read at step i + 1), so a gradient from the logits reaches them.
         """
         tgt_len = input_ids.size(1)
         start = cache.seen_tokens
@@ -414,15 +415,23 @@ class RNNSeq2SeqDecoder(nn.Module):
                 self._checkpointed(step, cache, embed_t, *source, positions[t : t + 1])
                 for t, embed_t in enumerate(embeds.split(1, dim=1))
             ]
-            # each output of the steps concatenated over time, (batch, tgt_len, ...); None stays None
-            outputs = [torch.cat(parts, 1) if parts[0] is not None else None for parts in zip(*steps, strict=True)]
+            columns = list(zip(*steps, strict=True))  # each output of the steps, over time
+
+            def over_time(parts):  # (batch, tgt_len, ...); None stays None
+                return torch.cat(parts, 1) if parts[0] is not None else None
+
+            # The output layers need no recurrence: one matmul for all steps, which reads the top
+            # RNN states returned as decoder_hidden_states, so these are on the path to the logits
+            # (a gradient reaches them), not a copy made beside it.
             if self.kind == "bahdanau":
-                queries, contexts, weights, coverage_penalty, rnn_outputs = outputs
-                # The deep output needs no recurrence: one matmul for all steps. A.2.2 reads s_{i-1}.
+                contexts, weights, coverage_penalty, rnn_outputs = map(over_time, columns[1:])
+                # A.2.2 reads s_{i-1}: s_0 (the first step's query), then s_1 .. s_{T-1} of this call.
+                queries = torch.cat([columns[0][0], rnn_outputs[:, :-1]], dim=1)
                 deep = self.deep_output(torch.cat([queries, embeds, contexts], dim=-1))
                 features = maxout(deep, BAHDANAU_MAXOUT_POOL)
             else:
-                rnn_outputs, features, weights, coverage_penalty = outputs
+                rnn_outputs, contexts, weights, coverage_penalty = map(over_time, columns)
+                features = luong_attentional_state(contexts, rnn_outputs, self.attn_combine)  # h̃_t (eq. 5)
         cache.seen_tokens = start + tgt_len
         return self.dropout(features), weights, coverage_penalty, rnn_outputs
 
@@ -519,8 +528,9 @@ class RNNSeq2SeqDecoder(nn.Module):
     def _luong_step(self, cache, embed_t, keys, encoder_hidden_states, attention_mask, position):
         """Luong et al. (2015) with input feeding (§3.3) and/or coverage: h_t → a_t → c_t → h̃_t.
 
-        embed_t: E y_t, (batch, 1, embedding_size). Returns h_t, h̃_t, a_t and the coverage penalty
-        (or None), each (batch, 1, ...).
+        embed_t: E y_t, (batch, 1, embedding_size). Returns h_t, c_t, a_t and the coverage penalty
+        (or None), each (batch, 1, ...); the caller applies eq. 5 to all steps at once. With input
+        feeding, h̃_t is also computed here, for the next step's input.
         """
         rnn_input = embed_t
         if self.input_feeding:
@@ -530,10 +540,9 @@ class RNNSeq2SeqDecoder(nn.Module):
             state_t, keys, encoder_hidden_states, attention_mask, position, cache.coverage
         )
         penalty = self._coverage_step(cache, weights_t) if self.use_coverage else None
-        attentional_t = luong_attentional_state(context, state_t, self.attn_combine)  # h̃_t
         if self.input_feeding:
-            cache.attentional_state = attentional_t.squeeze(1)
-        return state_t, attentional_t, weights_t, penalty
+            cache.attentional_state = luong_attentional_state(context, state_t, self.attn_combine).squeeze(1)  # h̃_t
+        return state_t, context, weights_t, penalty
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1008,3 +1008,84 @@ def test_cache_implementation_dynamic_is_the_rnns_own_decoding(variant):
     kwargs = dict(attention_mask=attention_mask, num_beams=3, max_new_tokens=6)
     expected = model.generate(input_ids, **kwargs)
     assert torch.equal(model.generate(input_ids, cache_implementation="dynamic", **kwargs), expected)
+
+
+# ---------------------------------------------------------------------------------------------
+# decoder_hidden_states are on the path to the logits
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", ALL)
+def test_decoder_hidden_states_are_on_the_path_to_the_logits(variant):
+    # transformers' retain_grad contract: a gradient from the logits reaches the returned states.
+    model = make_model(variant, dropout=0.0).train()
+    input_ids, attention_mask = source_batch()
+    decoder_input_ids, _ = target_batch()
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        decoder_input_ids=decoder_input_ids,
+        output_hidden_states=True,
+    )
+    (states,) = out.decoder_hidden_states  # top RNN states, (batch, tgt_len, hidden_size)
+    states.retain_grad()
+    out.logits.sum().backward()
+    assert states.grad is not None
+    # Bahdanau predicts y_i from s_{i-1}: the last state of a call reaches no logit of that call.
+    reached = states.grad[:, :-1] if model.config.attention == "bahdanau" else states.grad
+    assert (reached.abs().sum(-1) > 0).all()
+
+
+@pytest.mark.parametrize("variant", [v for v in STEPWISE if VARIANTS[v]["attention"] == "luong"])
+def test_luong_logits_depend_on_the_returned_states_through_eq_5(variant):
+    # ∂(g · logits_t)/∂h_t along eq. 5 and 6: W_cᵀ [(1 - h̃_t²) ⊙ W_sᵀ g], W_c's columns that read h_t.
+    model = make_model(variant, dropout=0.0)
+    input_ids, attention_mask = source_batch()
+    decoder_input_ids, _ = target_batch()
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        decoder_input_ids=decoder_input_ids,
+        output_hidden_states=True,
+    )
+    (states,) = out.decoder_hidden_states
+    g = torch.randn_like(out.logits)
+    (got,) = torch.autograd.grad(out.logits, states, g)
+    with torch.no_grad():
+        h_tilde = model.model(
+            input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids
+        ).last_hidden_state  # h̃_t, (batch, tgt_len, hidden_size)
+    w_c = model.model.decoder.attn_combine.weight  # (hidden, encoder_output_size + hidden) over [c_t; h_t]
+    expected = ((g @ model.lm_head.weight) * (1 - h_tilde**2)) @ w_c[:, model.config.encoder_output_size :]
+    torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if VARIANTS[v]["attention"] == "bahdanau"])
+def test_bahdanau_logits_depend_on_the_returned_states_through_the_deep_output(variant):
+    # ∂(g · logits_{i+1})/∂s_i along A.2.2: U_oᵀ of the maxout's winning units of W_oᵀ g.
+    model = make_model(variant, dropout=0.0)
+    decoder = model.model.decoder
+    input_ids, attention_mask = source_batch()
+    decoder_input_ids, _ = target_batch()
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        decoder_input_ids=decoder_input_ids,
+        output_hidden_states=True,
+        output_attentions=True,
+    )
+    (states,) = out.decoder_hidden_states  # s_1 .. s_T, (batch, tgt_len, hidden_size)
+    g = torch.randn_like(out.logits)
+    (got,) = torch.autograd.grad(out.logits, states, g)
+    with torch.no_grad():
+        encoder_outputs = model.get_encoder()(input_ids, attention_mask)
+        s_0 = decoder.bridge(encoder_outputs.final_hidden_state, encoder_outputs.final_cell_state)[0][-1]
+        contexts = out.cross_attentions[0][:, 0] @ encoder_outputs.last_hidden_state  # c_i (eq. 5)
+        queries = torch.cat([s_0.unsqueeze(1), states[:, :-1]], 1)  # s_{i-1}
+        embeds = decoder.embed_tokens(decoder_input_ids)
+        t_tilde = decoder.deep_output(torch.cat([queries, embeds, contexts], -1))  # (batch, tgt_len, 2 * embedding)
+    winners = F.one_hot(t_tilde.unflatten(-1, (-1, 2)).argmax(-1), 2).to(g.dtype)  # the unit each pool passes on
+    upstream = ((g @ model.lm_head.weight).unsqueeze(-1) * winners).flatten(-2)  # ∂/∂t̃_i
+    expected = upstream[:, 1:] @ decoder.deep_output.weight[:, : model.config.hidden_size]  # U_o reads s_{i-1}
+    torch.testing.assert_close(got[:, :-1], expected)
+    assert (got[:, -1] == 0).all()

@@ -35,6 +35,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from transformers import GenerationConfig, PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import ModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
+from transformers.utils.deprecation import deprecate_kwarg
 
 from ..configuration.configuration_rnn_seq2seq import RNNSeq2SeqConfig
 from .generation_lengths import Seq2SeqGenerationMixin
@@ -622,6 +623,9 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
     def get_decoder(self) -> RNNSeq2SeqDecoder:
         return self.decoder
 
+    # `past_key_values` is the old name of `cache`: accepted with a FutureWarning, as transformers' own
+    # seq2seq models (Marian, BART) accept it, until the version they drop it in.
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -643,7 +647,8 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
                 ``cache``, only the tokens the cache has not seen.
             decoder_attention_mask: accepted for API compatibility and unused: the decoder is a
                 causal RNN over right-padded targets, so padding cannot reach earlier positions.
-            cache: an ``RNNDecoderCache`` to continue from; updated in place.
+            cache: an ``RNNDecoderCache`` to continue from; updated in place. ``past_key_values``, its
+                old name, is accepted with a FutureWarning (both given: ``cache`` wins).
 
         Returns:
             ``RNNSeq2SeqModelOutput``; ``cross_attentions`` (with ``output_attentions``) is a tuple
@@ -767,6 +772,7 @@ class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, Seq2SeqGener
         smoothing call this when they take the labels away from the model."""
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")  # the old name, as on RNNSeq2SeqModel
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,

@@ -1089,3 +1089,67 @@ def test_bahdanau_logits_depend_on_the_returned_states_through_the_deep_output(v
     expected = upstream[:, 1:] @ decoder.deep_output.weight[:, : model.config.hidden_size]  # U_o reads s_{i-1}
     torch.testing.assert_close(got[:, :-1], expected)
     assert (got[:, -1] == 0).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# past_key_values, the old name of cache
+# ---------------------------------------------------------------------------------------------
+
+
+def _deprecation_warnings(call):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = call()
+    return result, [(w.category, str(w.message)) for w in caught if "past_key_values" in str(w.message)]
+
+
+def _marian_warnings(**kwargs):
+    """The warnings transformers' MarianMTModel gives for the same call: the behaviour to match."""
+    from transformers import MarianConfig, MarianMTModel
+
+    config = MarianConfig(
+        vocab_size=VOCAB, d_model=8, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=8, decoder_ffn_dim=8, pad_token_id=PAD,
+        decoder_start_token_id=BOS, max_position_embeddings=32,
+    )  # fmt: skip
+    marian = MarianMTModel(config).eval()
+    input_ids, attention_mask = source_batch()
+    decoder_input_ids, _ = target_batch()
+    first = marian(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids[:, :2])
+    _, caught = _deprecation_warnings(
+        lambda: marian(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids[:, 2:3],
+            past_key_values=first.cache,
+            **({"cache": first.cache} if kwargs.get("both") else {}),
+        )
+    )
+    return [(category, message.replace("MarianMTModel", "{model}")) for category, message in caught]
+
+
+@pytest.mark.parametrize("both", [False, True])
+@pytest.mark.parametrize("variant", ["luong-general-feed-gru", "bahdanau-lstm-coverage", "none-gru-last"])
+def test_past_key_values_is_accepted_as_the_old_name_of_cache_as_marian_does(variant, both):
+    model = make_model(variant)
+    input_ids, attention_mask = source_batch()
+    decoder_input_ids, _ = target_batch()
+    full = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+    first = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids[:, :2])
+    old_name = {"past_key_values": first.cache}
+    if both:  # cache wins: whatever comes as past_key_values is dropped unread
+        old_name = {"past_key_values": object(), "cache": first.cache}
+    rest, caught = _deprecation_warnings(
+        lambda: model(
+            input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids[:, 2:], **old_name
+        )
+    )
+    torch.testing.assert_close(rest.logits, full[:, 2:], atol=1e-5, rtol=1e-5)
+    assert len(caught) == 1
+    expected = [(c, m.format(model="RNNSeq2SeqForConditionalGeneration")) for c, m in _marian_warnings(both=both)]
+    if both:  # the message names the objects passed; compare the rest
+        expected = [(c, m.split("Using")[0]) for c, m in expected]
+        caught = [(c, m.split("Using")[0]) for c, m in caught]
+    assert caught == expected

@@ -799,7 +799,9 @@ CELLS = ["gru", "lstm"]
 
 def _ecosystem_model(variant: str, cell_type: str, **overrides):
     # Wide enough for int8 weights to keep the float model's choices; the default init range.
-    return make_model(variant, cell_type=cell_type, hidden_size=32, embedding_size=16, init_range=0.1, **overrides)
+    return make_model(
+        variant, cell_type=cell_type, **(dict(hidden_size=32, embedding_size=16, init_range=0.1) | overrides)
+    )
 
 
 @pytest.mark.parametrize("cell_type", CELLS)
@@ -1153,3 +1155,53 @@ def test_past_key_values_is_accepted_as_the_old_name_of_cache_as_marian_does(var
         expected = [(c, m.split("Using")[0]) for c, m in expected]
         caught = [(c, m.split("Using")[0]) for c, m in caught]
     assert caught == expected
+
+
+# ---------------------------------------------------------------------------------------------
+# dtype: loading in and converting to half precision
+# ---------------------------------------------------------------------------------------------
+
+HALF_ROUTES = ["from_pretrained-bfloat16", "from_pretrained-float16", "bfloat16()", "half()"]
+
+
+def _half_precision_model(model, route, tmp_path):
+    if route.startswith("from_pretrained"):
+        dtype = getattr(torch, route.split("-")[1])
+        model.save_pretrained(tmp_path)
+        return AutoModelForSeq2SeqLM.from_pretrained(tmp_path, dtype=dtype).eval(), dtype
+    copy = RNNSeq2SeqForConditionalGeneration(model.config).eval()
+    copy.load_state_dict(model.state_dict())
+    return (copy.bfloat16(), torch.bfloat16) if route == "bfloat16()" else (copy.half(), torch.float16)
+
+
+@pytest.mark.parametrize("route", HALF_ROUTES)
+@pytest.mark.parametrize("variant", ALL)
+def test_half_precision_models_give_float32s_logits_and_tokens(variant, route, tmp_path):
+    # init_range 0.3: logits spread wide enough that float32's choices are not near-ties.
+    model = _ecosystem_model(variant, VARIANTS[variant].get("cell_type", "gru"), init_range=0.3)
+    input_ids, attention_mask = source_batch()
+    decoder_input_ids, _ = target_batch()
+    inputs = dict(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
+    generate = dict(attention_mask=attention_mask, num_beams=1, min_new_tokens=6, max_new_tokens=6)
+    expected_logits, expected_tokens = model(**inputs).logits, model.generate(input_ids, **generate)
+
+    half, dtype = _half_precision_model(model, route, tmp_path)
+    assert {p.dtype for p in half.parameters()} | {b.dtype for b in half.buffers()} == {dtype}
+    out = half(**inputs, output_hidden_states=True, output_attentions=True)
+    assert out.logits.dtype == dtype and out.decoder_hidden_states[0].dtype == dtype
+    # Within a few units of bf16's 8-bit mantissa over the logits' spread. Hard attention's argmax and
+    # a local window's edge |s - p_t| <= D are discontinuous: rounding may flip one, hence more room.
+    spread = expected_logits.max() - expected_logits.min()
+    discrete = model.config.attention_mode == "hard" or model.config.window != "global"
+    room = 0.1 if discrete else 0.02
+    error = (out.logits.float() - expected_logits).abs()
+    assert error.max() <= room * spread
+    tokens = half.generate(input_ids, **generate)
+    # The first token is float32's wherever float32's choice is clearer than the half model's error
+    # there (a zero bridge with hard attention starts from near-ties).
+    top2 = expected_logits[:, 0].topk(2).values
+    clear = top2[:, 0] - top2[:, 1] > 2 * error[:, 0].amax(-1)
+    assert clear.any() and torch.equal(tokens[clear, 1], expected_tokens[clear, 1])
+    assert (tokens == expected_tokens).float().mean() >= 0.75
+    beams = half.generate(input_ids, **dict(generate, num_beams=3))  # beam search reorders the half state
+    assert beams.shape[0] == input_ids.shape[0]

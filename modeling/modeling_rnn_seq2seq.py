@@ -22,6 +22,9 @@ output, ``lm_head``) applied once to all steps. Every layer is called as a modul
 weight read, torch's fused single-step LSTM/GRU cell kernels in the step loop, applies only to an
 exactly ``nn.LSTM``/``nn.GRU`` with plain parameters and no hooks (``plain_cell_weights``), so a
 quantized, wrapped or hooked RNN is called instead.
+
+Memory: ``gradient_checkpointing_enable()`` checkpoints the encoder's stacked RNN and each decoder
+step (the whole decoder for the parallel variants), recomputed in backward with the same gradients.
 """
 
 from __future__ import annotations

@@ -17,8 +17,14 @@ Variants (all chosen in ``RNNSeq2SeqConfig``):
 Speed: a decoder whose step t does not depend on step t-1's attention (no attention, or Luong
 without input feeding and without coverage) runs its RNN over the whole target in one cuDNN/oneDNN
 call and attends every position with one batched matmul. The other variants loop over target
-positions with the key projections precomputed once per source, torch's fused single-step
-LSTM/GRU cell kernels, and the output layers (deep output, ``lm_head``) applied once to all steps.
+positions with the key projections precomputed once per source and the output layers (deep
+output, ``lm_head``) applied once to all steps. Every layer is called as a module; the one direct
+weight read, torch's fused single-step LSTM/GRU cell kernels in the step loop, applies only to an
+exactly ``nn.LSTM``/``nn.GRU`` with plain parameters and no hooks (``plain_cell_weights``), so a
+quantized, wrapped or hooked RNN is called instead.
+
+Memory: ``gradient_checkpointing_enable()`` checkpoints the encoder's stacked RNN and each decoder
+step (the whole decoder for the parallel variants), recomputed in backward with the same gradients.
 """
 
 from __future__ import annotations
@@ -29,9 +35,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
-from transformers import PreTrainedModel
+from transformers import GenerationConfig, PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import ModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
+from transformers.utils.deprecation import deprecate_kwarg
 
 from ..configuration.configuration_rnn_seq2seq import RNNSeq2SeqConfig
 from .generation_lengths import Seq2SeqGenerationMixin
@@ -47,6 +54,37 @@ from .pipeline_translation import Seq2SeqTranslationPipeline  # noqa: F401
 _RNN_CLASSES = {"gru": nn.GRU, "lstm": nn.LSTM}
 # Bahdanau et al. (2015), A.2.2: the deep output is a maxout layer with pools of two units.
 BAHDANAU_MAXOUT_POOL = 2
+
+
+def _has_hooks(module: nn.Module) -> bool:
+    """Whether calling ``module`` would run anything besides its ``forward``: hooks registered on it or,
+    through ``torch.nn.modules.module.register_module_*_hook``, on every module."""
+    kinds = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+    on_module = any(getattr(module, kind, None) for kind in kinds)
+    on_all = any(getattr(torch.nn.modules.module, "_global" + kind, None) for kind in kinds)
+    return on_module or on_all
+
+
+def plain_cell_weights(rnn: nn.Module) -> list[tuple[torch.Tensor, ...]] | None:
+    """Each layer's (w_ih, w_hh, b_ih, b_hh) of ``rnn`` when the fused cell kernels may stand in for
+    calling it, else None.
+
+    Only an exact ``nn.LSTM``/``nn.GRU`` (not a subclass, a quantized or parametrized replacement)
+    with plain ``nn.Parameter`` weights, biases, one direction, no LSTM projection and no hooks
+    qualifies; anything else must be called so that it does its own work.
+    """
+    if type(rnn) not in (nn.LSTM, nn.GRU) or _has_hooks(rnn):
+        return None
+    if rnn.bidirectional or not rnn.bias or getattr(rnn, "proj_size", 0):
+        return None
+    names = ("weight_ih_l{}", "weight_hh_l{}", "bias_ih_l{}", "bias_hh_l{}")
+    weights = []
+    for layer in range(rnn.num_layers):
+        layer_weights = tuple(getattr(rnn, name.format(layer), None) for name in names)
+        if any(type(w) is not nn.Parameter for w in layer_weights):
+            return None
+        weights.append(layer_weights)
+    return weights
 
 
 # ---------------------------------------------------------------------------------------------
@@ -172,6 +210,7 @@ class RNNSeq2SeqEncoder(nn.Module):
         )
         self.num_layers = config.encoder_layers
         self.num_directions = config.num_directions
+        self.gradient_checkpointing = False  # set by gradient_checkpointing_enable()
 
     def forward(
         self,
@@ -189,7 +228,7 @@ class RNNSeq2SeqEncoder(nn.Module):
             ValueError: a row of ``attention_mask`` is all 0 (a sentence without a real token),
                 naming the rows.
         """
-        batch, src_len = input_ids.shape
+        batch = input_ids.size(0)
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         lengths = attention_mask.sum(-1).cpu()
@@ -200,16 +239,17 @@ class RNNSeq2SeqEncoder(nn.Module):
             )
 
         embeds = self.dropout(self.embed_tokens(input_ids))  # (batch, src_len, embedding_size)
-        packed = pack_padded_sequence(embeds, lengths, batch_first=True, enforce_sorted=False)
-        packed_out, state = self.rnn(packed)
-        outputs, _ = pad_packed_sequence(packed_out, batch_first=True, total_length=src_len)
+        if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+            # The stacked RNN's activations are recomputed in backward; the embeddings are its input.
+            outputs, final_hidden, final_cell = self._gradient_checkpointing_func(self._run_rnn, embeds, lengths)
+        else:
+            outputs, final_hidden, final_cell = self._run_rnn(embeds, lengths)
 
         def per_layer(final: torch.Tensor) -> torch.Tensor:
             # (layers * directions, batch, hidden) -> (batch, layers, directions * hidden)
             final = final.view(self.num_layers, self.num_directions, batch, -1)
             return final.permute(2, 0, 1, 3).reshape(batch, self.num_layers, -1)
 
-        final_hidden, final_cell = (state, None) if not isinstance(state, tuple) else state
         output = RNNEncoderOutput(
             last_hidden_state=outputs,
             final_hidden_state=per_layer(final_hidden),
@@ -217,6 +257,16 @@ class RNNSeq2SeqEncoder(nn.Module):
             hidden_states=(outputs,) if output_hidden_states else None,
         )
         return output if return_dict is not False else output.to_tuple()
+
+    def _run_rnn(self, embeds: torch.Tensor, lengths: torch.Tensor):
+        """The stacked RNN over ``embeds`` (batch, src_len, embedding_size) packed by ``lengths``:
+        top-layer outputs (batch, src_len, encoder_output_size), zero at padding, and the final
+        hidden (and LSTM cell, else None) states, (layers * directions, batch, encoder_hidden_size)."""
+        packed = pack_padded_sequence(embeds, lengths, batch_first=True, enforce_sorted=False)
+        packed_out, state = self.rnn(packed)
+        outputs, _ = pad_packed_sequence(packed_out, batch_first=True, total_length=embeds.size(1))
+        final_hidden, final_cell = (state, None) if not isinstance(state, tuple) else state
+        return outputs, final_hidden, final_cell
 
 
 class RNNBridge(nn.Module):
@@ -284,6 +334,7 @@ class RNNSeq2SeqDecoder(nn.Module):
         self.input_feeding = config.input_feeding
         self.use_coverage = config.coverage
         self.stepwise = config.is_stepwise
+        self.gradient_checkpointing = False  # set by gradient_checkpointing_enable(): each step is checkpointed
 
         self.embed_tokens = nn.Embedding(config.vocab_size, config.embedding_size, padding_idx=config.pad_token_id)
         self.dropout = nn.Dropout(config.dropout)
@@ -346,115 +397,156 @@ class RNNSeq2SeqDecoder(nn.Module):
         Returns:
             features (batch, tgt_len, output_feature_size) for ``lm_head``; attention weights
             (batch, tgt_len, src_len) or None; coverage penalty (batch, tgt_len) or None; top RNN
-            states (batch, tgt_len, hidden_size).
+            states (batch, tgt_len, hidden_size), the very tensor the output layers read (Bahdanau:
+            s_i, read at step i + 1), so a gradient from the logits reaches them.
         """
         tgt_len = input_ids.size(1)
         start = cache.seen_tokens
         positions = torch.arange(start, start + tgt_len, device=input_ids.device)
         embeds = self.dropout(self.embed_tokens(input_ids))  # (batch, tgt_len, embedding_size)
+        source = (cache.keys, encoder_hidden_states, attention_mask)
 
         if not self.stepwise:
-            features, weights, rnn_outputs = self._forward_parallel(
-                embeds, encoder_hidden_states, attention_mask, positions, cache
+            features, weights, rnn_outputs = self._checkpointed(
+                self._forward_parallel, cache, embeds, *source, positions
             )
             coverage_penalty = None
-        elif self.kind == "bahdanau":
-            features, weights, coverage_penalty, rnn_outputs = self._forward_bahdanau(
-                embeds, encoder_hidden_states, attention_mask, positions, cache
-            )
         else:
-            features, weights, coverage_penalty, rnn_outputs = self._forward_luong_stepwise(
-                embeds, encoder_hidden_states, attention_mask, positions, cache
-            )
+            step = self._bahdanau_step if self.kind == "bahdanau" else self._luong_step
+            # split() once: slicing embeds[:, t] in the loop would make backward build a full-size
+            # zero gradient per step (quadratic in tgt_len).
+            steps = [
+                self._checkpointed(step, cache, embed_t, *source, positions[t : t + 1])
+                for t, embed_t in enumerate(embeds.split(1, dim=1))
+            ]
+            columns = list(zip(*steps, strict=True))  # each output of the steps, over time
+
+            def over_time(parts):  # (batch, tgt_len, ...); None stays None
+                return torch.cat(parts, 1) if parts[0] is not None else None
+
+            # The output layers need no recurrence: one matmul for all steps, which reads the top
+            # RNN states returned as decoder_hidden_states, so these are on the path to the logits
+            # (a gradient reaches them), not a copy made beside it.
+            if self.kind == "bahdanau":
+                contexts, weights, coverage_penalty, rnn_outputs = map(over_time, columns[1:])
+                # A.2.2 reads s_{i-1}: s_0 (the first step's query), then s_1 .. s_{T-1} of this call.
+                queries = torch.cat([columns[0][0], rnn_outputs[:, :-1]], dim=1)
+                deep = self.deep_output(torch.cat([queries, embeds, contexts], dim=-1))
+                features = maxout(deep, BAHDANAU_MAXOUT_POOL)
+            else:
+                rnn_outputs, contexts, weights, coverage_penalty = map(over_time, columns)
+                features = luong_attentional_state(contexts, rnn_outputs, self.attn_combine)  # h̃_t (eq. 5)
         cache.seen_tokens = start + tgt_len
         return self.dropout(features), weights, coverage_penalty, rnn_outputs
 
-    def _forward_parallel(self, embeds, encoder_hidden_states, attention_mask, positions, cache):
-        """No attention, or Luong without input feeding or coverage: one RNN call, one attention."""
+    # The recurrent part of the cache: what one step reads and writes (keys stay fixed per source).
+    _STATE_NAMES = ("hidden", "cell", "attentional_state", "coverage")
+
+    def _checkpointed(self, step, cache: RNNDecoderCache, *inputs):
+        """``step(cache, *inputs)``: advances the recurrent state in ``cache`` and returns a tuple of
+        tensors (or None), here or, under gradient checkpointing, through ``_gradient_checkpointing_func``.
+
+        Checkpointed, a step keeps only its inputs and outputs; its activations (the cell's gates,
+        the additive score's (batch, tgt_len, src_len, hidden_size) features) are recomputed in
+        backward. The recomputation must start from the state the step first saw, so the step then
+        runs on a fresh cache built from the state tensors, and every tensor it reads enters as an
+        input (reentrant checkpointing differentiates through its explicit inputs only).
+        """
+        if not (self.gradient_checkpointing and self.training and torch.is_grad_enabled()):
+            return step(cache, *inputs)
+        names = [name for name in self._STATE_NAMES if getattr(cache, name) is not None]
+        present = []  # which outputs of step are tensors (the checkpoint function returns tensors only)
+
+        def run(*tensors):
+            local = RNNDecoderCache(**dict(zip(names, tensors[: len(names)], strict=True)))
+            outputs = step(local, *tensors[len(names) :])
+            present[:] = [output is not None for output in outputs]
+            return (*(output for output in outputs if output is not None), *(getattr(local, n) for n in names))
+
+        results = self._gradient_checkpointing_func(run, *(getattr(cache, n) for n in names), *inputs)
+        kept, state = iter(results[: len(results) - len(names)]), results[len(results) - len(names) :]
+        for name, tensor in zip(names, state, strict=True):
+            setattr(cache, name, tensor)
+        return tuple(next(kept) if is_tensor else None for is_tensor in present)
+
+    def _forward_parallel(self, cache, embeds, keys, encoder_hidden_states, attention_mask, positions):
+        """No attention, or Luong without input feeding or coverage: one RNN call, one attention.
+        Returns features, weights (or None), top RNN states."""
         rnn_outputs, cache.rnn_state = self.rnn(embeds, cache.rnn_state)  # (batch, tgt_len, hidden_size)
         if self.attention is None:
             return rnn_outputs, None, rnn_outputs
-        context, weights = self.attention(rnn_outputs, cache.keys, encoder_hidden_states, attention_mask, positions)
+        context, weights = self.attention(rnn_outputs, keys, encoder_hidden_states, attention_mask, positions)
         return luong_attentional_state(context, rnn_outputs, self.attn_combine), weights, rnn_outputs
 
     def _rnn_step(self, rnn_input: torch.Tensor, cache: RNNDecoderCache) -> torch.Tensor:
         """One step of the stacked decoder RNN: (batch, 1, input_size) -> top layer (batch, 1, hidden_size).
 
-        Same parameters and arithmetic as ``self.rnn`` (dropout between layers while training), but
-        through torch's fused single-step kernels: calling the stacked ``nn.LSTM`` once per token
-        goes through a whole-sequence kernel (oneDNN on CPU) and measured 1.5-2x slower per step.
+        The reference path calls ``self.rnn`` on the length-1 step, so whatever stands in ``self.rnn``
+        (a quantized, wrapped or hooked module) does the work. When ``self.rnn`` is exactly a plain
+        ``nn.LSTM``/``nn.GRU`` (see ``plain_cell_weights``), the same parameters and arithmetic run
+        through torch's fused single-step kernels instead: calling the stacked module once per token
+        goes through a whole-sequence kernel (oneDNN on CPU), which is slower per step. Both paths
+        use the same parameters, so the same parameters get gradients.
         """
+        weights = plain_cell_weights(self.rnn)
+        if weights is None:
+            output, cache.rnn_state = self.rnn(rnn_input, cache.rnn_state)
+            return output
         x = rnn_input.squeeze(1)  # (batch, input_size)
         hiddens, cells = [], []
-        for layer in range(self.rnn.num_layers):
-            weights = (
-                getattr(self.rnn, f"weight_ih_l{layer}"),
-                getattr(self.rnn, f"weight_hh_l{layer}"),
-                getattr(self.rnn, f"bias_ih_l{layer}"),
-                getattr(self.rnn, f"bias_hh_l{layer}"),
-            )
+        for layer, layer_weights in enumerate(weights):
             if cache.cell is not None:
-                h, c = torch.lstm_cell(x, (cache.hidden[layer], cache.cell[layer]), *weights)
+                h, c = torch.lstm_cell(x, (cache.hidden[layer], cache.cell[layer]), *layer_weights)
                 cells.append(c)
             else:
-                h = torch.gru_cell(x, cache.hidden[layer], *weights)
+                h = torch.gru_cell(x, cache.hidden[layer], *layer_weights)
             hiddens.append(h)
-            x = h if layer == self.rnn.num_layers - 1 else F.dropout(h, self.rnn.dropout, self.training)
+            # dropout between layers while training, as the stacked module applies it
+            x = h if layer == len(weights) - 1 else F.dropout(h, self.rnn.dropout, self.training)
         cache.hidden = torch.stack(hiddens)  # (decoder_layers, batch, hidden_size)
         if cells:
             cache.cell = torch.stack(cells)
         return x.unsqueeze(1)
 
-    def _coverage_step(self, cache, weights_t, penalties):
-        # See et al. (2017), eq. 12 penalises overlap with the coverage *before* this step (eq. 10).
-        penalties.append(torch.minimum(weights_t, cache.coverage.unsqueeze(1)).sum(-1))  # (batch, 1)
+    def _coverage_step(self, cache, weights_t):
+        """Adds a_t to the coverage; returns See et al. (2017)'s eq. 12 penalty Σ_i min(a_i^t, c_i^t)
+        (batch, 1), which reads the coverage *before* this step (eq. 10)."""
+        penalty = torch.minimum(weights_t, cache.coverage.unsqueeze(1)).sum(-1)
         cache.coverage = cache.coverage + weights_t.squeeze(1)
+        return penalty
 
-    def _forward_bahdanau(self, embeds, encoder_hidden_states, attention_mask, positions, cache):
-        """Bahdanau et al. (2015): e_ij from s_{i-1} (A.1.2) → c_i (eq. 5) → s_i = f(s_{i-1}, y_{i-1}, c_i)."""
-        queries, states, contexts, weights, penalties = [], [], [], [], []
-        # split() once: slicing embeds[:, t] in the loop would make backward build a full-size
-        # zero gradient per step (quadratic in tgt_len).
-        for t, embed_t in enumerate(embeds.split(1, dim=1)):
-            query = cache.hidden[-1].unsqueeze(1)  # s_{i-1} of the top layer, (batch, 1, hidden_size)
-            queries.append(query)
-            context, weights_t = self.attention(
-                query, cache.keys, encoder_hidden_states, attention_mask, positions[t : t + 1], cache.coverage
-            )
-            if self.use_coverage:
-                self._coverage_step(cache, weights_t, penalties)
-            rnn_input = torch.cat([embed_t, context], dim=-1)
-            state_t = self._rnn_step(rnn_input, cache)  # s_i, (batch, 1, hidden_size)
-            states.append(state_t)
-            contexts.append(context)
-            weights.append(weights_t)
-        queries, contexts = torch.cat(queries, 1), torch.cat(contexts, 1)
-        # The deep output needs no recurrence: one matmul for all steps. A.2.2 reads s_{i-1}.
-        features = maxout(self.deep_output(torch.cat([queries, embeds, contexts], dim=-1)), BAHDANAU_MAXOUT_POOL)
-        states = torch.cat(states, 1)
-        penalty = torch.cat(penalties, 1) if penalties else None
-        return features, torch.cat(weights, 1), penalty, states
+    def _bahdanau_step(self, cache, embed_t, keys, encoder_hidden_states, attention_mask, position):
+        """Bahdanau et al. (2015): e_ij from s_{i-1} (A.1.2) → c_i (eq. 5) → s_i = f(s_{i-1}, y_{i-1}, c_i).
 
-    def _forward_luong_stepwise(self, embeds, encoder_hidden_states, attention_mask, positions, cache):
-        """Luong et al. (2015) with input feeding (§3.3) and/or coverage: h_t → a_t → c_t → h̃_t."""
-        states, attentional, weights, penalties = [], [], [], []
-        for t, rnn_input in enumerate(embeds.split(1, dim=1)):  # split once, see _forward_bahdanau
-            if self.input_feeding:
-                rnn_input = torch.cat([rnn_input, cache.attentional_state.unsqueeze(1)], dim=-1)
-            state_t = self._rnn_step(rnn_input, cache)  # h_t, (batch, 1, hidden_size)
-            context, weights_t = self.attention(
-                state_t, cache.keys, encoder_hidden_states, attention_mask, positions[t : t + 1], cache.coverage
-            )
-            if self.use_coverage:
-                self._coverage_step(cache, weights_t, penalties)
-            attentional_t = luong_attentional_state(context, state_t, self.attn_combine)  # h̃_t
-            if self.input_feeding:
-                cache.attentional_state = attentional_t.squeeze(1)
-            states.append(state_t)
-            attentional.append(attentional_t)
-            weights.append(weights_t)
-        penalty = torch.cat(penalties, 1) if penalties else None
-        return torch.cat(attentional, 1), torch.cat(weights, 1), penalty, torch.cat(states, 1)
+        embed_t: E y_{i-1}, (batch, 1, embedding_size). Returns s_{i-1} (the query), c_i, a_i, the
+        coverage penalty (or None) and s_i, each (batch, 1, ...).
+        """
+        query = cache.hidden[-1].unsqueeze(1)  # s_{i-1} of the top layer, (batch, 1, hidden_size)
+        context, weights_t = self.attention(
+            query, keys, encoder_hidden_states, attention_mask, position, cache.coverage
+        )
+        penalty = self._coverage_step(cache, weights_t) if self.use_coverage else None
+        state_t = self._rnn_step(torch.cat([embed_t, context], dim=-1), cache)  # s_i, (batch, 1, hidden_size)
+        return query, context, weights_t, penalty, state_t
+
+    def _luong_step(self, cache, embed_t, keys, encoder_hidden_states, attention_mask, position):
+        """Luong et al. (2015) with input feeding (§3.3) and/or coverage: h_t → a_t → c_t → h̃_t.
+
+        embed_t: E y_t, (batch, 1, embedding_size). Returns h_t, c_t, a_t and the coverage penalty
+        (or None), each (batch, 1, ...); the caller applies eq. 5 to all steps at once. With input
+        feeding, h̃_t is also computed here, for the next step's input.
+        """
+        rnn_input = embed_t
+        if self.input_feeding:
+            rnn_input = torch.cat([embed_t, cache.attentional_state.unsqueeze(1)], dim=-1)
+        state_t = self._rnn_step(rnn_input, cache)  # h_t, (batch, 1, hidden_size)
+        context, weights_t = self.attention(
+            state_t, keys, encoder_hidden_states, attention_mask, position, cache.coverage
+        )
+        penalty = self._coverage_step(cache, weights_t) if self.use_coverage else None
+        if self.input_feeding:
+            cache.attentional_state = luong_attentional_state(context, state_t, self.attn_combine).squeeze(1)  # h̃_t
+        return state_t, context, weights_t, penalty
 
 
 # ---------------------------------------------------------------------------------------------
@@ -466,7 +558,7 @@ class RNNSeq2SeqPreTrainedModel(Seq2SeqSavingMixin, PreTrainedModel):
     config_class = RNNSeq2SeqConfig
     base_model_prefix = "model"
     main_input_name = "input_ids"
-    supports_gradient_checkpointing = False
+    supports_gradient_checkpointing = True
     _no_split_modules = ["RNNSeq2SeqEncoder", "RNNSeq2SeqDecoder"]
 
     @torch.no_grad()
@@ -534,6 +626,9 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
     def get_decoder(self) -> RNNSeq2SeqDecoder:
         return self.decoder
 
+    # `past_key_values` is the old name of `cache`: accepted with a FutureWarning, as transformers' own
+    # seq2seq models (Marian, BART) accept it, until the version they drop it in.
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -555,7 +650,8 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
                 ``cache``, only the tokens the cache has not seen.
             decoder_attention_mask: accepted for API compatibility and unused: the decoder is a
                 causal RNN over right-padded targets, so padding cannot reach earlier positions.
-            cache: an ``RNNDecoderCache`` to continue from; updated in place.
+            cache: an ``RNNDecoderCache`` to continue from; updated in place. ``past_key_values``, its
+                old name, is accepted with a FutureWarning (both given: ``cache`` wins).
 
         Returns:
             ``RNNSeq2SeqModelOutput``; ``cross_attentions`` (with ``output_attentions``) is a tuple
@@ -625,10 +721,28 @@ class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, Seq2SeqGener
         for name, value in (getattr(config, "_generation_settings", None) or {}).items():
             setattr(self.generation_config, name, value)
 
+    # A recurrent state cannot be rolled back to an earlier prefix, which assisted (speculative)
+    # decoding needs: transformers' generate refuses assistant_model up front for stateful models.
+    _is_stateful = True
+
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:
         # The decoder state is an RNNDecoderCache, not key/value pairs; generate must not build a DynamicCache.
         return False
+
+    def _prepare_generation_config(self, generation_config: GenerationConfig | None, **kwargs):
+        """transformers' preparation, then a refusal, before anything is encoded, of a key/value cache
+        implementation (static, offloaded, quantized, ...), which transformers would otherwise ignore
+        with a log line for a model that builds its own decoder state."""
+        generation_config, model_kwargs = super()._prepare_generation_config(generation_config, **kwargs)
+        implementation = generation_config.cache_implementation
+        if implementation not in (None, "dynamic"):
+            raise ValueError(
+                f"cache_implementation={implementation!r} is not supported by {type(self).__name__}: its decoder "
+                "carries its own recurrent state (RNNDecoderCache: RNN states, input feeding, coverage), not a "
+                "key/value cache; leave cache_implementation unset (or 'dynamic') for dynamic decoding"
+            )
+        return generation_config, model_kwargs
 
     def _tied_keys_from_config(self) -> dict[str, str]:
         keys = {f"model.{k}": f"model.{v}" for k, v in self._tied_embedding_keys("").items()}
@@ -661,6 +775,7 @@ class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, Seq2SeqGener
         smoothing call this when they take the labels away from the model."""
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")  # the old name, as on RNNSeq2SeqModel
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,

@@ -103,9 +103,12 @@ def local_p_position(query: torch.Tensor, w_p: nn.Linear, v_p: nn.Linear, source
     """Predicted aligned position p_t = S · sigmoid(v_pᵀ tanh(W_p h_t)) (Luong et al. 2015, eq. 9).
 
     S is each sentence's real source length, so p_t ∈ [0, S]. query: (batch, tgt_len, hidden_size);
-    source_lengths: (batch,). Returns (batch, tgt_len).
+    source_lengths: (batch,). Returns (batch, tgt_len), in float32 at least: a position in bfloat16
+    is off by up to one token past 256 (8-bit mantissa), which would move the window of eq. 10.
     """
-    return source_lengths.unsqueeze(1).to(query.dtype) * torch.sigmoid(v_p(torch.tanh(w_p(query)))).squeeze(-1)
+    gate = torch.sigmoid(v_p(torch.tanh(w_p(query)))).squeeze(-1)
+    compute_dtype = torch.promote_types(gate.dtype, torch.float32)
+    return source_lengths.unsqueeze(1).to(compute_dtype) * gate.to(compute_dtype)
 
 
 def local_m_position(positions: torch.Tensor, source_lengths: torch.Tensor) -> torch.Tensor:
@@ -264,7 +267,8 @@ class RNNAttention(nn.Module):
         mask = mask & window_mask(centers, self.window_size, src_len)
         if self.window_kind != "local-p":
             return mask, None
-        return mask, gaussian_weights(centers, self.window_size / 2, src_len)
+        # Positions are float32 (see local_p_position); the weights take the scores' dtype.
+        return mask, gaussian_weights(centers, self.window_size / 2, src_len).to(query.dtype)
 
 
 class BahdanauAttention(RNNAttention):
@@ -337,7 +341,7 @@ class LuongAttention(RNNAttention):
 
     def aligned_position(self, query, positions, source_lengths):
         if self.window_kind == "local-m":
-            return local_m_position(positions, source_lengths).to(query.dtype)
+            return local_m_position(positions, source_lengths)  # float32: exact source positions
         return local_p_position(query, self.w_p, self.v_p, source_lengths)
 
 

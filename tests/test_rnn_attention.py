@@ -242,3 +242,25 @@ def test_straight_through_argmax_backward_is_identity():
     assert out.tolist() == [[0.0, 1.0, 0.0]]
     out.backward(torch.tensor([[1.0, 2.0, 3.0]]))
     assert weights.grad.tolist() == [[1.0, 2.0, 3.0]]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("window", ["local-m", "local-p"])
+def test_local_windows_of_a_half_precision_model_sit_on_exact_source_positions(window, dtype):
+    # bfloat16 holds integers exactly only up to 256: the positions p_t stay float32, so the window
+    # of a long source is where float32 puts it (local-m: exactly [t - D, t + D]).
+    module = _module("luong", score="dot", window=window, window_size=2).to(dtype)
+    src_len, positions = 400, torch.arange(290, 300)
+    query = torch.randn(1, len(positions), HIDDEN).to(dtype)
+    mask = torch.ones(1, src_len, dtype=torch.bool)
+    centers = module.aligned_position(query, positions, mask.sum(-1))
+    assert centers.dtype == torch.float32
+    window_mask, gaussian = module.window(query, mask, positions)
+    if window == "local-m":
+        assert torch.equal(centers[0], positions.float())
+        expected = (torch.arange(src_len) - positions[:, None]).abs() <= 2
+        assert torch.equal(window_mask[0], expected)
+    else:
+        assert gaussian.dtype == dtype  # the weights keep the model's dtype
+        float_centers = module.float().aligned_position(query.float(), positions, mask.sum(-1))
+        assert (centers - float_centers).abs().max() <= src_len * 2**-8  # the gate's rounding only

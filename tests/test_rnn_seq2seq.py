@@ -79,6 +79,7 @@ def target_batch():
 
 ALL = list(VARIANTS)
 ATTENDING = [v for v in VARIANTS if VARIANTS[v]["attention"] != "none"]
+STEPWISE = [v for v in VARIANTS if RNNSeq2SeqConfig(**VARIANTS[v]).is_stepwise]  # decoded one step at a time
 
 
 # ---------------------------------------------------------------------------------------------
@@ -787,3 +788,420 @@ def test_data_collator_for_seq2seq_builds_the_decoder_inputs_the_model_would():
             input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]
         ).loss
     torch.testing.assert_close(with_inputs, labels_only, rtol=0, atol=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The ecosystem's tools: quantization, hooks, LoRA (the layers are called, never bypassed)
+# ---------------------------------------------------------------------------------------------
+
+CELLS = ["gru", "lstm"]
+
+
+def _ecosystem_model(variant: str, cell_type: str, **overrides):
+    # Wide enough for int8 weights to keep the float model's choices; the default init range.
+    return make_model(
+        variant, cell_type=cell_type, **(dict(hidden_size=32, embedding_size=16, init_range=0.1) | overrides)
+    )
+
+
+@pytest.mark.parametrize("cell_type", CELLS)
+@pytest.mark.parametrize("variant", ALL)
+def test_dynamic_int8_quantization_then_generate_keeps_most_tokens(variant, cell_type):
+    from torch import nn
+
+    model = _ecosystem_model(variant, cell_type)
+    input_ids, attention_mask = source_batch()
+    kwargs = dict(attention_mask=attention_mask, num_beams=1, min_new_tokens=8, max_new_tokens=8)
+    expected = model.generate(input_ids, **kwargs)
+    quantized = torch.ao.quantization.quantize_dynamic(model, {nn.Linear, nn.LSTM, nn.GRU}, torch.qint8)
+    # Every RNN and Linear is replaced: the model can only run by calling them.
+    assert type(quantized.model.decoder.rnn).__module__.startswith("torch.ao.nn.quantized.dynamic")
+    assert not any(type(m) in (nn.Linear, nn.LSTM, nn.GRU) for m in quantized.modules())
+    got = quantized.generate(input_ids, **kwargs)
+    assert torch.equal(got[:, :2], expected[:, :2])  # the first token of every row
+    assert (got == expected).float().mean() >= 0.8
+
+
+@pytest.mark.parametrize("cell_type", CELLS)
+@pytest.mark.parametrize("variant", ALL)
+def test_a_forward_hook_on_the_decoder_rnn_fires_at_every_generate_step(variant, cell_type):
+    model = make_model(variant, cell_type=cell_type)
+    input_ids, attention_mask = source_batch()
+    kwargs = dict(attention_mask=attention_mask, num_beams=1, min_new_tokens=4, max_new_tokens=4)
+    expected = model.generate(input_ids, **kwargs)
+    calls = []
+    handle = model.model.decoder.rnn.register_forward_hook(lambda module, args, output: calls.append(args[0].shape))
+    try:
+        got = model.generate(input_ids, **kwargs)
+    finally:
+        handle.remove()
+    assert torch.equal(got, expected)
+    # one call per generated token, each on the one new token: (batch, 1, input_size)
+    assert [shape[:2] for shape in calls] == [(3, 1)] * 4
+
+
+@pytest.mark.parametrize("cell_type", CELLS)
+@pytest.mark.parametrize("variant", STEPWISE)
+def test_a_hooked_rnn_gives_the_fused_steps_logits_and_gradients(variant, cell_type):
+    # The fused step kernels stand in for the module only while it is plain; calling the hooked
+    # module instead gives the same numbers, and the same parameters get the same gradients.
+    from attention_seq2seq.modeling.modeling_rnn_seq2seq import plain_cell_weights
+
+    model = make_model(variant, cell_type=cell_type, dropout=0.0).train()
+    input_ids, attention_mask = source_batch()
+    decoder_input_ids, _ = target_batch()
+    kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, labels=decoder_input_ids)
+
+    def loss_and_grads():
+        model.zero_grad()
+        out = model(**kwargs)
+        out.loss.backward()
+        return out.logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    assert plain_cell_weights(model.model.decoder.rnn) is not None
+    fused_logits, fused_grads = loss_and_grads()
+    handle = model.model.decoder.rnn.register_forward_pre_hook(lambda module, args: None)
+    try:
+        assert plain_cell_weights(model.model.decoder.rnn) is None
+        called_logits, called_grads = loss_and_grads()
+    finally:
+        handle.remove()
+    torch.testing.assert_close(called_logits, fused_logits, atol=1e-5, rtol=1e-5)
+    assert called_grads.keys() == fused_grads.keys()
+    for name, grad in fused_grads.items():
+        torch.testing.assert_close(called_grads[name], grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_only_an_exactly_plain_rnn_takes_the_fused_step():
+    from torch import nn
+    from torch.nn.utils import parametrize
+
+    from attention_seq2seq.modeling.modeling_rnn_seq2seq import plain_cell_weights
+
+    class MyGRU(nn.GRU):
+        pass
+
+    assert plain_cell_weights(nn.GRU(4, 4, batch_first=True)) is not None
+    assert plain_cell_weights(nn.LSTM(4, 4, num_layers=2, batch_first=True)) is not None
+    assert plain_cell_weights(MyGRU(4, 4, batch_first=True)) is None
+    hooked = nn.LSTM(4, 4, batch_first=True)
+    hooked.register_forward_hook(lambda *args: None)
+    assert plain_cell_weights(hooked) is None
+    reparametrized = nn.GRU(4, 4, batch_first=True)
+    parametrize.register_parametrization(reparametrized, "weight_hh_l0", nn.Identity())
+    assert plain_cell_weights(reparametrized) is None
+    global_hook = torch.nn.modules.module.register_module_forward_hook(lambda *args: None)
+    try:
+        assert plain_cell_weights(nn.GRU(4, 4, batch_first=True)) is None
+    finally:
+        global_hook.remove()
+    quantized = torch.ao.quantization.quantize_dynamic(nn.Sequential(nn.GRU(4, 4)), {nn.GRU}, torch.qint8)
+    assert plain_cell_weights(quantized[0]) is None
+
+
+@pytest.mark.parametrize("cell_type", CELLS)
+@pytest.mark.parametrize("variant", ATTENDING)
+def test_lora_on_every_attention_and_output_linear_gives_every_adapter_a_gradient(variant, cell_type):
+    peft = pytest.importorskip("peft")
+    from torch import nn
+
+    model = make_model(variant, cell_type=cell_type, dropout=0.0)
+    decoder = model.model.decoder
+    targets = [f"model.decoder.attention.{name}" for name, m in decoder.attention.named_modules() if name]
+    targets = [t for t in targets if isinstance(model.get_submodule(t), nn.Linear)]
+    output_layer = "deep_output" if model.config.attention == "bahdanau" else "attn_combine"
+    targets += [f"model.decoder.{output_layer}", "lm_head"]
+    # init_lora_weights=False: B starts random, not zero, so A's gradient is not zero by construction.
+    lora = peft.get_peft_model(model, peft.LoraConfig(r=2, target_modules=targets, init_lora_weights=False))
+    input_ids, attention_mask = source_batch()
+    decoder_input_ids, _ = target_batch()
+    lora(input_ids=input_ids, attention_mask=attention_mask, labels=decoder_input_ids).loss.backward()
+    adapters = {name: p for name, p in lora.named_parameters() if "lora_" in name}
+    assert len(adapters) == 2 * len(targets)
+    without_gradient = [name for name, p in adapters.items() if p.grad is None or not p.grad.abs().sum() > 0]
+    assert without_gradient == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Gradient checkpointing
+# ---------------------------------------------------------------------------------------------
+
+
+def _loss_and_gradients(model, seed=0):
+    input_ids, attention_mask = source_batch()
+    decoder_input_ids, _ = target_batch()
+    model.zero_grad()
+    torch.manual_seed(seed)  # the same dropout masks in both runs
+    loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=decoder_input_ids).loss
+    loss.backward()
+    return loss.detach(), {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("use_reentrant", [False, True])
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+@pytest.mark.parametrize("cell_type", CELLS)
+@pytest.mark.parametrize("variant", ALL)
+def test_gradient_checkpointing_gives_the_plain_backwards_gradients(variant, cell_type, dropout, use_reentrant):
+    # Two layers each side so that the RNNs' own dropout between layers is inside the checkpoints;
+    # torch's checkpoint restores the RNG state before recomputing, so dropout > 0 must match too.
+    model = make_model(variant, cell_type=cell_type, dropout=dropout, encoder_layers=2, decoder_layers=2).train()
+    decoder = model.model.decoder
+    # Counting calls shows the checkpoints at work: backward runs each checkpointed part again.
+    calls = []
+    for module in (model.model.encoder.rnn, decoder.attention or decoder.rnn):
+        module.register_forward_pre_hook(lambda module, args: calls.append(module))
+    expected_loss, expected = _loss_and_gradients(model)
+    plain_calls, calls[:] = len(calls), []
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": use_reentrant})
+    assert model.model.encoder.gradient_checkpointing and decoder.gradient_checkpointing
+    loss, got = _loss_and_gradients(model)
+    assert len(calls) == 2 * plain_calls
+    # Reentrant checkpointing runs the first forward without autograd, where oneDNN may pick
+    # another kernel: equal to rounding.
+    torch.testing.assert_close(loss, expected_loss, rtol=1e-6, atol=1e-7)
+    assert got.keys() == expected.keys() == {n for n, p in model.named_parameters() if p.requires_grad}
+    for name, grad in expected.items():
+        torch.testing.assert_close(got[name], grad, rtol=1e-5, atol=1e-6, msg=name)
+    model.gradient_checkpointing_disable()
+    assert not model.model.decoder.gradient_checkpointing
+
+
+# ---------------------------------------------------------------------------------------------
+# Routes that do not exist for a recurrent state: refused up front, in one line
+# ---------------------------------------------------------------------------------------------
+
+
+def test_assisted_generation_is_refused_up_front_for_the_stateful_rnn():
+    model, assistant = make_model("luong-general-feed-gru"), make_model("bahdanau-gru")
+    input_ids, attention_mask = source_batch()
+    encoder_calls = []
+    model.model.encoder.register_forward_pre_hook(lambda *args: encoder_calls.append(1))
+    with pytest.raises(ValueError, match="^assisted generation is not supported with stateful models, such as RNN"):
+        model.generate(input_ids, attention_mask=attention_mask, num_beams=1, assistant_model=assistant)
+    assert encoder_calls == []  # refused before any work
+
+
+@pytest.mark.parametrize("implementation", ["static", "offloaded_static", "sliding_window", "offloaded", "quantized"])
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_a_key_value_cache_implementation_is_refused_in_one_line_naming_the_supported_route(implementation, num_beams):
+    model = make_model("luong-general-feed-gru")
+    input_ids, attention_mask = source_batch()
+    encoder_calls = []
+    model.model.encoder.register_forward_pre_hook(lambda *args: encoder_calls.append(1))
+    with pytest.raises(ValueError) as refused:
+        model.generate(
+            input_ids, attention_mask=attention_mask, num_beams=num_beams, cache_implementation=implementation
+        )
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith(f"cache_implementation={implementation!r} is not supported by RNNSeq2Seq")
+    assert "own recurrent state" in message and "unset (or 'dynamic') for dynamic decoding" in message
+    assert encoder_calls == []
+    # The same refusal when the implementation comes with the model's generation config.
+    model.generation_config.cache_implementation = implementation
+    with pytest.raises(ValueError, match=f"^cache_implementation={implementation!r} is not supported"):
+        model.generate(input_ids, attention_mask=attention_mask, num_beams=num_beams)
+
+
+@pytest.mark.parametrize("variant", ["luong-general-feed-gru", "bahdanau-lstm-coverage"])
+def test_cache_implementation_dynamic_is_the_rnns_own_decoding(variant):
+    model = make_model(variant)
+    input_ids, attention_mask = source_batch()
+    kwargs = dict(attention_mask=attention_mask, num_beams=3, max_new_tokens=6)
+    expected = model.generate(input_ids, **kwargs)
+    assert torch.equal(model.generate(input_ids, cache_implementation="dynamic", **kwargs), expected)
+
+
+# ---------------------------------------------------------------------------------------------
+# decoder_hidden_states are on the path to the logits
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", ALL)
+def test_decoder_hidden_states_are_on_the_path_to_the_logits(variant):
+    # transformers' retain_grad contract: a gradient from the logits reaches the returned states.
+    model = make_model(variant, dropout=0.0).train()
+    input_ids, attention_mask = source_batch()
+    decoder_input_ids, _ = target_batch()
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        decoder_input_ids=decoder_input_ids,
+        output_hidden_states=True,
+    )
+    (states,) = out.decoder_hidden_states  # top RNN states, (batch, tgt_len, hidden_size)
+    states.retain_grad()
+    out.logits.sum().backward()
+    assert states.grad is not None
+    # Bahdanau predicts y_i from s_{i-1}: the last state of a call reaches no logit of that call.
+    reached = states.grad[:, :-1] if model.config.attention == "bahdanau" else states.grad
+    assert (reached.abs().sum(-1) > 0).all()
+
+
+@pytest.mark.parametrize("variant", [v for v in STEPWISE if VARIANTS[v]["attention"] == "luong"])
+def test_luong_logits_depend_on_the_returned_states_through_eq_5(variant):
+    # ∂(g · logits_t)/∂h_t along eq. 5 and 6: W_cᵀ [(1 - h̃_t²) ⊙ W_sᵀ g], W_c's columns that read h_t.
+    model = make_model(variant, dropout=0.0)
+    input_ids, attention_mask = source_batch()
+    decoder_input_ids, _ = target_batch()
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        decoder_input_ids=decoder_input_ids,
+        output_hidden_states=True,
+    )
+    (states,) = out.decoder_hidden_states
+    g = torch.randn_like(out.logits)
+    (got,) = torch.autograd.grad(out.logits, states, g)
+    with torch.no_grad():
+        h_tilde = model.model(
+            input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids
+        ).last_hidden_state  # h̃_t, (batch, tgt_len, hidden_size)
+    w_c = model.model.decoder.attn_combine.weight  # (hidden, encoder_output_size + hidden) over [c_t; h_t]
+    expected = ((g @ model.lm_head.weight) * (1 - h_tilde**2)) @ w_c[:, model.config.encoder_output_size :]
+    torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if VARIANTS[v]["attention"] == "bahdanau"])
+def test_bahdanau_logits_depend_on_the_returned_states_through_the_deep_output(variant):
+    # ∂(g · logits_{i+1})/∂s_i along A.2.2: U_oᵀ of the maxout's winning units of W_oᵀ g.
+    model = make_model(variant, dropout=0.0)
+    decoder = model.model.decoder
+    input_ids, attention_mask = source_batch()
+    decoder_input_ids, _ = target_batch()
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        decoder_input_ids=decoder_input_ids,
+        output_hidden_states=True,
+        output_attentions=True,
+    )
+    (states,) = out.decoder_hidden_states  # s_1 .. s_T, (batch, tgt_len, hidden_size)
+    g = torch.randn_like(out.logits)
+    (got,) = torch.autograd.grad(out.logits, states, g)
+    with torch.no_grad():
+        encoder_outputs = model.get_encoder()(input_ids, attention_mask)
+        s_0 = decoder.bridge(encoder_outputs.final_hidden_state, encoder_outputs.final_cell_state)[0][-1]
+        contexts = out.cross_attentions[0][:, 0] @ encoder_outputs.last_hidden_state  # c_i (eq. 5)
+        queries = torch.cat([s_0.unsqueeze(1), states[:, :-1]], 1)  # s_{i-1}
+        embeds = decoder.embed_tokens(decoder_input_ids)
+        t_tilde = decoder.deep_output(torch.cat([queries, embeds, contexts], -1))  # (batch, tgt_len, 2 * embedding)
+    winners = F.one_hot(t_tilde.unflatten(-1, (-1, 2)).argmax(-1), 2).to(g.dtype)  # the unit each pool passes on
+    upstream = ((g @ model.lm_head.weight).unsqueeze(-1) * winners).flatten(-2)  # ∂/∂t̃_i
+    expected = upstream[:, 1:] @ decoder.deep_output.weight[:, : model.config.hidden_size]  # U_o reads s_{i-1}
+    torch.testing.assert_close(got[:, :-1], expected)
+    assert (got[:, -1] == 0).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# past_key_values, the old name of cache
+# ---------------------------------------------------------------------------------------------
+
+
+def _deprecation_warnings(call):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = call()
+    return result, [(w.category, str(w.message)) for w in caught if "past_key_values" in str(w.message)]
+
+
+def _marian_warnings(**kwargs):
+    """The warnings transformers' MarianMTModel gives for the same call: the behaviour to match."""
+    from transformers import MarianConfig, MarianMTModel
+
+    config = MarianConfig(
+        vocab_size=VOCAB, d_model=8, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=8, decoder_ffn_dim=8, pad_token_id=PAD,
+        decoder_start_token_id=BOS, max_position_embeddings=32,
+    )  # fmt: skip
+    marian = MarianMTModel(config).eval()
+    input_ids, attention_mask = source_batch()
+    decoder_input_ids, _ = target_batch()
+    first = marian(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids[:, :2])
+    _, caught = _deprecation_warnings(
+        lambda: marian(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids[:, 2:3],
+            past_key_values=first.cache,
+            **({"cache": first.cache} if kwargs.get("both") else {}),
+        )
+    )
+    return [(category, message.replace("MarianMTModel", "{model}")) for category, message in caught]
+
+
+@pytest.mark.parametrize("both", [False, True])
+@pytest.mark.parametrize("variant", ["luong-general-feed-gru", "bahdanau-lstm-coverage", "none-gru-last"])
+def test_past_key_values_is_accepted_as_the_old_name_of_cache_as_marian_does(variant, both):
+    model = make_model(variant)
+    input_ids, attention_mask = source_batch()
+    decoder_input_ids, _ = target_batch()
+    full = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+    first = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids[:, :2])
+    old_name = {"past_key_values": first.cache}
+    if both:  # cache wins: whatever comes as past_key_values is dropped unread
+        old_name = {"past_key_values": object(), "cache": first.cache}
+    rest, caught = _deprecation_warnings(
+        lambda: model(
+            input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids[:, 2:], **old_name
+        )
+    )
+    torch.testing.assert_close(rest.logits, full[:, 2:], atol=1e-5, rtol=1e-5)
+    assert len(caught) == 1
+    expected = [(c, m.format(model="RNNSeq2SeqForConditionalGeneration")) for c, m in _marian_warnings(both=both)]
+    if both:  # the message names the objects passed; compare the rest
+        expected = [(c, m.split("Using")[0]) for c, m in expected]
+        caught = [(c, m.split("Using")[0]) for c, m in caught]
+    assert caught == expected
+
+
+# ---------------------------------------------------------------------------------------------
+# dtype: loading in and converting to half precision
+# ---------------------------------------------------------------------------------------------
+
+HALF_ROUTES = ["from_pretrained-bfloat16", "from_pretrained-float16", "bfloat16()", "half()"]
+
+
+def _half_precision_model(model, route, tmp_path):
+    if route.startswith("from_pretrained"):
+        dtype = getattr(torch, route.split("-")[1])
+        model.save_pretrained(tmp_path)
+        return AutoModelForSeq2SeqLM.from_pretrained(tmp_path, dtype=dtype).eval(), dtype
+    copy = RNNSeq2SeqForConditionalGeneration(model.config).eval()
+    copy.load_state_dict(model.state_dict())
+    return (copy.bfloat16(), torch.bfloat16) if route == "bfloat16()" else (copy.half(), torch.float16)
+
+
+@pytest.mark.parametrize("route", HALF_ROUTES)
+@pytest.mark.parametrize("variant", ALL)
+def test_half_precision_models_give_float32s_logits_and_tokens(variant, route, tmp_path):
+    # init_range 0.3: logits spread wide enough that float32's choices are not near-ties.
+    model = _ecosystem_model(variant, VARIANTS[variant].get("cell_type", "gru"), init_range=0.3)
+    input_ids, attention_mask = source_batch()
+    decoder_input_ids, _ = target_batch()
+    inputs = dict(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
+    generate = dict(attention_mask=attention_mask, num_beams=1, min_new_tokens=6, max_new_tokens=6)
+    expected_logits, expected_tokens = model(**inputs).logits, model.generate(input_ids, **generate)
+
+    half, dtype = _half_precision_model(model, route, tmp_path)
+    assert {p.dtype for p in half.parameters()} | {b.dtype for b in half.buffers()} == {dtype}
+    out = half(**inputs, output_hidden_states=True, output_attentions=True)
+    assert out.logits.dtype == dtype and out.decoder_hidden_states[0].dtype == dtype
+    # Within a few units of bf16's 8-bit mantissa over the logits' spread. Hard attention's argmax and
+    # a local window's edge |s - p_t| <= D are discontinuous: rounding may flip one, hence more room.
+    spread = expected_logits.max() - expected_logits.min()
+    discrete = model.config.attention_mode == "hard" or model.config.window != "global"
+    room = 0.1 if discrete else 0.02
+    error = (out.logits.float() - expected_logits).abs()
+    assert error.max() <= room * spread
+    tokens = half.generate(input_ids, **generate)
+    # The first token is float32's wherever float32's choice is clearer than the half model's error
+    # there (a zero bridge with hard attention starts from near-ties).
+    top2 = expected_logits[:, 0].topk(2).values
+    clear = top2[:, 0] - top2[:, 1] > 2 * error[:, 0].amax(-1)
+    assert clear.any() and torch.equal(tokens[clear, 1], expected_tokens[clear, 1])
+    assert (tokens == expected_tokens).float().mean() >= 0.75
+    beams = half.generate(input_ids, **dict(generate, num_beams=3))  # beam search reorders the half state
+    assert beams.shape[0] == input_ids.shape[0]

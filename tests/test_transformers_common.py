@@ -290,12 +290,6 @@ KNOWN_MODEL_BUGS = {
         "issue 39: output_attentions=True under attn_implementation='sdpa' raises ValueError where transformers' "
         "models fall back (or warn and return none); decide against the contract": ["test_model_outputs_equivalence"],
     },
-    RNNSeq2SeqCommonTest: {
-        "issue 39: the step-by-step RNN decoder (Luong input feeding, the default) concatenates "
-        "decoder_hidden_states after the loop, off the path to the logits: no gradient reaches them": [
-            "test_retain_grad_hidden_states_attentions"
-        ],
-    },
 }
 
 

@@ -6,11 +6,8 @@ that each switch one CPU path off, all interleaved batch by batch with MarianMTM
 rotating), so each variant's ratio to Marian is paired within the same moments of machine load:
 
 - ``all``: the defaults (every path on);
-- ``no-packed``: the output projection through `F.linear` instead of oneDNN's prepacked-weight
-  GEMM (`cpu_fast_paths.packed_linear`);
-- ``no-fused-weight``: Q, K, V weights concatenated at every decoding step, as the reference
-  `fused_linear` does (`cpu_fast_paths.fused_projection` off);
-- ``no-greedy-loop``: transformers' own decoding loop instead of `cpu_fast_paths.greedy_decoding`;
+- ``no-fused-weight``: Q, K, V projected by calling each layer, as the reference does
+  (`cpu_fast_paths.fused_projection` off);
 - ``no-padfree``: the encoder on the padded batch (no `PaddingFreeLayout`);
 - ``no-matmul-step``: SDPA for the decoding steps' attention instead of two matmuls
   (`_DECODE_STEP_MAX_QUERIES` = 0);
@@ -31,27 +28,20 @@ import time
 from common import TransformerDims, base_argparser, build_marian, build_ours, build_tokenizer, cpu_model, log
 from common import read_pairs, set_threads, write_result
 
-VARIANTS = ("all", "no-greedy-loop", "no-packed", "no-fused-weight", "no-padfree", "no-matmul-step", "none")
+VARIANTS = ("all", "no-fused-weight", "no-padfree", "no-matmul-step", "none")
 
 
 @contextlib.contextmanager
 def variant(name: str):
     """Switch one fast path off (through the seam's class, `CPUFastPaths`) while the block runs."""
     from attention_seq2seq.modeling import cpu_fast_paths as fast
-    from attention_seq2seq.modeling.modeling_transformer_seq2seq import fused_linear
 
     paths = fast.CPUFastPaths
-    names = ("output_projection", "fused_projection", "padding_free_layout", "plain_greedy")
+    names = ("fused_projection", "padding_free_layout")
     saved = {n: paths.__dict__[n] for n in names}, fast._DECODE_STEP_MAX_QUERIES
     off = name == "none"
-    if off or name == "no-packed":
-        paths.output_projection = staticmethod(lambda hidden_states, layer, scope: layer(hidden_states))
     if off or name == "no-fused-weight":
-        paths.fused_projection = staticmethod(
-            lambda hidden_states, projections, scope: fused_linear(hidden_states, *projections)
-        )
-    if off or name == "no-greedy-loop":
-        paths.plain_greedy = staticmethod(lambda *args: False)
+        paths.fused_projection = staticmethod(lambda hidden_states, projections, scope=None: None)
     if off or name == "no-padfree":
         paths.padding_free_layout = staticmethod(lambda attention_mask: None)
     if off or name == "no-matmul-step":

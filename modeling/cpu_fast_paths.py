@@ -9,43 +9,31 @@ takes its plain reference line. The two give the same logits, loss and gradients
 rounding and the same `generate` output (tests/test_cpu_fast_paths.py); only dropout draws its
 random masks differently.
 
-What each path is for, as measured (benchmarks/README.md; 2 threads):
+Every fast path applies only where the modules it stands in for are plain (`plain_linears`: exactly
+`nn.Linear` with plain parameters and no hooks); a layer that peft wrapped, `quantize_dynamic`
+replaced or a hook watches is called instead. No path changes which parameters get gradients.
+Nothing here times, measures or writes anything: the same inputs take the same path on every
+machine. What each path saved, measured on named hosts with dates, is in benchmarks/README.md
+("The CPU fast paths, measured"); benchmarks/probe_fast_paths.py measures them against the
+reference on any host.
 
-- `attention_kernel`, eq. 1 as two batched matmuls instead of torch's CPU SDPA (a flash kernel
-  tiled for long sequences). Applies on a CPU under `attn_implementation="sdpa"`: decoding steps
-  with up to `_DECODE_STEP_MAX_QUERIES` queries per source (float32), and training with up to
-  `_TRAIN_STEP_MAX_KEYS` keys. Measured on a 2-core AMD EPYC: a decoding step's cross-attention
-  157 → 127 µs (1.24x); the whole Transformer-small training step 7-12% faster at 12-32 tokens. On
-  an Intel Xeon host (2026-12) the training-step dispatch measured 1.01x, i.e. nothing
-  (benchmarks/probe_fast_paths.py measures it against the reference on any host).
-- `attention_kernel`, the attention in float32 while training under CPU half precision (bf16/fp16
-  q, k, v). AMD EPYC with AVX512-BF16: bf16 SDPA backward 174 ms per step, 27 ms in float32 (6.4x).
-- `dropout`, masks from 64-bit random draws cut into four 15-bit uniforms (CPU, training, the
-  Transformer). AMD EPYC: forward + backward of a (1024, 256) dropout 2.51 → 0.54 ms (4.6x); in
-  the RNN's benchmark step the same masks measured slower, so the RNN keeps `F.dropout`.
-- `padding_free_layout`, the encoder's position-wise layers on the real tokens only (inference
-  with padded sources, any device). AMD EPYC: the encoder on a (64 × 32) test2016 batch with 53%
-  padding, 42.7 → 25.0 ms (1.71x).
-- `output_projection`, `lm_head` through oneDNN's prepacked-weight GEMM (a private
-  `torch.ops.mkldnn` op; CPU float32 decoding steps without autograd), where packing is measured
-  to pay off on the machine (`packing_pays_off`, decided once per CPU and kept). AMD EPYC: (64 ×
-  256) · (256 × 8,000) 2.68 → 1.24 ms (2.2x), packing 0.5 ms: packed. Intel Xeon with AMX
-  (2026-12-02): 1.14x per step, packing 5.5 ms per run: greedy decoding 4% slower, so not packed.
-- `fused_projection`, the concatenated Q, K, V weight of decoder self-attention built once per
-  decoding run instead of at every step (decoding steps without autograd, any device). Intel Xeon,
-  2 threads: greedy benchmark 3 1.13 → 1.15x Marian (benchmarks/probe_cpu_paths.py).
-- `token_loss_sum`, the fused label-smoothed cross-entropy (`_LabelSmoothedCrossEntropy`): its
+- `attention_kernel`: eq. 1 as two batched matmuls instead of torch's CPU SDPA (a flash kernel
+  tiled for long sequences), on a CPU under `attn_implementation="sdpa"`: decoding steps with up
+  to `_DECODE_STEP_MAX_QUERIES` queries per source (float32), and training with up to
+  `_TRAIN_STEP_MAX_KEYS` keys; and the attention in float32 while training under CPU half
+  precision (torch's CPU SDPA backward in bf16 is several times slower than in float32).
+- `dropout`: masks from 64-bit random draws cut into four 15-bit uniforms (CPU, training, the
+  Transformer).
+- `padding_free_layout`: the encoder's position-wise layers on the real tokens only (inference
+  with padded sources, any device).
+- `fused_projection`: projections that read the same input (Q, K, V; K, V of the encoder output)
+  as one matrix multiply, the concatenated weight built once per decoding run instead of at every
+  step.
+- `token_loss_sum`: the fused label-smoothed cross-entropy (`_LabelSmoothedCrossEntropy`): its
   backward writes softmax − target into one gradient, 2 × (tokens, vocab_size) less peak memory
   on every device; on a CPU it works through ~4 MiB row blocks that stay in the cache.
 
-All of them together against the reference (`use_cpu_fast_paths=False`), on an Intel Xeon host
-(2026-12-02, 1 thread, the machine shared with other jobs; benchmarks/probe_fast_paths.py, paired
-and interleaved): a training step on Multi30k batches of ≤ 1,024 target tokens took 0.94x the
-reference's time (median of 12 rounds, IQR 0.90-1.00); greedy and beam-5 `generate` of 64
-sentences 1.04x and 0.99x (7 rounds, IQRs spanning 1): nothing measurable at inference there.
-
-Imports only the standard library, torch and its flat sibling `host_measurements`: shipped to the
-Hub beside the modeling files.
+Imports only the standard library and torch: shipped to the Hub beside the modeling files.
 """
 
 from __future__ import annotations
@@ -70,6 +58,34 @@ _DECODE_STEP_MAX_QUERIES = 8
 # "What made the training step faster", third pass). The eager path's attention dropout is
 # F.dropout (the recipes train with attention_dropout 0).
 _TRAIN_STEP_MAX_KEYS = 32
+
+
+# --------------------------------------------------------------------------------------------
+# When a fast path may stand in for calling a module
+# --------------------------------------------------------------------------------------------
+
+
+def has_hooks(module: nn.Module) -> bool:
+    """Whether calling `module` would run anything besides its `forward`: hooks registered on it or,
+    through `torch.nn.modules.module.register_module_*_hook`, on every module."""
+    kinds = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+    on_module = any(getattr(module, kind, None) for kind in kinds)
+    on_all = any(getattr(torch.nn.modules.module, "_global" + kind, None) for kind in kinds)
+    return on_module or on_all
+
+
+def plain_linears(*layers: nn.Module) -> bool:
+    """True when every layer is exactly `nn.Linear` (not a subclass, nor a replacement such as
+    peft's LoRA `Linear`, a quantized or parametrized layer) with plain `nn.Parameter` weight and
+    bias and no hooks: only then may a fast path read `layer.weight` instead of calling the layer.
+    Anything else must be called, so that it does its own work."""
+    return all(
+        type(layer) is nn.Linear
+        and type(layer.weight) is nn.Parameter
+        and (layer.bias is None or type(layer.bias) is nn.Parameter)
+        and not has_hooks(layer)
+        for layer in layers
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -201,174 +217,6 @@ def dropout(input: torch.Tensor, p: float, training: bool = True) -> torch.Tenso
 
 
 # --------------------------------------------------------------------------------------------
-# The output projection of a decoding step through a prepacked oneDNN weight
-# --------------------------------------------------------------------------------------------
-
-
-class _PackedWeight:
-    """A packed copy of one weight, valid for one decoding run: `scope` is a weak reference to the
-    decoding cache of that `generate()` call (weights do not change while it runs)."""
-
-    __slots__ = ("scope", "data_ptr", "packed")
-
-    def __init__(self, weight: torch.Tensor, scope: object, packed: torch.Tensor | None):
-        self.scope = weakref.ref(scope)
-        self.data_ptr = weight.data_ptr()
-        self.packed = packed  # None: packing failed, use F.linear
-
-    def matches(self, weight: torch.Tensor, scope: object) -> bool:
-        return self.scope() is scope and self.data_ptr == weight.data_ptr()
-
-
-# Outside the modules, so deepcopy/pickling of a model never meets a packed (storage-less) tensor.
-_PACKED: weakref.WeakKeyDictionary[nn.Linear, _PackedWeight] = weakref.WeakKeyDictionary()
-
-
-def _packing_applies(hidden_states: torch.Tensor, weight: torch.Tensor) -> bool:
-    return (
-        not torch.is_grad_enabled()
-        and hidden_states.device.type == "cpu"
-        and weight.device.type == "cpu"
-        and hidden_states.dtype == torch.float32
-        and weight.dtype == torch.float32
-        and hidden_states.numel() > 0
-        and not torch.is_autocast_enabled("cpu")
-        and not torch.compiler.is_compiling()
-        and torch.backends.mkldnn.is_available()
-        and torch.backends.mkldnn.enabled
-        and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-    )
-
-
-# Packing pays off for a run when packing once costs less than what this many decoding steps save
-# (the mean Multi30k test2016 reference length in pieces + </s>, benchmark 3's forced length).
-_PACKING_BREAK_EVEN_STEPS = 16
-# Rows of the timed product: a batch of 64 sentences (greedy), benchmark 3's batch.
-_PACKING_PROBE_ROWS = 64
-# Packing inside a decoding run costs several times what the same packing costs when timed in a
-# loop (each run packs into fresh memory): 5.5 ms per generate() in the profile of the Intel Xeon
-# host against 1.1-1.9 ms timed alone. The timed cost is multiplied by this before comparing.
-_PACKING_COST_FACTOR = 4.0
-# Within-process memo of the packing decisions: (cpu, torch, threads, weight shape) -> bool.
-_PACKING_DECISIONS: dict[tuple, bool] = {}
-
-
-def _time_packing(weight: torch.Tensor, bias: torch.Tensor | None) -> dict:
-    """Seconds to pack `weight`, and of one (64 × in) product through F.linear and the packed GEMM
-    (medians of interleaved repeats; random inputs of the weight's shape and dtype)."""
-    import statistics
-    import time
-
-    generator = torch.Generator().manual_seed(0)  # the global random state (a run's dropout) is not touched
-    with torch.no_grad():
-        w = torch.randn(weight.shape, dtype=weight.dtype, generator=generator)
-        b = None if bias is None else torch.randn(bias.shape, dtype=bias.dtype, generator=generator)
-        x = torch.randn(_PACKING_PROBE_ROWS, weight.size(1), dtype=weight.dtype, generator=generator)
-        pack, plain, packed_step = [], [], []
-        packed = torch.ops.mkldnn._reorder_linear_weight(w, None)  # warm-up of both kernels
-        torch.ops.mkldnn._linear_pointwise(x, packed, b, "none", [], "")
-        F.linear(x, w, b)
-        for _ in range(5):
-            start = time.perf_counter()
-            packed = torch.ops.mkldnn._reorder_linear_weight(w, None)
-            pack.append(time.perf_counter() - start)
-            start = time.perf_counter()
-            for _ in range(4):
-                F.linear(x, w, b)
-            plain.append((time.perf_counter() - start) / 4)
-            start = time.perf_counter()
-            for _ in range(4):
-                torch.ops.mkldnn._linear_pointwise(x, packed, b, "none", [], "")
-            packed_step.append((time.perf_counter() - start) / 4)
-    return {
-        "pack_s": round(statistics.median(pack), 6),
-        "plain_step_s": round(statistics.median(plain), 6),
-        "packed_step_s": round(statistics.median(packed_step), 6),
-    }
-
-
-def packing_pays_off(weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
-    """Whether prepacking `weight` for a decoding run is measured to save time on this machine.
-
-    The packed GEMM is faster per step on the hosts measured, but packing is paid once per run:
-    0.5 ms for the (8,000 × 256) output projection on a 2-core AMD EPYC (a step 2.68 → 1.24 ms),
-    5.5 ms on a 2-core Intel Xeon with AMX (a step only 1.14x faster), where a 16-step greedy run of
-    benchmark 3 came out 3-4% slower with packing (benchmarks/README.md). So the first use on a
-    machine times packing and one (64 × in_features) product both ways, and packs only where
-    packing, counted `_PACKING_COST_FACTOR` times (what it costs inside a run), costs less than
-    `_PACKING_BREAK_EVEN_STEPS` steps save. The timing is kept per CPU,
-    torch version, thread count and weight shape (`host_measurements`, `packed_linear.json`; also
-    where this file ships as remote code) and in memory for the process.
-
-    Args:
-        weight: (out_features, in_features), float32 on the CPU.
-        bias: (out_features,) or None.
-
-    Returns:
-        True to pack.
-    """
-    from .host_measurements import cpu_name, measured
-
-    key = {
-        "cpu": cpu_name(),
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "shape": list(weight.shape),
-        "bias": bias is not None,
-        "rows": _PACKING_PROBE_ROWS,
-    }
-    memo = tuple(sorted((k, str(v)) for k, v in key.items()))
-    if memo not in _PACKING_DECISIONS:
-        entry, _, _ = measured("packed_linear.json", key, lambda: _time_packing(weight, bias))
-        saved = _PACKING_BREAK_EVEN_STEPS * (entry["plain_step_s"] - entry["packed_step_s"])
-        _PACKING_DECISIONS[memo] = _PACKING_COST_FACTOR * entry["pack_s"] < saved
-    return _PACKING_DECISIONS[memo]
-
-
-def packed_linear(hidden_states: torch.Tensor, layer: nn.Linear, scope: object | None) -> torch.Tensor:
-    """`layer(hidden_states)`, through a prepacked-weight oneDNN GEMM during one decoding run.
-
-    Applies only where autograd records nothing (`torch.no_grad()` / `torch.inference_mode()`,
-    which `generate()` uses), to float32 CPU tensors outside autocast and `torch.compile`, with
-    oneDNN enabled, on a machine where packing is measured to pay off (`packing_pays_off`);
-    everything else takes the plain `layer(hidden_states)`.
-
-    Args:
-        hidden_states: (..., in_features).
-        layer: the Linear layer (e.g. `lm_head`, d_model → vocab_size).
-        scope: the decoding cache of the running `generate()` call (the same object at every
-            step). The weight is packed at the first step of a run and reused until the run ends;
-            a new run (a new cache) packs again, so weights updated between runs (training,
-            `load_state_dict`, `.data` writes) are always seen. None: plain `layer(hidden_states)`.
-
-    Returns:
-        (..., out_features), equal to `layer(hidden_states)` up to float32 rounding.
-    """
-    weight, bias = layer.weight, layer.bias
-    if scope is None or not _packing_applies(hidden_states, weight):
-        return layer(hidden_states)
-    entry = _PACKED.get(layer)
-    if entry is None or not entry.matches(weight, scope):
-        packed = None
-        if packing_pays_off(weight, bias):
-            try:
-                packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
-            except RuntimeError:  # a build without this kernel
-                packed = None
-        entry = _PackedWeight(weight, scope, packed)
-        _PACKED[layer] = entry
-    if entry.packed is None:
-        return layer(hidden_states)
-    flat = hidden_states.reshape(-1, hidden_states.size(-1))
-    try:
-        output = torch.ops.mkldnn._linear_pointwise(flat, entry.packed, bias, "none", [], "")
-    except RuntimeError:
-        entry.packed = None
-        return layer(hidden_states)
-    return output.view(*hidden_states.shape[:-1], weight.size(0))
-
-
-# --------------------------------------------------------------------------------------------
 # Q, K, V of a decoding step: the fused weight built once per decoding run
 # --------------------------------------------------------------------------------------------
 
@@ -392,26 +240,34 @@ class _FusedWeight:
 _FUSED: weakref.WeakKeyDictionary[nn.Linear, _FusedWeight] = weakref.WeakKeyDictionary()
 
 
-def fused_projection(hidden_states: torch.Tensor, projections: tuple[nn.Linear, ...], scope: object) -> torch.Tensor:
-    """`modeling_transformer_seq2seq.fused_linear(hidden_states, *projections)` in a decoding step.
+def fused_projection(
+    hidden_states: torch.Tensor, projections: tuple[nn.Module, ...], scope: object | None = None
+) -> torch.Tensor | None:
+    """[x W_1ᵀ + b_1; x W_2ᵀ + b_2; ...] = x [W_1; W_2; ...]ᵀ + [b_1; b_2; ...]: several Linear layers
+    that read the same input as one matrix multiply (Q, K, V of self-attention; K, V of
+    cross-attention), or None when a layer must be called instead (`plain_linears`: a LoRA-wrapped,
+    quantized or hooked projection), so that the caller calls each layer.
 
-    The reference concatenates the weights at every call, which costs nothing next to a training
-    batch's multiply but copies 3 · d_model² floats for each decoder layer at each decoding step,
-    where the multiply has one row per sentence (64 × 256 rows against a 768 × 256 weight in
-    benchmark 3). Here the concatenated weight is built at a run's first step and reused until the
-    run ends (`scope`, the run's cache, as `packed_linear`); a new run concatenates again, so
-    weights changed between runs are always seen. Applies where autograd records nothing (on any
-    device); otherwise it concatenates as the reference does.
+    Concatenating the (d_model, d_model) weights costs O(d_model²) per call, nothing next to a
+    training batch's O(tokens · d_model²) multiply, but in a decoding step the multiply has one row
+    per sentence (64 × 256 rows against a 768 × 256 weight in benchmark 3). So during a decoding
+    run (`scope`, the run's cache, the same object at every step; autograd recording nothing) the
+    concatenated weight is built at the first step and reused until the run ends; a new run
+    concatenates again, so weights changed between runs are always seen. The parameters stay
+    separate and named as in Marian/BART (`q_proj`, `k_proj`, `v_proj`), and get the gradients that
+    calling the layers gives.
 
     Args:
-        hidden_states: (batch, tgt_len, d_model).
-        projections: Linear layers d_model → d_model with biases (`q_proj`, `k_proj`, `v_proj`).
-        scope: the decoding cache of the running `generate()` call.
+        hidden_states: (batch, len, d_model), or (tokens, d_model).
+        projections: the layers, d_model → d_model each.
+        scope: the decoding cache of the running `generate()` call; None outside decoding.
 
     Returns:
-        (batch, tgt_len, len(projections) · d_model), the outputs side by side.
+        (..., len(projections) · d_model), the outputs side by side; or None.
     """
-    if torch.is_grad_enabled() or torch.compiler.is_compiling():
+    if not plain_linears(*projections) or any(p.bias is None for p in projections):
+        return None
+    if scope is None or torch.is_grad_enabled() or torch.compiler.is_compiling():
         weight = torch.cat([p.weight for p in projections])
         return F.linear(hidden_states, weight, torch.cat([p.bias for p in projections]))
     entry = _FUSED.get(projections[0])
@@ -585,7 +441,6 @@ class CPUFastPaths:
 
     attention_kernel = staticmethod(_attention_kernel)
     dropout = staticmethod(dropout)
-    output_projection = staticmethod(packed_linear)
     fused_projection = staticmethod(fused_projection)
 
     @staticmethod
@@ -618,6 +473,4 @@ __all__ = [
     "dropout_keep_mask",
     "fast_paths",
     "label_smoothed_cross_entropy",
-    "packed_linear",
-    "packing_pays_off",
 ]

@@ -41,6 +41,7 @@ from transformers.modeling_outputs import ModelOutput, Seq2SeqLMOutput, Seq2SeqM
 from transformers.utils.deprecation import deprecate_kwarg
 
 from ..configuration.configuration_rnn_seq2seq import RNNSeq2SeqConfig
+from .cpu_fast_paths import has_hooks
 from .generation_lengths import Seq2SeqGenerationMixin
 from .losses import seq2seq_lm_loss, shift_tokens_right
 from .saving import Seq2SeqSavingMixin
@@ -56,15 +57,6 @@ _RNN_CLASSES = {"gru": nn.GRU, "lstm": nn.LSTM}
 BAHDANAU_MAXOUT_POOL = 2
 
 
-def _has_hooks(module: nn.Module) -> bool:
-    """Whether calling ``module`` would run anything besides its ``forward``: hooks registered on it or,
-    through ``torch.nn.modules.module.register_module_*_hook``, on every module."""
-    kinds = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
-    on_module = any(getattr(module, kind, None) for kind in kinds)
-    on_all = any(getattr(torch.nn.modules.module, "_global" + kind, None) for kind in kinds)
-    return on_module or on_all
-
-
 def plain_cell_weights(rnn: nn.Module) -> list[tuple[torch.Tensor, ...]] | None:
     """Each layer's (w_ih, w_hh, b_ih, b_hh) of ``rnn`` when the fused cell kernels may stand in for
     calling it, else None.
@@ -73,7 +65,7 @@ def plain_cell_weights(rnn: nn.Module) -> list[tuple[torch.Tensor, ...]] | None:
     with plain ``nn.Parameter`` weights, biases, one direction, no LSTM projection and no hooks
     qualifies; anything else must be called so that it does its own work.
     """
-    if type(rnn) not in (nn.LSTM, nn.GRU) or _has_hooks(rnn):
+    if type(rnn) not in (nn.LSTM, nn.GRU) or has_hooks(rnn):
         return None
     if rnn.bidirectional or not rnn.bias or getattr(rnn, "proj_size", 0):
         return None

@@ -10,9 +10,10 @@ stacks, and the transformers wrappers (`TransformerSeq2SeqModel`,
 Design choices that differ from Marian/BART in transformers (each for speed, each noted where it
 happens):
 
-* projections that read the same input run as one matrix multiply (`fused_linear`): Q, K, V of
-  self-attention and K, V of cross-attention, with the parameters kept as Marian's `q_proj`,
-  `k_proj`, `v_proj`;
+* with the CPU fast paths, projections that read the same input run as one matrix multiply
+  (`project`): Q, K, V of self-attention and K, V of cross-attention, with the parameters kept as
+  Marian's `q_proj`, `k_proj`, `v_proj` (and the layers called, whenever one is not a plain
+  `nn.Linear`: LoRA, quantization, hooks);
 * the decoder's self-attention needs no mask tensor in training (`is_causal` lets SDPA pick its
   fastest kernel);
 * CPU speed work (eq. 1 as plain matmuls where torch's SDPA kernel is slower, float32 attention
@@ -47,7 +48,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from ..configuration.configuration_transformer_seq2seq import TransformerSeq2SeqConfig
 
 # `label_smoothed_cross_entropy` is re-exported for the trainer, which imports it from here.
-from .cpu_fast_paths import PaddingFreeLayout, fast_paths, label_smoothed_cross_entropy  # noqa: F401
+from .cpu_fast_paths import PaddingFreeLayout, fast_paths, label_smoothed_cross_entropy, plain_linears  # noqa: F401
 from .generation_lengths import Seq2SeqGenerationMixin
 from .losses import seq2seq_lm_loss, shift_tokens_right
 from .saving import Seq2SeqSavingMixin
@@ -174,24 +175,27 @@ def attention_function(module: nn.Module, query: torch.Tensor, key: torch.Tensor
 # --------------------------------------------------------------------------------------------
 
 
-def fused_linear(hidden_states: torch.Tensor, *projections: nn.Linear) -> torch.Tensor:
-    """Apply several Linear layers that read the same input as one matrix multiply.
+def project(hidden_states: torch.Tensor, projections: tuple[nn.Module, ...], config, scope=None) -> torch.Tensor:
+    """The outputs of several projections of the same input side by side, [p_1(x); p_2(x); ...].
 
-    [x W_1ᵀ + b_1; x W_2ᵀ + b_2; ...] = x [W_1; W_2; ...]ᵀ + [b_1; b_2; ...]. Concatenating the
-    (d_model, d_model) weights costs O(d_model²) per call, negligible next to the
-    O(tokens · d_model²) multiply it fuses, and keeps the parameters separate and named as in
-    transformers' Marian/BART (`q_proj`, `k_proj`, `v_proj`).
+    The reference calls each layer (`q_proj(x)`, `k_proj(x)`, ...), so a layer that peft wrapped,
+    `quantize_dynamic` replaced or a hook watches does its own work. With the CPU fast paths, plain
+    `nn.Linear` layers run as one matrix multiply instead (`cpu_fast_paths.fused_projection`).
 
     Args:
         hidden_states: (batch, len, d_model), or (tokens, d_model).
-        projections: Linear layers d_model → d_model, all with biases.
+        projections: layers d_model → d_model.
+        config: the model config (`use_cpu_fast_paths`).
+        scope: the decoding cache of a `generate()` run, or None.
 
     Returns:
-        (..., len(projections) · d_model), the outputs side by side.
+        (..., len(projections) · d_model).
     """
-    weight = torch.cat([p.weight for p in projections])  # (parts · d_model, d_model)
-    bias = torch.cat([p.bias for p in projections])
-    return F.linear(hidden_states, weight, bias)
+    fast = fast_paths(config)
+    fused = fast.fused_projection(hidden_states, projections, scope) if fast is not None else None
+    if fused is not None:
+        return fused
+    return torch.cat([p(hidden_states) for p in projections], dim=-1)
 
 
 class TransformerSeq2SeqAttention(nn.Module):
@@ -202,9 +206,9 @@ class TransformerSeq2SeqAttention(nn.Module):
     side, and the result is viewed as (batch, num_heads, len, head_dim); no loop over heads.
 
     Parameters are named as in Marian/BART: `q_proj` (W^Q), `k_proj` (W^K), `v_proj` (W^V),
-    `out_proj` (W^O). For speed, projections that read the same input run as one matrix multiply
-    (`fused_linear`): Q, K and V in self-attention, K and V of the encoder output in
-    cross-attention, which is projected once per source.
+    `out_proj` (W^O). Projections that read the same input are computed together (`project`): Q, K
+    and V in self-attention, K and V of the encoder output in cross-attention, which is projected
+    once per source.
 
     Args:
         config: the model config (`d_model`, `attention_dropout`).
@@ -252,12 +256,7 @@ class TransformerSeq2SeqAttention(nn.Module):
     ) -> tuple[torch.Tensor, ...]:
         """Query, key and value (batch, num_heads, len, head_dim), reading and filling the cache."""
         if not self.is_cross_attention:
-            fast = fast_paths(self.config) if cache is not None else None
-            projections = (self.q_proj, self.k_proj, self.v_proj)
-            if fast is not None:  # a decoding step: the fused weight kept for the run
-                states = fast.fused_projection(hidden_states, projections, scope=cache)
-            else:
-                states = fused_linear(hidden_states, *projections)
+            states = project(hidden_states, (self.q_proj, self.k_proj, self.v_proj), self.config, scope=cache)
             if layout is not None:  # (tokens, 3·d_model) → (batch, src_len, 3·d_model)
                 states = layout.pad(states)
             query, key, value = self._split_heads(states, 3)
@@ -272,7 +271,7 @@ class TransformerSeq2SeqAttention(nn.Module):
             # The encoder output is fixed during decoding: its keys/values were projected once.
             layer = cross_cache.layers[self.layer_idx]
             return query, layer.keys, layer.values
-        key, value = self._split_heads(fused_linear(key_value_states, self.k_proj, self.v_proj), 2)
+        key, value = self._split_heads(project(key_value_states, (self.k_proj, self.v_proj), self.config), 2)
         if cross_cache is not None:
             key, value = cross_cache.update(key, value, self.layer_idx)
             cache.is_updated[self.layer_idx] = True
@@ -1088,6 +1087,30 @@ class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedMod
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
+    def output_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """The logits `lm_head(hidden_states)` (§3.4), or with `fix_norm` h · e_v / ||e_v||: each
+        output embedding at unit length (FixNorm, Nguyen & Chiang 2018), renormalised at every call.
+
+        A plain bias-free `nn.Linear` `lm_head` is normalised directly (`unit_rows`); any other layer
+        (peft's LoRA, a quantized replacement) is called, and its outputs divided by the lengths of
+        the embeddings it applies, read back by calling it on the identity matrix.
+
+        Args:
+            hidden_states: (batch, tgt_len, d_model) decoder output.
+
+        Returns:
+            (batch, tgt_len, vocab_size).
+        """
+        if not self.config.fix_norm:
+            return self.lm_head(hidden_states)
+        if plain_linears(self.lm_head) and self.lm_head.bias is None:
+            return F.linear(hidden_states, unit_rows(self.lm_head.weight))
+        identity = torch.eye(self.config.d_model, dtype=hidden_states.dtype, device=hidden_states.device)
+        embeddings = self.lm_head(identity)  # (d_model, vocab_size): column v is e_v as the layer applies it
+        norms = torch.linalg.vector_norm(embeddings, dim=0, dtype=torch.promote_types(embeddings.dtype, torch.float32))
+        scale = torch.where(norms > 0, 1.0 / norms.clamp_min(torch.finfo(norms.dtype).tiny), 0.0)
+        return self.lm_head(hidden_states) * scale.to(hidden_states.dtype)
+
     def _max_decoder_positions(self) -> int:
         return self.config.max_position_embeddings
 
@@ -1171,14 +1194,7 @@ class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedMod
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
         )
-        hidden_states, fast = outputs.last_hidden_state, fast_paths(self.config)
-        if self.config.fix_norm:  # logits |h| cos(h, e_w): unit-length output embeddings, renormalised
-            # at every call (decoding steps too; the prepacked fast path is not used)
-            logits = F.linear(hidden_states, unit_rows(self.lm_head.weight))
-        elif fast:  # decoding steps with a cache (no autograd, CPU float32): a weight packed once per generate()
-            logits = fast.output_projection(hidden_states, self.lm_head, scope=outputs.cache)
-        else:
-            logits = self.lm_head(hidden_states)  # (batch, tgt_len, vocab_size)
+        logits = self.output_logits(outputs.last_hidden_state)  # (batch, tgt_len, vocab_size)
 
         loss = None
         if labels is not None:

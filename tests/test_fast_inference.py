@@ -4,16 +4,14 @@ must give the plain computation's numbers and follow every change of the weights
 from __future__ import annotations
 
 import copy
-import json
 import pickle
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from attention_seq2seq.modeling import cpu_fast_paths, modeling_transformer_seq2seq
-from attention_seq2seq.modeling.cpu_fast_paths import PaddingFreeLayout, packed_linear
+from attention_seq2seq.modeling.cpu_fast_paths import PaddingFreeLayout
 from test_transformer_seq2seq import padded_batch, tiny_model
 
 
@@ -21,59 +19,9 @@ class _Run:  # stands for the decoding cache of one generate() call
     pass
 
 
-@pytest.fixture
-def packing_on(monkeypatch):
-    """Pack whatever this machine measured (`packing_pays_off`): the packed path itself is under test."""
-    monkeypatch.setattr(cpu_fast_paths, "packing_pays_off", lambda weight, bias=None: True)
-
-
-@pytest.mark.parametrize("bias", [False, True])
-def test_packed_linear_equals_f_linear_within_a_run_and_repacks_for_the_next(bias, packing_on):
-    torch.manual_seed(0)
-    layer = nn.Linear(16, 50, bias=bias)
-    x = torch.randn(3, 5, 16)
-    run = _Run()
-    with torch.no_grad():
-        torch.testing.assert_close(
-            packed_linear(x, layer, run), F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5
-        )
-        if torch.backends.mkldnn.is_available():
-            assert cpu_fast_paths._PACKED[layer].packed is not None  # the packed copy is kept for the run
-        for rows in (1, 7, 200):  # other row counts than the first call's
-            y = torch.randn(rows, 16)
-            torch.testing.assert_close(
-                packed_linear(y, layer, run), F.linear(y, layer.weight, layer.bias), rtol=1e-5, atol=1e-5
-            )
-        assert packed_linear(x[:0], layer, run).shape == (0, 5, 50)
-        # Between runs the weights change in every way a user can change them; a new run sees it.
-        layer.weight.mul_(-2.0)
-        torch.testing.assert_close(
-            packed_linear(x, layer, _Run()), F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5
-        )
-        layer.weight.data.copy_(torch.randn(50, 16))  # bypasses the version counter
-        torch.testing.assert_close(
-            packed_linear(x, layer, _Run()), F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5
-        )
-        layer.load_state_dict({k: torch.randn_like(v) for k, v in layer.state_dict().items()})
-        torch.testing.assert_close(
-            packed_linear(x, layer, _Run()), F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5
-        )
-        # Without a run (a loss evaluation, no cache): the plain layer.
-        assert torch.equal(packed_linear(x, layer, None), layer(x))
-
-
-def test_packed_linear_under_autograd_or_half_precision_is_the_plain_layer():
-    torch.manual_seed(0)
-    layer = nn.Linear(8, 20)
-    x = torch.randn(4, 8)
-    out = packed_linear(x, layer, _Run())
-    assert out.requires_grad
-    out.sum().backward()
-    torch.testing.assert_close(layer.weight.grad, x.sum(0).expand(20, 8))
-    with torch.no_grad():
-        half = layer.to(torch.bfloat16)
-        xb = x.to(torch.bfloat16)
-        assert torch.equal(packed_linear(xb, half, _Run()), half(xb))
+def projections_fused_for_the_run(model) -> bool:
+    """Whether a decoder self-attention's Q/K/V weight is held fused (cpu_fast_paths._FUSED)."""
+    return model.model.decoder.layers[0].self_attn.q_proj in cpu_fast_paths._FUSED
 
 
 def test_evaluation_between_training_steps_sees_the_updated_weights():
@@ -107,7 +55,7 @@ def test_evaluation_between_training_steps_sees_the_updated_weights():
         model.eval()
 
 
-def test_models_built_under_inference_mode_copy_and_pickle_after_generating(packing_on):
+def test_models_built_under_inference_mode_copy_and_pickle_after_generating():
     input_ids, attention_mask, _ = padded_batch()
     with torch.inference_mode():  # parameters are inference tensors: no version counter to read
         model = tiny_model()
@@ -116,9 +64,8 @@ def test_models_built_under_inference_mode_copy_and_pickle_after_generating(pack
     model = tiny_model()
     with torch.no_grad():
         model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=4)
-    if torch.backends.mkldnn.is_available():
-        assert cpu_fast_paths._PACKED[model.lm_head].packed is not None  # generate() took the packed path
-    twin = copy.deepcopy(model)  # the packed (storage-less) copy lives outside the module
+    assert projections_fused_for_the_run(model)  # generate() kept a fused Q/K/V weight for its run
+    twin = copy.deepcopy(model)  # the fused copies live outside the modules
     pickle.loads(pickle.dumps(model))
     for a, b in zip(model.state_dict().values(), twin.state_dict().values()):
         assert torch.equal(a, b)
@@ -234,7 +181,7 @@ def test_fused_projection_keeps_the_weight_for_a_run_and_follows_changes_between
     x = torch.randn(4, 1, 8)
 
     def reference():
-        return modeling_transformer_seq2seq.fused_linear(x, *projections)
+        return torch.cat([p(x) for p in projections], dim=-1)
 
     run = _Run()
     with torch.no_grad():
@@ -252,43 +199,27 @@ def test_fused_projection_keeps_the_weight_for_a_run_and_follows_changes_between
     assert projections[1].weight.grad is not None
 
 
-@pytest.mark.parametrize(
-    "timing, packs",
-    [
-        ({"pack_s": 1.14e-3, "plain_step_s": 2.02e-3, "packed_step_s": 1.84e-3}, False),  # timed on the Intel Xeon
-        ({"pack_s": 0.5e-3, "plain_step_s": 2.68e-3, "packed_step_s": 1.24e-3}, True),  # the AMD EPYC's
-    ],
-)
-def test_packing_follows_the_measurement_of_this_machine_and_keeps_it(timing, packs, monkeypatch, tmp_path):
-    """Packing is chosen when packing once costs less than 16 steps save; the timing is stored,
-    so a second decision (in another process: the memo is cleared) reads it instead of measuring."""
-    monkeypatch.setenv("ATTENTION_SEQ2SEQ_CACHE", str(tmp_path))
-    monkeypatch.setattr(cpu_fast_paths, "_PACKING_DECISIONS", {})
-    calls = []
-    monkeypatch.setattr(cpu_fast_paths, "_time_packing", lambda weight, bias: calls.append(1) or dict(timing))
+class _ScaledLinear(nn.Linear):  # a subclass does its own work: it must be called
+    def forward(self, x):
+        return 2.0 * super().forward(x)
+
+
+@pytest.mark.parametrize("how", ["subclass", "hook", "no bias", "quantized"])
+def test_fused_projection_stands_aside_for_layers_that_must_be_called(how):
     torch.manual_seed(0)
-    layer = nn.Linear(16, 50)
-    x = torch.randn(3, 16)
-    with torch.no_grad():
-        torch.testing.assert_close(packed_linear(x, layer, _Run()), layer(x), rtol=1e-5, atol=1e-5)
-        if torch.backends.mkldnn.is_available():
-            assert (cpu_fast_paths._PACKED[layer].packed is not None) == packs
-        cpu_fast_paths._PACKING_DECISIONS.clear()
-        assert cpu_fast_paths.packing_pays_off(layer.weight, layer.bias) == packs
-    assert calls == [1]
-    assert (tmp_path / "packed_linear.json").is_file()
-
-
-def test_packing_measurement_times_both_products(monkeypatch, tmp_path):
-    if not torch.backends.mkldnn.is_available():
-        pytest.skip("no oneDNN in this torch build")
-    monkeypatch.setenv("ATTENTION_SEQ2SEQ_CACHE", str(tmp_path))
-    monkeypatch.setattr(cpu_fast_paths, "_PACKING_DECISIONS", {})
-    layer = nn.Linear(32, 300)
-    state = torch.get_rng_state()
-    decision = cpu_fast_paths.packing_pays_off(layer.weight, layer.bias)
-    assert torch.equal(torch.get_rng_state(), state)  # a training run's dropout draws are not moved
-    (entry,) = json.loads((tmp_path / "packed_linear.json").read_text()).values()
-    assert all(entry[k] > 0 for k in ("pack_s", "plain_step_s", "packed_step_s"))
-    saved = cpu_fast_paths._PACKING_BREAK_EVEN_STEPS * (entry["plain_step_s"] - entry["packed_step_s"])
-    assert decision == (cpu_fast_paths._PACKING_COST_FACTOR * entry["pack_s"] < saved)
+    projections = [nn.Linear(8, 8) for _ in range(3)]
+    if how == "subclass":
+        projections[1] = _ScaledLinear(8, 8)
+    elif how == "hook":
+        projections[2].register_forward_hook(lambda module, args, output: output + 1.0)
+    elif how == "no bias":
+        projections[0] = nn.Linear(8, 8, bias=False)
+    else:
+        projections = list(torch.ao.quantization.quantize_dynamic(nn.Sequential(*projections), {nn.Linear}))
+    x = torch.randn(4, 2, 8)
+    for scope in (None, _Run()):
+        with torch.no_grad():
+            assert cpu_fast_paths.fused_projection(x, tuple(projections), scope) is None
+    config = tiny_model().config
+    out = modeling_transformer_seq2seq.project(x, tuple(projections), config)
+    torch.testing.assert_close(out, torch.cat([p(x) for p in projections], dim=-1))

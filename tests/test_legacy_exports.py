@@ -48,10 +48,9 @@ def test_a_legacy_export_loads_into_todays_classes_with_the_same_outputs(family,
     model = FAMILIES[family].from_pretrained(folder, use_cpu_fast_paths=fast)
     assert sorted(model.state_dict()) == expected["state_dict_keys"]
     got = _outputs(model, expected)
-    if fast:  # the code paths of the export's time: the same numbers
-        torch.testing.assert_close(got["logits"], expected["logits"], rtol=0, atol=1e-6)
-    else:
-        torch.testing.assert_close(got["logits"], expected["logits"], rtol=1e-5, atol=1e-5)
+    # The export's time ran lm_head through oneDNN's prepacked GEMM (fast paths on), removed since
+    # (issue 39): today's F.linear gives its numbers to a few float32 ulps (1.2e-6 at logits ~3).
+    torch.testing.assert_close(got["logits"], expected["logits"], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(got["loss"], expected["loss"], rtol=1e-6, atol=1e-6)
     assert got["greedy"].tolist() == expected["greedy"].tolist()
     assert got["beam"].tolist() == expected["beam"].tolist()

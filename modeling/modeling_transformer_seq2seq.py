@@ -44,6 +44,8 @@ from transformers.modeling_outputs import (
     Seq2SeqModelOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
+from transformers.utils import logging
+from transformers.utils.deprecation import deprecate_kwarg
 
 from ..configuration.configuration_transformer_seq2seq import TransformerSeq2SeqConfig
 
@@ -57,6 +59,8 @@ from .saving import Seq2SeqSavingMixin
 # siblings it imports: a re-saved remote-code model then keeps the pipeline that
 # config.custom_pipelines names, and pipeline("translation", model=<re-saved folder>) still loads.
 from .pipeline_translation import Seq2SeqTranslationPipeline  # noqa: F401
+
+logger = logging.get_logger(__name__)
 
 # --------------------------------------------------------------------------------------------
 # Dropout and masks
@@ -150,7 +154,9 @@ def eager_attention_forward(
     return output.transpose(1, 2), weights  # (batch, tgt_len, num_heads, head_dim)
 
 
-def attention_function(module: nn.Module, query: torch.Tensor, key: torch.Tensor, decoding: bool) -> Callable:
+def attention_function(
+    module: nn.Module, query: torch.Tensor, key: torch.Tensor, decoding: bool, output_attentions: bool = False
+) -> Callable:
     """The function that computes eq. 1 for `module`, chosen as transformers' attention interface
     chooses it (as in Marian/BART): `"eager"` → `eager_attention_forward`, `"sdpa"` → torch's
     `F.scaled_dot_product_attention`, by `config._attn_implementation`.
@@ -158,12 +164,25 @@ def attention_function(module: nn.Module, query: torch.Tensor, key: torch.Tensor
     With `config.use_cpu_fast_paths` (the default) the fast paths may swap in a function with the
     same signature and results that runs faster on a CPU (`cpu_fast_paths.CPUFastPaths`).
 
+    `output_attentions=True` needs the probabilities, which SDPA, flex and flash attention never
+    materialise: such a call computes eq. 1 with `eager_attention_forward` (the same numbers, up to
+    float rounding) and says so once, where transformers' own models warn and return no attentions.
+
     Args:
         module: the attention module (reads `config` and `training`).
         query: (batch, num_heads, q_len, head_dim); key: (batch, num_heads, kv_len, head_dim).
         decoding: a decoding step with a cache (one new position per decoder row).
+        output_attentions: the caller returns the attention probabilities.
     """
-    interface = ALL_ATTENTION_FUNCTIONS.get_interface(module.config._attn_implementation, eager_attention_forward)
+    implementation = module.config._attn_implementation
+    if output_attentions and implementation != "eager":
+        logger.warning_once(
+            f"output_attentions=True: attn_implementation={implementation!r} returns no attention probabilities, "
+            f"so these calls compute them with the eager attention (load the model with "
+            f'attn_implementation="eager" to skip this message)'
+        )
+        return eager_attention_forward
+    interface = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
     fast = fast_paths(module.config)
     if fast is None:
         return interface
@@ -285,6 +304,7 @@ class TransformerSeq2SeqAttention(nn.Module):
         cache: Cache | None = None,
         is_causal: bool | None = None,
         layout: PaddingFreeLayout | None = None,
+        output_attentions: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from `hidden_states` to itself (self-attention) or to `key_value_states`.
 
@@ -301,17 +321,21 @@ class TransformerSeq2SeqAttention(nn.Module):
             layout: self-attention over padding-free `hidden_states` (the encoder at inference):
                 Q, K, V are projected for the real tokens only and scattered into the padded
                 layout for eq. 1; the output comes back as (tokens, d_model).
+            output_attentions: return the attention probabilities (computed by the eager attention
+                whatever `attn_implementation` is, see `attention_function`).
 
         Returns:
             (output, weights): output (batch, tgt_len, d_model) (or (tokens, d_model)); weights
-            (batch, num_heads, tgt_len, src_len) under attn_implementation="eager", else None.
+            (batch, num_heads, tgt_len, src_len) under attn_implementation="eager" or with
+            `output_attentions`, else None.
         """
         batch, tgt_len = (layout.batch, layout.src_len) if layout is not None else hidden_states.shape[:2]
         # Projections: Q, K, V (batch, num_heads, len, head_dim), the cache read and filled
         query, key, value = self._key_value(hidden_states, key_value_states, cache, layout)
         query, group = self._stack_beams(query, sources=key.size(0))
         # Eq. 1, through the attention interface
-        attention = attention_function(self, query, key, decoding=cache is not None and tgt_len == 1)
+        decoding = cache is not None and tgt_len == 1
+        attention = attention_function(self, query, key, decoding=decoding, output_attentions=output_attentions)
         output, weights = attention(
             self,
             query,
@@ -389,7 +413,9 @@ def sinusoidal_position_encoding(num_positions: int, d_model: int) -> torch.Tens
     (Vaswani et al. 2017, §3.5).
 
     Interleaved exactly as written in the paper (Marian/fairseq put all sines first, a permutation
-    of the same features). Computed in float64, returned as float32.
+    of the same features). Computed in float64, returned as float32; callers cast it to the
+    model's dtype (a bfloat16 table keeps ~3 significant digits of each value, as transformers'
+    own sinusoidal models have it).
 
     Returns:
         (num_positions, d_model), row `pos` the encoding of position `pos` (0-based).
@@ -407,7 +433,9 @@ class TransformerSeq2SeqPositionalEmbedding(nn.Module):
     """Position vectors added to the token embeddings: the fixed sinusoids of §3.5, or a learned
     (max_position_embeddings, d_model) table (the paper's Table 3 row E variant).
 
-    The sinusoidal table is a non-persistent buffer: it is rebuilt at initialisation, never saved.
+    The sinusoidal table is a non-persistent buffer: it is rebuilt at initialisation, never saved,
+    and follows the model's dtype like the parameters (`.to(dtype)`, `.half()`, loading with
+    `dtype=`).
     """
 
     def __init__(self, config: TransformerSeq2SeqConfig):
@@ -419,7 +447,8 @@ class TransformerSeq2SeqPositionalEmbedding(nn.Module):
             self.weight = nn.Parameter(torch.empty(config.max_position_embeddings, config.d_model))
         else:
             table = sinusoidal_position_encoding(config.max_position_embeddings, config.d_model)
-            self.register_buffer("weight", table, persistent=False)
+            # The default dtype at construction: from_pretrained(dtype=...) builds the model under it.
+            self.register_buffer("weight", table.to(torch.get_default_dtype()), persistent=False)
 
     def forward(self, seq_len: int, past_length: int = 0) -> torch.Tensor:
         """Rows `past_length` .. `past_length + seq_len - 1`: (seq_len, d_model), a view.
@@ -528,6 +557,7 @@ class TransformerSeq2SeqEncoderLayer(GradientCheckpointingLayer):
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         layout: PaddingFreeLayout | None = None,
+        output_attentions: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """hidden_states (batch, src_len, d_model), attention_mask (batch, 1, 1, src_len) boolean →
         (hidden_states (batch, src_len, d_model), self-attention weights or None). With `layout`,
@@ -536,7 +566,9 @@ class TransformerSeq2SeqEncoderLayer(GradientCheckpointingLayer):
         residual = hidden_states
         if self.pre_norm:
             hidden_states = self.self_attn_layer_norm(hidden_states)
-        hidden_states, attn_weights = self.self_attn(hidden_states, attention_mask=attention_mask, layout=layout)
+        hidden_states, attn_weights = self.self_attn(
+            hidden_states, attention_mask=attention_mask, layout=layout, output_attentions=output_attentions
+        )
         hidden_states = residual + dropout(hidden_states, self.dropout, self.training, self.config)
         if not self.pre_norm:
             hidden_states = self.self_attn_layer_norm(hidden_states)
@@ -578,17 +610,23 @@ class TransformerSeq2SeqDecoderLayer(GradientCheckpointingLayer):
         encoder_attention_mask: torch.Tensor | None = None,
         cache: Cache | None = None,
         is_causal: bool = True,
+        output_attentions: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """hidden_states (batch, tgt_len, d_model), encoder_hidden_states (batch, src_len, d_model),
         boolean masks broadcastable to (batch, num_heads, tgt_len, tgt_len + past) and
         (batch, num_heads, tgt_len, src_len) → (hidden_states, self-attention weights,
-        cross-attention weights); weights are None unless attn_implementation="eager"."""
+        cross-attention weights); weights are None unless attn_implementation="eager" or
+        `output_attentions`."""
         # Masked self-attention
         residual = hidden_states
         if self.pre_norm:
             hidden_states = self.self_attn_layer_norm(hidden_states)
         hidden_states, self_weights = self.self_attn(
-            hidden_states, attention_mask=self_attention_mask, cache=cache, is_causal=is_causal
+            hidden_states,
+            attention_mask=self_attention_mask,
+            cache=cache,
+            is_causal=is_causal,
+            output_attentions=output_attentions,
         )
         hidden_states = residual + dropout(hidden_states, self.dropout, self.training, self.config)
         if not self.pre_norm:
@@ -599,7 +637,11 @@ class TransformerSeq2SeqDecoderLayer(GradientCheckpointingLayer):
         if self.pre_norm:
             hidden_states = self.encoder_attn_layer_norm(hidden_states)
         hidden_states, cross_weights = self.encoder_attn(
-            hidden_states, key_value_states=encoder_hidden_states, attention_mask=encoder_attention_mask, cache=cache
+            hidden_states,
+            key_value_states=encoder_hidden_states,
+            attention_mask=encoder_attention_mask,
+            cache=cache,
+            output_attentions=output_attentions,
         )
         hidden_states = residual + dropout(hidden_states, self.dropout, self.training, self.config)
         if not self.pre_norm:
@@ -635,16 +677,6 @@ def check_source_rows(attention_mask: torch.Tensor | None) -> None:
         raise ValueError(f"attention_mask row(s) {rows} are all 0: every source sentence needs at least one real token")
 
 
-def _check_output_attentions(config: TransformerSeq2SeqConfig, output_attentions: bool) -> None:
-    if output_attentions and config._attn_implementation != "eager":
-        raise ValueError(
-            f"output_attentions=True needs the attention probabilities, which "
-            f"attn_implementation={config._attn_implementation!r} never materialises. Load the model with "
-            f'attn_implementation="eager" (from_pretrained(..., attn_implementation="eager")) or call '
-            f'model.set_attn_implementation("eager") first.'
-        )
-
-
 class TransformerSeq2SeqPreTrainedModel(Seq2SeqSavingMixin, PreTrainedModel):
     """Weight initialisation and transformers capabilities shared by the Transformer models.
 
@@ -665,6 +697,21 @@ the padding row
     _supports_flash_attn = False
     _supports_flex_attn = False
     _no_split_modules = ["TransformerSeq2SeqEncoderLayer", "TransformerSeq2SeqDecoderLayer"]
+
+    def mark_tied_weights_as_initialized(self, loading_info) -> None:
+        """transformers' loading step that flags tied parameters as loaded, keeping a missing shared
+        embedding reported as missing.
+
+        The encoder and decoder share one embedding module (`shared`), not only a parameter. For
+        custom-code models transformers drops from the missing keys every parameter that this step
+        flagged, and flagging a tied target flags the very object `shared.weight` is: a checkpoint
+        without the embedding would then load with no missing key reported and `shared.weight` left
+        on the meta device. Sources that were missing stay missing, so they are initialised and
+        reported (as Marian's are)."""
+        missing_before = set(loading_info.missing_keys)
+        super().mark_tied_weights_as_initialized(loading_info)
+        sources = set(getattr(self, "all_tied_weights_keys", {}).values())
+        loading_info.missing_keys = set(loading_info.missing_keys) | (sources & missing_before)
 
     def _init_weights(self, module: nn.Module) -> None:
         d_model = self.config.d_model
@@ -722,7 +769,7 @@ class TransformerSeq2SeqEncoder(nn.Module):
             input_ids: (batch, src_len) source ids.
             attention_mask: (batch, src_len), 1 for tokens and 0 for padding; None: no padding.
             output_attentions: also return each layer's self-attention probabilities,
-                (batch, num_heads, src_len, src_len) per layer (needs attn_implementation="eager").
+                (batch, num_heads, src_len, src_len) per layer (computed by the eager attention).
             output_hidden_states: also return the embedding output and each layer's output.
 
         Returns:
@@ -734,16 +781,15 @@ class TransformerSeq2SeqEncoder(nn.Module):
 
         Raises:
             ValueError: the source is longer than `max_position_embeddings`, a row of
-                `attention_mask` is all 0 (naming the rows), or attention weights are asked for
-                without attn_implementation="eager".
+                `attention_mask` is all 0 (naming the rows).
         """
         config = self.config
         output_attentions = config.output_attentions if output_attentions is None else output_attentions
         output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
-        _check_output_attentions(config, output_attentions)
         check_source_rows(attention_mask)
 
-        hidden_states = self.embed_tokens(input_ids) + self.embed_positions(input_ids.size(1))
+        embeddings = self.embed_tokens(input_ids)
+        hidden_states = embeddings + self.embed_positions(input_ids.size(1)).to(embeddings.dtype)
         hidden_states = dropout(hidden_states, self.dropout, self.training, self.config)
         mask = attention_mask.bool()[:, None, None, :] if attention_mask is not None else None  # (batch, 1, 1, src_len)
         fast = fast_paths(config)
@@ -759,7 +805,7 @@ class TransformerSeq2SeqEncoder(nn.Module):
         for layer in self.layers:
             if output_hidden_states:
                 all_hidden_states += (hidden_states,)
-            hidden_states, weights = layer(hidden_states, mask, layout=layout)
+            hidden_states, weights = layer(hidden_states, mask, layout=layout, output_attentions=output_attentions)
             if output_attentions:
                 all_attentions += (weights,)
         if self.layer_norm is not None:
@@ -848,13 +894,13 @@ class TransformerSeq2SeqDecoder(nn.Module):
         config = self.config
         output_attentions = config.output_attentions if output_attentions is None else output_attentions
         output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
-        _check_output_attentions(config, output_attentions)
         if use_cache and cache is None:
             cache = EncoderDecoderCache(DynamicCache(config=config), DynamicCache(config=config))
         past_length = cache.get_seq_length() if cache is not None else 0
         tgt_len = input_ids.size(1)
 
-        hidden_states = self.embed_tokens(input_ids) + self.embed_positions(tgt_len, past_length)
+        embeddings = self.embed_tokens(input_ids)
+        hidden_states = embeddings + self.embed_positions(tgt_len, past_length).to(embeddings.dtype)
         hidden_states = dropout(hidden_states, self.dropout, self.training, self.config)
         self_mask, is_causal = self._self_attention_mask(attention_mask, tgt_len, past_length, input_ids.device)
         cross_mask = encoder_attention_mask.bool()[:, None, None, :] if encoder_attention_mask is not None else None
@@ -872,6 +918,7 @@ class TransformerSeq2SeqDecoder(nn.Module):
                 cross_mask,
                 cache=cache,
                 is_causal=is_causal,
+                output_attentions=output_attentions,
             )
             if output_attentions:
                 all_self_attentions += (self_weights,)
@@ -908,6 +955,12 @@ class TransformerSeq2SeqModel(TransformerSeq2SeqPreTrainedModel):
         if config.share_encoder_decoder_embeddings:
             self.shared = TransformerSeq2SeqScaledEmbedding(config)
             encoder_embed_tokens = decoder_embed_tokens = self.shared
+            # {target: source}, as Marian declares it: save_pretrained writes shared.weight once and
+            # from_pretrained ties the others to it (transformers applies it with tie_word_embeddings).
+            self._tied_weights_keys = {
+                "encoder.embed_tokens.weight": "shared.weight",
+                "decoder.embed_tokens.weight": "shared.weight",
+            }
         else:
             encoder_embed_tokens = TransformerSeq2SeqScaledEmbedding(config)
             decoder_embed_tokens = TransformerSeq2SeqScaledEmbedding(config)
@@ -929,6 +982,9 @@ class TransformerSeq2SeqModel(TransformerSeq2SeqPreTrainedModel):
     def get_decoder(self) -> TransformerSeq2SeqDecoder:
         return self.decoder
 
+    # `past_key_values` is the old name of `cache`: accepted with a FutureWarning, as transformers' own
+    # seq2seq models (Marian, BART) accept it, until the version they drop it in.
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -966,8 +1022,7 @@ class TransformerSeq2SeqModel(TransformerSeq2SeqPreTrainedModel):
 
         Raises:
             ValueError: no `decoder_input_ids`, neither `input_ids` nor `encoder_outputs`, a
-                sequence longer than `max_position_embeddings`, or `output_attentions` without
-                attn_implementation="eager".
+                or a sequence longer than `max_position_embeddings`.
         """
         config = self.config
         if decoder_input_ids is None:
@@ -1147,6 +1202,9 @@ class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedMod
             cache.reorder_cache(beam_idx)
         return cache
 
+    # `past_key_values` is the old name of `cache`: accepted with a FutureWarning, as transformers' own
+    # seq2seq models (Marian, BART) accept it, until the version they drop it in.
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.Tensor | None = None,

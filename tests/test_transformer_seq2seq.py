@@ -319,11 +319,25 @@ def test_eager_and_sdpa_agree(variant):
         torch.testing.assert_close(grad, sdpa_grad, rtol=1e-4, atol=1e-5)
 
 
-def test_attention_weights_under_sdpa_raise_with_the_fix():
-    model = tiny_model("sdpa")
+def test_attention_weights_under_sdpa_are_eager_weights_with_one_warning(monkeypatch):
+    """SDPA never materialises the probabilities: output_attentions=True computes them with the eager
+    attention (transformers' models warn and return none), the logits unchanged."""
+    from attention_seq2seq.modeling import modeling_transformer_seq2seq
+
+    warnings = []
+    monkeypatch.setattr(modeling_transformer_seq2seq.logger, "warning_once", warnings.append)
+    sdpa, eager = tiny_model("sdpa"), tiny_model("eager")
+    eager.load_state_dict(sdpa.state_dict())
     input_ids, attention_mask, decoder_input_ids = padded_batch()
-    with pytest.raises(ValueError, match='attn_implementation="eager"'):
-        model(input_ids=input_ids, decoder_input_ids=decoder_input_ids, output_attentions=True)
+    kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
+    got = sdpa(**kwargs, output_attentions=True)
+    want = eager(**kwargs, output_attentions=True)
+    assert warnings and all("eager attention" in w and "'sdpa'" in w for w in warnings)
+    for name in ("encoder_attentions", "decoder_attentions", "cross_attentions"):
+        assert len(getattr(got, name)) == len(getattr(want, name)) > 0
+        for a, b in zip(getattr(got, name), getattr(want, name)):
+            torch.testing.assert_close(a, b)
+    torch.testing.assert_close(got.logits, sdpa(**kwargs).logits, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

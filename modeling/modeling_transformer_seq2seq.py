@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.integrations.flex_attention import flex_attention_forward
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -48,6 +49,11 @@ from transformers.utils import logging
 from transformers.utils.deprecation import deprecate_kwarg
 
 from ..configuration.configuration_transformer_seq2seq import TransformerSeq2SeqConfig
+
+try:  # flex attention's mask type (torch >= 2.5)
+    from torch.nn.attention.flex_attention import BlockMask, create_block_mask
+except ImportError:  # pragma: no cover - older torch: no flex attention, nothing is a BlockMask
+    BlockMask, create_block_mask = (), None
 
 # `label_smoothed_cross_entropy` is re-exported for the trainer, which imports it from here.
 from .cpu_fast_paths import PaddingFreeLayout, fast_paths, label_smoothed_cross_entropy, plain_linears  # noqa: F401
@@ -187,6 +193,36 @@ def attention_function(
     if fast is None:
         return interface
     return fast.attention_kernel(module, interface, eager_attention_forward, query, key, decoding)
+
+
+def flex_block_mask(attention_mask: torch.Tensor | None, is_causal: bool, query: torch.Tensor, key: torch.Tensor):
+    """The mask of eq. 1 as flex attention's `BlockMask` (`create_block_mask` over our boolean mask,
+    the causal part folded in: flex attention takes no `is_causal`); None when nothing is masked.
+
+    A `BlockMask` rather than a tensor of additive scores: transformers' score-mask route through
+    torch 2.13's compiled CPU kernel corrupts memory (a plain (2, 1, 6, 6) mask aborts the process).
+
+    Args:
+        attention_mask: boolean, broadcastable to (batch, 1, q_len, kv_len), True where attending
+            is allowed; or None.
+        is_causal: also hide the keys after each query (aligned so that the last query sees every key).
+        query: (batch, num_heads, q_len, head_dim); key: (batch, num_heads, kv_len, head_dim).
+    """
+    batch, q_len, kv_len = query.size(0), query.size(2), key.size(2)
+    allowed = attention_mask
+    if is_causal and q_len > 1:
+        causal = causal_mask(q_len, kv_len, query.device)[None, None]
+        allowed = causal if allowed is None else allowed & causal
+    if allowed is None:
+        return None
+    # Read as a 2D table: indexing a 4D tensor inside mask_mod fails to compile on the CPU
+    # (torch 2.13's inductor: an undeclared `cur_kvSplitSize` in the generated C++).
+    table = allowed.expand(batch, 1, q_len, kv_len).reshape(batch, q_len * kv_len)
+
+    def mask_mod(batch_idx, head_idx, q_idx, kv_idx):
+        return table[batch_idx, q_idx * kv_len + kv_idx]
+
+    return create_block_mask(mask_mod, B=batch, H=None, Q_LEN=q_len, KV_LEN=kv_len, device=query.device)
 
 
 # --------------------------------------------------------------------------------------------
@@ -336,6 +372,9 @@ class TransformerSeq2SeqAttention(nn.Module):
         # Eq. 1, through the attention interface
         decoding = cache is not None and tgt_len == 1
         attention = attention_function(self, query, key, decoding=decoding, output_attentions=output_attentions)
+        is_causal = self.is_causal if is_causal is None else is_causal
+        if attention is flex_attention_forward and not isinstance(attention_mask, BlockMask):
+            attention_mask, is_causal = flex_block_mask(attention_mask, is_causal, query, key), False
         output, weights = attention(
             self,
             query,
@@ -344,7 +383,7 @@ class TransformerSeq2SeqAttention(nn.Module):
             attention_mask,
             scaling=self.scaling,
             dropout=self.attention_dropout if self.training else 0.0,
-            is_causal=self.is_causal if is_causal is None else is_causal,
+            is_causal=is_causal,
         )
         # Concat(head_1, ..., head_h) W^O
         output = output.reshape(batch, tgt_len, self.d_model)
@@ -450,12 +489,19 @@ class TransformerSeq2SeqPositionalEmbedding(nn.Module):
             # The default dtype at construction: from_pretrained(dtype=...) builds the model under it.
             self.register_buffer("weight", table.to(torch.get_default_dtype()), persistent=False)
 
-    def forward(self, seq_len: int, past_length: int = 0) -> torch.Tensor:
-        """Rows `past_length` .. `past_length + seq_len - 1`: (seq_len, d_model), a view.
+    def forward(self, seq_len: int, past_length: int | torch.Tensor = 0) -> torch.Tensor:
+        """Rows `past_length` .. `past_length + seq_len - 1`: (seq_len, d_model), a view; or a gather
+        when `past_length` is a 0-dim tensor (a static cache's length, read without leaving a
+        compiled graph).
 
         Raises:
-            ValueError: the positions run past `max_position_embeddings`.
+            ValueError: the positions run past `max_position_embeddings` (checked outside compiled code).
         """
+        if isinstance(past_length, torch.Tensor):
+            if not torch.compiler.is_compiling():
+                self.forward(seq_len, int(past_length))  # the length check
+            positions = torch.arange(seq_len, device=self.weight.device) + past_length.to(self.weight.device)
+            return self.weight.index_select(0, positions)
         end = past_length + seq_len
         if end > self.max_positions:
             raise ValueError(
@@ -692,10 +738,15 @@ the padding row
     main_input_name = "input_ids"
     supports_gradient_checkpointing = True
     _supports_sdpa = True
-    # The masks are boolean (batch, 1, tgt_len, kv_len) tensors, the layout eager and SDPA take;
-    # flash/flex attention want other mask formats, so they are not claimed.
+    # The masks are boolean (batch, 1, tgt_len, kv_len) tensors, the layout eager and SDPA take; flex
+    # attention gets them as a BlockMask (`flex_block_mask`). Flash attention wants 2D padding masks
+    # and equal query/key batches, which beam search's one cross-attention copy per source does not
+    # have: not claimed, so from_pretrained refuses it in one line.
     _supports_flash_attn = False
-    _supports_flex_attn = False
+    _supports_flex_attn = True
+    # A decoding step with a static cache has fixed shapes and no data-dependent branch: generate() may
+    # compile it (cache_implementation="static", a CompileConfig; on a CPU `_compile_all_devices=True`).
+    _can_compile_fullgraph = True
     _no_split_modules = ["TransformerSeq2SeqEncoderLayer", "TransformerSeq2SeqDecoderLayer"]
 
     def mark_tied_weights_as_initialized(self, loading_info) -> None:
@@ -855,6 +906,30 @@ class TransformerSeq2SeqDecoder(nn.Module):
             mask = mask & attention_mask.bool()[:, None, None, -kv_len:]  # (batch, 1, tgt_len, kv_len)
         return mask, False
 
+    @staticmethod
+    def _fixed_size_cache_mask(
+        attention_mask: torch.Tensor | None, tgt_len: int, past_length: int | torch.Tensor, cache: Cache
+    ) -> torch.Tensor:
+        """Boolean self-attention mask over a static cache, whose keys are always `max_cache_len` long
+        (the unwritten positions hold zeros): (1 | batch, 1, tgt_len, max_cache_len), True where
+        query i (at position past_length + i) may attend key j, i.e. j ≤ past_length + i.
+
+        `attention_mask` may be the 4D mask `generate` builds for compileable caches (boolean,
+        True = attend, or additive floats, 0 = attend), used as it is, or a 2D (batch, past_length
+        + tgt_len) padding mask.
+        """
+        if attention_mask is not None and attention_mask.dim() == 4:
+            return attention_mask if attention_mask.dtype == torch.bool else attention_mask == 0
+        kv_len = cache.get_max_cache_shape()
+        device = cache.layers[0].keys.device if cache.layers[0].is_initialized else None
+        keys = torch.arange(kv_len, device=device)
+        queries = torch.arange(tgt_len, device=device) + past_length
+        mask = (keys[None, :] <= queries[:, None])[None, None]  # (1, 1, tgt_len, kv_len)
+        if attention_mask is not None:  # (batch, past_length + tgt_len) → padded to kv_len with False
+            padding = attention_mask.bool().new_zeros(attention_mask.size(0), kv_len - attention_mask.size(1))
+            mask = mask & torch.cat([attention_mask.bool(), padding], dim=1)[:, None, None, :]
+        return mask
+
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -898,11 +973,15 @@ class TransformerSeq2SeqDecoder(nn.Module):
             cache = EncoderDecoderCache(DynamicCache(config=config), DynamicCache(config=config))
         past_length = cache.get_seq_length() if cache is not None else 0
         tgt_len = input_ids.size(1)
+        self_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
 
         embeddings = self.embed_tokens(input_ids)
         hidden_states = embeddings + self.embed_positions(tgt_len, past_length).to(embeddings.dtype)
         hidden_states = dropout(hidden_states, self.dropout, self.training, self.config)
-        self_mask, is_causal = self._self_attention_mask(attention_mask, tgt_len, past_length, input_ids.device)
+        if self_cache is not None and self_cache.is_compileable:  # a static cache: keys of its full length
+            self_mask, is_causal = self._fixed_size_cache_mask(attention_mask, tgt_len, past_length, self_cache), False
+        else:
+            self_mask, is_causal = self._self_attention_mask(attention_mask, tgt_len, past_length, input_ids.device)
         cross_mask = encoder_attention_mask.bool()[:, None, None, :] if encoder_attention_mask is not None else None
 
         all_hidden_states = () if output_hidden_states else None

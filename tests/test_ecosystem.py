@@ -255,6 +255,27 @@ def test_transformers_can_compile_fullgraph(name):
     assert type(model)._can_compile_fullgraph
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_compiled_static_cache_decoding_gives_the_eager_tokens(num_beams):
+    """generate() compiles the decoding step (fullgraph, inductor) with the static cache; on a CPU only
+    when the CompileConfig says so (`_compile_all_devices`). Same tokens as eager decoding, twice (the
+    second call reuses the compiled step)."""
+    from transformers import CompileConfig
+
+    model = build("transformer:pre-sinusoidal")
+    eager = generate(model, num_beams=num_beams, min_new_tokens=8)
+    config = CompileConfig(fullgraph=True, dynamic=False, mode="default")
+    config._compile_all_devices = True  # a class attribute of CompileConfig, not an init field
+    torch._dynamo.reset()
+    for _ in range(2):
+        compiled = generate(
+            model, num_beams=num_beams, min_new_tokens=8, cache_implementation="static", compile_config=config
+        )
+        assert torch.equal(compiled, eager)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1  # something was compiled
+
+
 # ---------------------------------------------------------------------------------------------
 # Gradient checkpointing: the same gradients as the plain backward
 # ---------------------------------------------------------------------------------------------

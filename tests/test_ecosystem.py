@@ -162,6 +162,45 @@ def test_loads_in_half_precision_and_generates_like_float32(name, dtype, tmp_pat
         assert ((tokens >= 0) & (tokens < VOCAB)).all()
 
 
+_REMOTE_IN_HALF = textwrap.dedent(
+    """
+    import sys, torch
+    sys.modules["attention_seq2seq"] = None  # the shipped code alone, as a Hub user has it
+    from transformers import AutoModelForSeq2SeqLM
+    model = AutoModelForSeq2SeqLM.from_pretrained(sys.argv[1], trust_remote_code=True, dtype=torch.bfloat16).eval()
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert all(b.dtype == torch.bfloat16 for b in model.buffers() if b.is_floating_point())
+    ids = torch.tensor([[5, 6, 7, 2], [8, 2, 0, 0]])
+    with torch.no_grad():
+        for beams in (1, 3):
+            out = model.generate(input_ids=ids, attention_mask=(ids != 0).long(), num_beams=beams, max_new_tokens=5)
+    print(type(model).__module__, out.shape[0])
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name", ["transformer:post-sinusoidal", "transformer:pre-learned", "rnn:bahdanau-lstm-coverage"]
+)
+def test_remote_code_export_loads_in_bfloat16_where_the_package_is_absent(name, tmp_path):
+    from attention_seq2seq.hub.export import write_remote_code
+
+    model = build(name)
+    folder = tmp_path / "model"
+    model.save_pretrained(folder)
+    write_remote_code(model, folder)
+    script = tmp_path / "load.py"
+    script.write_text(_REMOTE_IN_HALF)
+    env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run(
+        [sys.executable, str(script), str(folder)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    module, rows = result.stdout.split()[-2:]
+    assert module.startswith("transformers_modules") and int(rows) == 2
+
+
 # ---------------------------------------------------------------------------------------------
 # PEFT: LoRA adapters are used in forward and generate, and every one gets a gradient
 # ---------------------------------------------------------------------------------------------

@@ -315,8 +315,13 @@ def test_a_run_without_merge_writes_the_adapter_and_merges_later(runs_root, data
     assert metrics["lora"]["merged"] is False
     assert metrics["lora"]["merge_command"] == f"attention-seq2seq finetune --merge-adapter {run}"
     assert f"attention-seq2seq finetune --merge-adapter {run}" in (run / "README.md").read_text()
+    from attention_seq2seq.hub.export import ExportError, export_model
+
+    with pytest.raises(ExportError, match="is a LoRA run without a merged model: merge it first with `attention-seq2"):
+        export_model(run, tmp_path / "export")
 
     assert main(["finetune", "--merge-adapter", str(run)]) == 0
+    assert export_model(run, tmp_path / "export") == tmp_path / "export"
     adapted, tokenizer = _adapted(base, run / "adapter")
     merged, _ = _load(run / "model")
     batch = _teacher_forced_batch(tokenizer, read_pairs(4, split="test"))

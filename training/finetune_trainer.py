@@ -495,8 +495,6 @@ def apply_lora(model, config: FinetuneConfig):
     """
     peft = require_peft()
     targets = resolve_lora_targets(model, config.lora_target_modules)
-    if config.gradient_checkpointing:  # checkpointed blocks pass gradients on only to inputs that need them
-        model.enable_input_require_grads()
     lora_config = peft.LoraConfig(
         r=config.lora_r,
         lora_alpha=config.lora_alpha,

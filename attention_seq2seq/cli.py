@@ -131,6 +131,9 @@ _FINETUNE_EPILOG = """\
 Every field of the recipe is also an option (--field-name VALUE); options override the recipe.
 Writes the usual training folder (model/, metrics.json with base_model, recipe.yaml), which
 `attention-seq2seq export` turns into a Hub repo whose card names the base model.
+With --lora only LoRA adapters train (peft: pip install 'attention-seq2seq[lora]'); the run writes
+adapter/ and, with --merge, model/: the merged plain model, exported like a full fine-tune.
+An output folder that holds a run is never overwritten: --resume continues its checkpoints.
 
 examples:
   attention-seq2seq finetune --recipe training/recipes/finetune-bible-multi30k.yaml
@@ -138,6 +141,10 @@ examples:
       --max-train-samples 2000 --max-steps 500 --output-dir runs/ft-multi30k
   attention-seq2seq finetune --base-model export/ --trust-remote-code --train-file train.jsonl \\
       --validation-file dev.jsonl --output-dir runs/ft --gradient-checkpointing
+  attention-seq2seq finetune --recipe training/recipes/finetune-bible-multi30k-lora.yaml   # LoRA, merged
+  attention-seq2seq finetune --recipe training/recipes/finetune-bible-multi30k.yaml --lora --lora-r 16 \\
+      --learning-rate 1e-3 --output-dir runs/ft-lora          # writes adapter/ (add --merge for model/)
+  attention-seq2seq finetune --merge-adapter runs/ft-lora      # later: adapter/ + base -> model/
   torchrun --nproc_per_node 4 -m attention_seq2seq.training.finetune_trainer --recipe ...
 """
 
@@ -757,14 +764,25 @@ def cmd_average_checkpoints(parser: argparse.ArgumentParser, args: argparse.Name
 
 
 def cmd_finetune(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from .training.finetune_trainer import config_from_args, finetune
+    from .training.finetune_trainer import config_from_args, finetune, merge_adapter
 
+    if args.merge_adapter:
+        try:
+            model_dir = merge_adapter(args.merge_adapter, base_model=args.base_model)
+        except (FileExistsError, ImportError) as err:
+            parser.error(str(err))
+        print(f"merged model written to {model_dir}")
+        return 0
     try:
         config = config_from_args(args)
-    except (ValueError, TypeError) as err:
+    except (ValueError, TypeError, ImportError) as err:
         parser.error(str(err))
-    output_dir = finetune(config)
-    print(f"fine-tuned model written to {output_dir / 'model'}")
+    try:
+        output_dir = finetune(config)
+    except FileExistsError as err:
+        parser.error(str(err))
+    written = "model" if (output_dir / "model").is_dir() else "adapter"
+    print(f"fine-tuned {written} written to {output_dir / written}")
     return 0
 
 

@@ -92,8 +92,8 @@ def resolve_sources(
     does). Explicit ``metrics`` / ``recipe`` / ``heatmap`` paths win over the ones found.
 
     Raises:
-        ExportError: ``src`` holds no ``config.json`` (directly or in ``model/``), or an explicit
-            path does not exist.
+        ExportError: ``src`` holds no ``config.json`` (directly or in ``model/``; a LoRA run's
+            folder with ``adapter/`` alone is named as such), or an explicit path does not exist.
     """
     src = Path(src)
     if (src / "model" / "config.json").is_file():
@@ -113,6 +113,11 @@ def resolve_sources(
                 "recipe": src / "recipe.yaml",
                 "heatmap": src / HEATMAP_NAME,
             },
+        )
+    elif (src / "adapter" / "adapter_config.json").is_file():
+        raise ExportError(
+            f"{src} is a LoRA run without a merged model: merge it first with "
+            f"`attention-seq2seq finetune --merge-adapter {src}` (writes {src / 'model'})"
         )
     else:
         raise ExportError(

@@ -103,6 +103,15 @@ class FinetuneConfig:
     generation_num_beams: int = 4
     generation_max_new_tokens: int = 128
     report_to: str = "none"  # "tensorboard" writes to <output_dir>/logs
+    resume: bool = False  # continue from the newest checkpoint in <output_dir>/checkpoints
+
+    # --- LoRA (peft: pip install 'attention-seq2seq[lora]'); docs/training.md ---------------
+    lora: bool = False  # train low-rank adapters on chosen Linear layers; every base weight stays frozen
+    lora_r: int = 8  # the adapters' rank (>= 1)
+    lora_alpha: int = 16  # adapter outputs are scaled by lora_alpha / lora_r
+    lora_dropout: float = 0.05  # dropout on each adapter's input, in [0, 1)
+    lora_target_modules: str = ""  # comma list of module-name suffixes or a regex over full names ("": family default)
+    merge: bool = False  # with lora: also write model/, the merged plain model (exports like a full fine-tune)
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the field for settings that cannot work."""
@@ -144,6 +153,21 @@ class FinetuneConfig:
             raise ValueError("bf16 and fp16 are exclusive; choose one")
         if self.report_to not in ("none", "tensorboard"):
             raise ValueError(f"report_to must be one of 'none', 'tensorboard'; got {self.report_to!r}")
+        if self.lora_r < 1:
+            raise ValueError(f"lora_r must be a positive integer (the adapters' rank, e.g. 8); got {self.lora_r}")
+        if self.lora_alpha <= 0:
+            raise ValueError(f"lora_alpha must be > 0 (adapter outputs are scaled by alpha / r); got {self.lora_alpha}")
+        if not 0.0 <= self.lora_dropout < 1.0:
+            raise ValueError(f"lora_dropout must be in [0, 1); got {self.lora_dropout}")
+        if not self.lora:
+            defaults = {f.name: f.default for f in fields(self)}
+            changed = [
+                name
+                for name in ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "merge")
+                if getattr(self, name) != defaults[name]
+            ]
+            if changed:
+                raise ValueError(f"{', '.join(changed)} apply to LoRA runs only: add --lora (recipe: lora: true)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -340,6 +364,291 @@ def evaluation_generation_config(model, config: FinetuneConfig):
 
 
 # --------------------------------------------------------------------------------------------
+# LoRA (peft is an optional dependency: imported only when a run asks for it)
+
+LORA_INSTALL = "pip install 'attention-seq2seq[lora]'"
+# The Transformer's attention projections (Marian's and BART's names too): self- and cross-attention.
+TRANSFORMER_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "out_proj")
+# The RNN layers that turn the attention's context into the vector the lm_head reads.
+RNN_LORA_OUTPUT_LAYERS = ("deep_output", "attn_combine")
+# A --lora-target-modules value with one of these is a regex; otherwise a comma list of suffixes.
+_REGEX_CHARACTERS = frozenset("^$*+?()[]{}|\\")
+
+
+class LoraSettingError(ValueError):
+    """A LoRA setting that does not fit the loaded model (found only once it is loaded)."""
+
+
+def require_peft():
+    """The ``peft`` module.
+
+    Raises:
+        ImportError: one line naming the install command, where peft is missing.
+    """
+    try:
+        import peft
+    except ImportError:
+        raise ImportError(f"lora: peft is not installed; {LORA_INSTALL} (or: pip install peft)") from None
+    return peft
+
+
+def default_lora_targets(model) -> list[str]:
+    """Full names of the modules LoRA adapts when ``lora_target_modules`` is empty.
+
+    RNN (``model_type == "rnn_seq2seq"``): every ``nn.Linear`` of the decoder's attention (whichever
+    of q_proj, k_proj, coverage_proj, w_p, v_p, key_strength the variant has) and the output layer
+    between the attention and the lm_head (Bahdanau's ``deep_output``, Luong's ``attn_combine``).
+    Any other model: the attention projections ``q_proj``, ``k_proj``, ``v_proj``, ``out_proj`` of
+    every layer (the Transformer's self- and cross-attention). Never the lm_head or the embeddings
+    (tied in the Transformer; a merge would change both), nor the RNN cells (peft has no LoRA
+    for ``nn.GRU`` / ``nn.LSTM``). The list may be empty (an RNN without attention whose output
+    layer is the lm_head alone); `resolve_lora_targets` then asks for explicit targets.
+    """
+    from torch import nn
+
+    names = [name for name, module in model.named_modules() if isinstance(module, nn.Linear)]
+    if getattr(model.config, "model_type", None) == "rnn_seq2seq":
+        return [
+            name for name in names if ".attention." in f".{name}." or name.rsplit(".", 1)[-1] in RNN_LORA_OUTPUT_LAYERS
+        ]
+    return [name for name in names if name.rsplit(".", 1)[-1] in TRANSFORMER_LORA_TARGETS]
+
+
+def resolve_lora_targets(model, spec: str) -> list[str]:
+    """Full module names (in ``named_modules`` order) that ``spec`` selects in ``model``.
+
+    ``spec`` is ``lora_target_modules``: "" for `default_lora_targets`; a regex (it holds one of
+    ``^$*+?()[]{}|`` or a backslash) that must match a module's whole name, as peft reads a
+    string; or a comma list of suffixes, each matching a module named exactly so or ending in
+    ``.<suffix>`` (``q_proj``, ``attention.k_proj``), as peft reads a list.
+
+    Raises:
+        LoraSettingError: (a ValueError) one line naming ``lora_target_modules``: the regex does
+            not compile, a pattern matches no module, or a match is not an ``nn.Linear`` /
+            ``nn.Embedding`` or shares its weight with another module (a tied lm_head or
+            embedding: merging would change both).
+    """
+    import re
+
+    from torch import nn
+
+    modules = dict(model.named_modules())
+    family = getattr(model.config, "model_type", type(model).__name__)
+    linear_suffixes = sorted({name.rsplit(".", 1)[-1] for name, m in modules.items() if isinstance(m, nn.Linear)})
+    valid = (
+        "valid: a comma list of module-name suffixes or a regex over full names; "
+        f"this {family} model's Linear layers end in {', '.join(linear_suffixes)}"
+    )
+    spec = spec.strip()
+    if not spec:
+        targets = default_lora_targets(model)
+        if not targets:
+            raise LoraSettingError(f"lora_target_modules: this {family} model has no default LoRA targets; {valid}")
+    elif _REGEX_CHARACTERS & set(spec):
+        try:
+            pattern = re.compile(spec)
+        except re.error as err:
+            raise LoraSettingError(f"lora_target_modules: {spec!r} is not a valid regex ({err}); {valid}") from None
+        targets = [name for name in modules if name and pattern.fullmatch(name)]
+        if not targets:
+            raise LoraSettingError(f"lora_target_modules: the regex {spec!r} matches no module name; {valid}")
+    else:
+        targets = []
+        for suffix in (part.strip() for part in spec.split(",")):
+            matched = [name for name in modules if name and (name == suffix or name.endswith("." + suffix))]
+            if not suffix or not matched:
+                raise LoraSettingError(f"lora_target_modules: {suffix!r} matches no module; {valid}")
+            targets += matched
+        targets = [name for name in modules if name in set(targets)]
+
+    owners: dict[int, list[str]] = {}
+    for name, module in modules.items():
+        for param_name, param in module.named_parameters(prefix=name, recurse=False):
+            owners.setdefault(id(param), []).append(param_name)
+    for name in targets:
+        module = modules[name]
+        if not isinstance(module, (nn.Linear, nn.Embedding)):
+            raise LoraSettingError(
+                f"lora_target_modules: {name} is a {type(module).__name__}; LoRA here adapts Linear "
+                f"(and untied Embedding) layers; {valid}"
+            )
+        sharing = [other for other in owners.get(id(module.weight), []) if not other.startswith(name + ".")]
+        if sharing:
+            raise LoraSettingError(
+                f"lora_target_modules: {name} shares its weight with {sharing[0]} (tied embeddings): a merge "
+                f"would change both; leave it out ({valid})"
+            )
+    return targets
+
+
+def apply_lora(model, config: FinetuneConfig):
+    """``model`` wrapped by peft's LoRA on `resolve_lora_targets` of ``config.lora_target_modules``.
+
+    Every base parameter is frozen; each target gets ``lora_A`` (r x in) and ``lora_B`` (out x r,
+    zero at the start, so the wrapped model starts as the base) scaled by ``lora_alpha / lora_r``.
+    The result is a plain ``peft.PeftModel`` (no ``task_type``): ``PeftModelForSeq2SeqLM`` passes
+    ``inputs_embeds`` and ``decoder_inputs_embeds``, which neither family's forward takes.
+
+    Raises:
+        ImportError: peft is missing (`require_peft`).
+        LoraSettingError: see `resolve_lora_targets`.
+    """
+    peft = require_peft()
+    targets = resolve_lora_targets(model, config.lora_target_modules)
+    lora_config = peft.LoraConfig(
+        r=config.lora_r,
+        lora_alpha=config.lora_alpha,
+        lora_dropout=config.lora_dropout,
+        target_modules=targets,
+        bias="none",
+    )
+    return peft.get_peft_model(model, lora_config)
+
+
+def lora_parameter_counts(peft_model) -> tuple[int, int]:
+    """(trainable, total) parameters as peft's ``print_trainable_parameters`` counts them
+    (total = base + adapters; tied weights once)."""
+    trainable, total = peft_model.get_nb_trainable_parameters()
+    return int(trainable), int(total)
+
+
+def _teacher_forced_logits(model, batch: dict) -> torch.Tensor:
+    model.eval()
+    with torch.no_grad():
+        return model(**batch).logits.float()
+
+
+def merge_lora(peft_model, check_batch: dict | None = None):
+    """The adapters merged into the base weights (``merge_and_unload``): ``(plain model, difference)``.
+
+    ``difference`` is the largest absolute difference between the teacher-forced logits of the
+    adapted and the merged model on ``check_batch`` (model inputs with ``labels`` or
+    ``decoder_input_ids``, on the model's device), or None without a batch. Merging changes the
+    base model in place; the returned model is in eval mode.
+    """
+    before = _teacher_forced_logits(peft_model, check_batch) if check_batch else None
+    merged = peft_model.merge_and_unload()
+    if before is None:
+        return merged.eval(), None
+    after = _teacher_forced_logits(merged, check_batch)
+    return merged, float((after - before).abs().max())
+
+
+def _check_batch(collator, dataset, device, n: int = 8) -> dict | None:
+    """The first ``n`` examples of a tokenized split, collated and on ``device`` (None when empty)."""
+    if dataset is None or len(dataset) == 0:
+        return None
+    batch = collator([dataset[i] for i in range(min(n, len(dataset)))])
+    return {key: value.to(device) for key, value in batch.items()}
+
+
+def merge_command(output_dir: str | Path) -> str:
+    return f"attention-seq2seq finetune --merge-adapter {output_dir}"
+
+
+def _write_lora_readme(output_dir: Path, lora: dict) -> None:
+    """README.md of a LoRA run's folder: what it holds and how to merge or load the adapter."""
+    merged = lora["merged"]
+    lines = [
+        "# LoRA fine-tuning run",
+        "",
+        f"LoRA r={lora['r']}, alpha={lora['alpha']}, dropout={lora['dropout']} on {len(lora['target_modules'])} "
+        f"modules; {lora['trainable_parameters']:,} trainable of {lora['total_parameters']:,} parameters.",
+        "",
+        "- `adapter/`: the adapter alone (peft `save_pretrained`), with the tokenizer.",
+    ]
+    if merged:
+        lines += [
+            "- `model/`: the adapter merged into the base model (`merge_and_unload`), a plain model:",
+            f"  `attention-seq2seq export {output_dir}` exports it like a full fine-tune.",
+        ]
+    else:
+        lines += [
+            "- no `model/` yet: merge the adapter into the base model (writes `model/`) with",
+            "",
+            f"      {merge_command(output_dir)}",
+            "",
+            "  (the base is read from `recipe.yaml`; `--base-model PATH` overrides it), then export as usual.",
+        ]
+    lines += [
+        "- `metrics.json`, `recipe.yaml`, `checkpoints/`: as for every fine-tuning run.",
+        "",
+        "Loading the adapter on the base with peft: `PeftModel.from_pretrained(base_model, 'adapter')`.",
+        "",
+    ]
+    (output_dir / "README.md").write_text("\n".join(lines), encoding="utf-8")
+
+
+def merge_adapter(run_dir: str | Path, *, base_model: str | None = None) -> Path:
+    """Merge the adapter of a finished LoRA run into its base model and write ``<run_dir>/model``.
+
+    The base is the run's ``recipe.yaml`` ``base_model`` (a path is read from the working
+    directory, as during the run) unless ``base_model`` is given. ``metrics.json`` records the
+    merge and the largest teacher-forced logit difference between adapted and merged model on
+    two fixed sentences. Returns the model folder.
+
+    Raises:
+        FileNotFoundError: no ``adapter/adapter_config.json`` or ``recipe.yaml`` in ``run_dir``.
+        FileExistsError: ``run_dir/model`` exists already (nothing is overwritten).
+        ImportError: peft is missing.
+    """
+    run_dir = Path(run_dir)
+    adapter_dir = run_dir / "adapter"
+    if not (adapter_dir / "adapter_config.json").is_file():
+        raise FileNotFoundError(f"merge_adapter: {adapter_dir} holds no LoRA adapter (adapter_config.json)")
+    if not (run_dir / "recipe.yaml").is_file():
+        raise FileNotFoundError(f"merge_adapter: {run_dir} has no recipe.yaml (the base model's name)")
+    model_dir = run_dir / "model"
+    if model_dir.exists():
+        raise FileExistsError(f"merge_adapter: {model_dir} exists already; remove it to merge again")
+    peft = require_peft()
+    values = load_recipe(run_dir / "recipe.yaml")
+    config = FinetuneConfig(**{**values, **({"base_model": base_model} if base_model else {})})
+    model, tokenizer = load_model_and_tokenizer(config)
+    adapted = peft.PeftModel.from_pretrained(model, str(adapter_dir))
+    sentences = ["A man is walking his dog in the park.", "Two children are playing on the beach."]
+    batch = tokenizer(sentences, text_target=sentences, padding=True, return_tensors="pt")
+    batch["labels"] = batch["labels"].masked_fill(batch["labels"] == (tokenizer.pad_token_id or 0), -100)
+    merged, difference = merge_lora(adapted, dict(batch))
+    partial = run_dir / "model.partial"
+    merged.save_pretrained(str(partial))
+    tokenizer.save_pretrained(str(partial))
+    partial.rename(model_dir)
+    metrics_path = run_dir / "metrics.json"
+    if metrics_path.is_file():
+        metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
+        lora = metrics.setdefault("lora", {})
+        lora.update(merged=True, merge_max_abs_logit_difference=difference)
+        lora.pop("merge_command", None)
+        metrics_path.write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+        if {"r", "alpha", "dropout", "target_modules", "trainable_parameters", "total_parameters"} <= set(lora):
+            _write_lora_readme(run_dir, lora)
+    return model_dir
+
+
+def check_output_dir(config: FinetuneConfig) -> str | None:
+    """The checkpoint a run continues from (None: it starts), after refusing to overwrite an earlier run.
+
+    Raises:
+        FileExistsError: ``output_dir`` holds checkpoints or a finished run (model/, adapter/,
+            metrics.json) and ``resume`` is off.
+    """
+    output_dir = Path(config.output_dir)
+    checkpoints = sorted(
+        (path for path in (output_dir / "checkpoints").glob("checkpoint-*") if path.name.split("-")[-1].isdigit()),
+        key=lambda path: int(path.name.split("-")[-1]),
+    )
+    written = [name for name in ("model", "adapter", "metrics.json") if (output_dir / name).exists()]
+    if not config.resume and (checkpoints or written):
+        held = ", ".join(written + (["checkpoints/"] if checkpoints else []))
+        raise FileExistsError(
+            f"output_dir {output_dir} already holds {held}: pass --resume to continue its run "
+            "(recipe: resume: true) or choose another output_dir"
+        )
+    return str(checkpoints[-1]) if checkpoints else None
+
+
+# --------------------------------------------------------------------------------------------
 # The run
 
 
@@ -396,7 +705,7 @@ def build_trainer(config: FinetuneConfig, model, tokenizer, datasets, *, bleu_to
         label_pad_token_id=-100,
         pad_to_multiple_of=8 if (config.bf16 or config.fp16) else None,  # tensor-core friendly shapes
     )
-    return Seq2SeqTrainerWithPerplexity(
+    trainer = Seq2SeqTrainerWithPerplexity(
         model=model,
         args=args,
         data_collator=collator,
@@ -405,6 +714,11 @@ def build_trainer(config: FinetuneConfig, model, tokenizer, datasets, *, bleu_to
         processing_class=tokenizer,
         compute_metrics=build_compute_metrics(tokenizer, bleu_tokenize=bleu_tokenize),
     )
+    if hasattr(model, "get_base_model"):
+        # A peft model: the Trainer set the evaluation's settings on the wrapper, but generate()
+        # runs on the base model and reads the base's own; give the base the same object.
+        model.get_base_model().generation_config = trainer.model.generation_config
+    return trainer
 
 
 class Seq2SeqTrainerWithPerplexity(Seq2SeqTrainer):
@@ -446,8 +760,22 @@ def _target_is_chinese(dataset) -> bool:
 
 
 def finetune(config: FinetuneConfig) -> Path:
-    """Fine-tune ``config.base_model`` and write the output folder; returns ``output_dir``."""
+    """Fine-tune ``config.base_model`` and write the output folder; returns ``output_dir``.
+
+    A full run writes ``model/``; a LoRA run (``config.lora``) writes ``adapter/`` (peft's
+    ``save_pretrained``: adapter_config.json, adapter_model.safetensors, with the tokenizer), a
+    README.md, and with ``config.merge`` also ``model/``, the merged plain model. Both write
+    metrics.json and recipe.yaml.
+
+    Raises:
+        FileExistsError: ``output_dir`` holds an earlier run and ``config.resume`` is off.
+        ImportError: ``config.lora`` without peft installed.
+        ValueError: an invalid setting (`FinetuneConfig.validate`, `resolve_lora_targets`).
+    """
     config.validate()
+    if config.lora:
+        require_peft()
+    resume_from = check_output_dir(config)
     set_seed(config.seed)
     output_dir = Path(config.output_dir)
     model, tokenizer = load_model_and_tokenizer(config)
@@ -455,13 +783,33 @@ def finetune(config: FinetuneConfig) -> Path:
         raise ValueError(f"gradient_checkpointing: {model.config.model_type} models do not support it; set it to false")
     model.config.label_smoothing = config.label_smoothing  # both families smooth in forward(labels=)
     deploy_generation_config = model.generation_config  # restored before saving (see below)
+    lora = None
+    if config.lora:
+        model = apply_lora(model, config)
+        trainable, total = lora_parameter_counts(model)
+        lora = {
+            "r": config.lora_r,
+            "alpha": config.lora_alpha,
+            "dropout": config.lora_dropout,
+            "target_modules": list(model.peft_config["default"].target_modules),
+            "trainable_parameters": trainable,
+            "total_parameters": total,
+            "adapter_dir": "adapter",
+        }
+        if int(os.environ.get("RANK", "0")) == 0:
+            suffixes = sorted({name.rsplit(".", 1)[-1] for name in lora["target_modules"]})
+            print(
+                f"LoRA r={config.lora_r} alpha={config.lora_alpha} dropout={config.lora_dropout} on "
+                f"{len(lora['target_modules'])} modules ({', '.join(suffixes)})"
+            )
+            model.print_trainable_parameters()
     raw, corpus = load_pairs(config)
     bleu_tokenize = "zh" if corpus.get("target_lang") == "zh" else None  # sacreBLEU's advice for Chinese
     tokenized = {split: tokenize_pairs(dataset, tokenizer, config) for split, dataset in raw.items()}
 
     trainer = build_trainer(config, model, tokenizer, tokenized, bleu_tokenize=bleu_tokenize)
     start = time.perf_counter()
-    train_result = trainer.train()
+    train_result = trainer.train(resume_from_checkpoint=resume_from)
     wall_time = time.perf_counter() - start
 
     test_scores = {}
@@ -472,10 +820,31 @@ def finetune(config: FinetuneConfig) -> Path:
 
     # The saved model keeps the base model's generation settings, not the evaluation's.
     trainer.model.generation_config = deploy_generation_config
+    if lora is not None:
+        trainer.model.get_base_model().generation_config = deploy_generation_config
     if trainer.is_world_process_zero():
-        trainer.save_model(str(output_dir / "model"))
-        tokenizer.save_pretrained(str(output_dir / "model"))
-        write_run_files(config, trainer, train_result, wall_time, test_scores, raw, corpus)
+        if lora is None:
+            trainer.save_model(str(output_dir / "model"))
+            tokenizer.save_pretrained(str(output_dir / "model"))
+        else:
+            adapted = trainer.accelerator.unwrap_model(trainer.model)
+            adapted.save_pretrained(str(output_dir / "adapter"))
+            tokenizer.save_pretrained(str(output_dir / "adapter"))
+            lora["merged"] = config.merge
+            if config.merge:
+                check = tokenized.get("validation", tokenized["train"])
+                batch = _check_batch(trainer.data_collator, check, trainer.args.device)
+                merged, lora["merge_max_abs_logit_difference"] = merge_lora(adapted, batch)
+                merged.generation_config = deploy_generation_config
+                merged.save_pretrained(str(output_dir / "model"))
+                tokenizer.save_pretrained(str(output_dir / "model"))
+            else:
+                lora["merge_command"] = merge_command(output_dir)
+            _write_lora_readme(output_dir, lora)
+        write_run_files(config, trainer, train_result, wall_time, test_scores, raw, corpus, lora=lora)
+        if lora is not None and not config.merge:
+            print(f"LoRA adapter written to {output_dir / 'adapter'}; merge it into a plain model with:")
+            print(f"  {merge_command(output_dir)}")
     return output_dir
 
 
@@ -483,8 +852,13 @@ def _loss_history(trainer) -> list[dict]:
     return [entry for entry in trainer.state.log_history if "loss" in entry and "eval_loss" not in entry]
 
 
-def write_run_files(config, trainer, train_result, wall_time, test_scores, raw, corpus: dict) -> None:
-    """metrics.json and recipe.yaml in the layout of docs/DESIGN.md (what the exporter reads)."""
+def write_run_files(
+    config, trainer, train_result, wall_time, test_scores, raw, corpus: dict, *, lora: dict | None = None
+) -> None:
+    """metrics.json and recipe.yaml in the layout of docs/DESIGN.md (what the exporter reads).
+
+    ``lora`` (a LoRA run): its settings, parameter counts and merge state, stored as metrics.json's
+    ``lora`` entry."""
     output_dir = Path(config.output_dir)
     losses = _loss_history(trainer)
     validation = [
@@ -503,7 +877,7 @@ def write_run_files(config, trainer, train_result, wall_time, test_scores, raw, 
         # What `attention-seq2seq export` puts in the card's `base_model` when it is a Hub id.
         "base_model": config.base_model_id or config.base_model,
         "base_model_path": config.base_model,
-        "finetuned_with": "transformers.Seq2SeqTrainer",
+        "finetuned_with": "transformers.Seq2SeqTrainer" + (" + peft LoRA" if lora is not None else ""),
         "corpus": corpus,
         "train": {
             "steps": trainer.state.global_step,
@@ -516,6 +890,8 @@ def write_run_files(config, trainer, train_result, wall_time, test_scores, raw, 
         "validation": validation,
         "test": {},
     }
+    if lora is not None:
+        metrics["lora"] = lora
     if test_scores:
         corpus_test = f"{metrics['corpus']['name']}-test".replace(" ", "-")
         name = Path(config.test_file).stem if config.test_file else corpus_test
@@ -574,6 +950,13 @@ def add_config_arguments(parser: argparse.ArgumentParser, comments: dict[str, st
     """
     comments = comments or {}
     parser.add_argument("--recipe", help="YAML or JSON file of fields; options given here override it")
+    parser.add_argument(
+        "--merge-adapter",
+        metavar="RUN_DIR",
+        help="merge the adapter of a finished LoRA run (RUN_DIR/adapter) into its base model and write "
+        "RUN_DIR/model; --base-model overrides the base named in RUN_DIR/recipe.yaml; nothing is trained",
+    )
+    parser.add_argument("--merge_adapter", dest="merge_adapter", help=argparse.SUPPRESS)
     for f in fields(FinetuneConfig):
         flag = "--" + f.name.replace("_", "-")
         # the training command's spelling (--max_steps, --output_dir) works too, undocumented
@@ -611,6 +994,8 @@ def config_from_args(args: argparse.Namespace) -> FinetuneConfig:
             values[f.name] = given
     config = FinetuneConfig(**values)
     config.validate()
+    if config.lora:
+        require_peft()  # before anything is loaded
     return config
 
 
@@ -624,12 +1009,20 @@ def main(argv: list[str] | None = None) -> int:
     add_config_arguments(parser)
     args = parser.parse_args(argv)
     try:
+        if args.merge_adapter:
+            model_dir = merge_adapter(args.merge_adapter, base_model=args.base_model)
+            print(f"merged model written to {model_dir}", file=sys.stderr)
+            return 0
         config = config_from_args(args)
-    except (ValueError, FileNotFoundError, TypeError) as err:
+    except (ValueError, FileNotFoundError, FileExistsError, ImportError, TypeError) as err:
         parser.error(str(err))
-    output_dir = finetune(config)
+    try:
+        output_dir = finetune(config)
+    except (FileExistsError, ImportError, LoraSettingError) as err:  # one-line errors found after loading
+        parser.error(str(err))
     if int(os.environ.get("RANK", "0")) == 0:
-        print(f"fine-tuned model written to {output_dir / 'model'}", file=sys.stderr)
+        written = "model" if (output_dir / "model").is_dir() else "adapter"
+        print(f"fine-tuned {written} written to {output_dir / written}", file=sys.stderr)
     return 0
 
 

@@ -25,11 +25,10 @@ Reported: sentences/s per side (median over rounds) and, per model, static+compi
 
 from __future__ import annotations
 
-import math
 import time
 
-from common import TransformerDims, base_argparser, build_marian, build_ours, build_tokenizer, log
-from common import paired_ratio_summary, print_table, read_pairs, set_threads, summarize, write_result
+from common import TransformerDims, base_argparser, build_marian, build_ours, log, paired_ratio_summary, print_table
+from common import set_threads, summarize, test2016_translation_setup, write_result
 
 
 def main(argv=None) -> dict:
@@ -50,11 +49,8 @@ def main(argv=None) -> dict:
     threads = set_threads(args.threads)
 
     dims = TransformerDims()
-    tokenizer = build_tokenizer(dims.vocab_size)
-    pairs = read_pairs("test2016")
-    ref_lengths = [len(ids) for ids in tokenizer([t for _, t in pairs])["input_ids"]]
-    new_tokens = math.ceil(sum(ref_lengths) / len(ref_lengths))
-    sources = [s for s, _ in pairs][:n_sentences]
+    tokenizer, test_sources, new_tokens = test2016_translation_setup(dims)
+    sources = test_sources[:n_sentences]
     source_len = max(len(ids) for ids in tokenizer(sources)["input_ids"])
     batches = [
         tokenizer(sources[i : i + batch_size], padding="max_length", max_length=source_len, return_tensors="pt")

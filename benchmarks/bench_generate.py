@@ -33,7 +33,6 @@ it never replaces the reference measurement.
 
 from __future__ import annotations
 
-import math
 import time
 
 from common import (
@@ -43,13 +42,12 @@ from common import (
     base_argparser,
     build_marian,
     build_ours,
-    build_tokenizer,
     fmt,
     goal_entry,
     log,
     paired_ratio_summary,
     print_table,
-    read_pairs,
+    test2016_translation_setup,
     set_threads,
     spread,
     summarize,
@@ -109,11 +107,8 @@ def main(argv=None) -> dict:
     device = resolve_device(args.device)
 
     dims = TransformerDims()
-    tokenizer = build_tokenizer(dims.vocab_size)
-    pairs = read_pairs("test2016")
-    ref_lengths = [len(ids) for ids in tokenizer([t for _, t in pairs])["input_ids"]]
-    new_tokens = math.ceil(sum(ref_lengths) / len(ref_lengths))
-    sources = [s for s, _ in pairs][:n_sentences]
+    tokenizer, test_sources, new_tokens = test2016_translation_setup(dims)
+    sources = test_sources[:n_sentences]
     batches = [
         tokenizer(sources[i : i + batch_size], padding=True, return_tensors="pt").to(device)
         for i in range(0, len(sources), batch_size)
@@ -216,7 +211,7 @@ def main(argv=None) -> dict:
             for g in goals
         ]
     name = "generate" if args.force_length == "no-eos" else "generate_min_new_tokens"
-    custom = not args.quick and (rounds != 5 or len(sources) != len(pairs))
+    custom = not args.quick and (rounds != 5 or len(sources) != len(test_sources))
     write_result(args.result_name or (name + ("_custom" if custom else "")), payload, args.quick)
     return payload
 

@@ -168,6 +168,18 @@ def read_pairs(split: str = "train", limit: int | None = None) -> list[tuple[str
     return pairs[:limit] if limit else pairs
 
 
+def test2016_translation_setup(dims) -> tuple:
+    """Benchmark 3's inputs: (tokenizer, test2016 sources, new tokens per sentence), where the number
+    of new tokens is the mean test2016 reference length in pieces, rounded up (each side decodes
+    exactly that many, with no `</s>`)."""
+    import math
+
+    tokenizer = build_tokenizer(dims.vocab_size)
+    pairs = read_pairs("test2016")
+    ref_lengths = [len(ids) for ids in tokenizer([t for _, t in pairs])["input_ids"]]
+    return tokenizer, [s for s, _ in pairs], math.ceil(sum(ref_lengths) / len(ref_lengths))
+
+
 def build_tokenizer(vocab_size: int = 8000, cache_dir: Path | None = None):
     """A joint de+en tokenizer trained on Multi30k train, with the package's special-token ids.
 

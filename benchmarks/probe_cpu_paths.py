@@ -22,11 +22,10 @@ per-round ratios); writes results/probe_cpu_paths_<host>.json.
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 
-from common import TransformerDims, base_argparser, build_marian, build_ours, build_tokenizer, cpu_model, log
-from common import read_pairs, set_threads, write_result
+from common import TransformerDims, base_argparser, build_marian, build_ours, cpu_model, log
+from common import set_threads, test2016_translation_setup, write_result
 
 VARIANTS = ("all", "no-fused-weight", "no-padfree", "no-matmul-step", "none")
 
@@ -67,11 +66,8 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     threads = set_threads(args.threads)
     dims = TransformerDims()
-    tokenizer = build_tokenizer(dims.vocab_size)
-    pairs = read_pairs("test2016")
-    ref_lengths = [len(ids) for ids in tokenizer([t for _, t in pairs])["input_ids"]]
-    new_tokens = math.ceil(sum(ref_lengths) / len(ref_lengths))
-    sources = [s for s, _ in pairs][: args.sentences]
+    tokenizer, test_sources, new_tokens = test2016_translation_setup(dims)
+    sources = test_sources[: args.sentences]
     batches = [
         tokenizer(sources[i : i + args.batch_size], padding=True, return_tensors="pt")
         for i in range(0, len(sources), args.batch_size)

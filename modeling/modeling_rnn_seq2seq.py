@@ -782,6 +782,8 @@ class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, Seq2SeqGener
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
     ) -> RNNSeq2SeqLMOutput | tuple:
         """Logits (batch, tgt_len, vocab_size) and, with ``labels`` (batch, tgt_len; -100 ignored),
         the mean token loss: label-smoothed cross-entropy + coverage_loss_weight × mean coverage
@@ -791,7 +793,10 @@ class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, Seq2SeqGener
         ``num_items_in_batch``: the number of labels that are not -100 in the whole update (every
         micro-batch of a gradient accumulation, every process), as transformers' Trainer passes it;
         both loss terms are then summed over this batch's kept positions and divided by it, so
-        accumulated micro-batches add up to the full batch's mean. None: this batch's own count."""
+        accumulated micro-batches add up to the full batch's mean. None: this batch's own count.
+        ``inputs_embeds`` / ``decoder_inputs_embeds`` are accepted as None only (peft's
+        ``PeftModelForSeq2SeqLM`` passes them); given, they raise ``ValueError``."""
+        self._refuse_inputs_embeds(inputs_embeds, decoder_inputs_embeds)
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         if labels is not None:
             use_cache = False if use_cache is None else use_cache

@@ -1298,6 +1298,8 @@ class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedMod
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
     ) -> Seq2SeqLMOutput | tuple:
         """Next-token logits for every decoder position, and the loss when `labels` are given.
 
@@ -1309,13 +1311,19 @@ class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedMod
                 over this batch's kept positions divided by it, so that accumulated micro-batches
                 add up to the full batch's mean. transformers' Trainer passes it. None: divide by
                 this batch's own count.
+            inputs_embeds, decoder_inputs_embeds: accepted as None only (peft's
+                `PeftModelForSeq2SeqLM` passes them), see `_refuse_inputs_embeds`.
             Others: see `TransformerSeq2SeqModel.forward`.
 
         Returns:
             `Seq2SeqLMOutput`: loss (the mean label-smoothed cross-entropy over positions whose
             label is not -100, §5.4), logits (batch, tgt_len, vocab_size), and the
             `Seq2SeqModelOutput` fields.
+
+        Raises:
+            ValueError: `inputs_embeds` or `decoder_inputs_embeds` given.
         """
+        self._refuse_inputs_embeds(inputs_embeds, decoder_inputs_embeds)
         if labels is not None:
             use_cache = False
             if decoder_input_ids is None:

@@ -245,6 +245,30 @@ def test_lora_adapters_all_get_a_gradient_and_change_generate(name):
     assert not torch.allclose(scores, base)
 
 
+@pytest.mark.parametrize("name", ["marian", "transformer:pre-sinusoidal", "rnn:luong-general-feed-gru"])
+def test_lora_with_peft_seq2seq_task_type_trains_and_generates(name):
+    """peft's usual seq2seq route, `LoraConfig(task_type="SEQ_2_SEQ_LM")`, wraps the model in
+    `PeftModelForSeq2SeqLM`, which passes inputs_embeds=None / decoder_inputs_embeds=None to forward."""
+    peft = pytest.importorskip("peft")
+    model = build(name)
+    targets = sorted({n.rsplit(".", 1)[-1] for n in lora_targets(model)})
+    config = peft.LoraConfig(task_type="SEQ_2_SEQ_LM", r=2, lora_alpha=4, lora_dropout=0.0, target_modules=targets)
+    adapted = peft.get_peft_model(model, config)
+    assert type(adapted).__name__ == "PeftModelForSeq2SeqLM"
+    adapted.train()
+    input_ids, attention_mask = sources()
+    loss = adapted(input_ids=input_ids, attention_mask=attention_mask, labels=labels()).loss
+    loss.backward()
+    assert all(p.grad is not None for n, p in adapted.named_parameters() if "lora_B" in n)
+    adapted.eval()
+    with torch.no_grad():
+        tokens = adapted.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=5, num_beams=2)
+    assert tokens.size(0) == 3
+    if name != "marian":
+        with pytest.raises(ValueError, match="inputs_embeds"):
+            model(inputs_embeds=torch.zeros(3, 6, 16), labels=labels())
+
+
 # ---------------------------------------------------------------------------------------------
 # Dynamic int8 quantization (torch.ao.quantization.quantize_dynamic replaces the modules)
 # ---------------------------------------------------------------------------------------------

@@ -240,11 +240,25 @@ def accelerate_launch() -> list[str]:
     return [sys.executable, "-m", "accelerate.commands.launch"]
 
 
+def cpu_computes_bf16() -> bool:
+    """Whether this CPU has bf16 arithmetic (AVX512-BF16 or AMX): elsewhere torch emulates bf16 matrix
+    multiplies, tens of times slower (an AVX2-only AMD EPYC ran the dry run's Transformer-base step past
+    its 240 s limit)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 def commands(args, out: Path, env: dict, joey: str | None) -> dict:
     py = sys.executable
     dry = args.dry_run
     device = "cpu" if dry else "cuda"
-    bench = [py, "benchmarks/bench_train_step.py", "--device", device, "--mixed-precision", "bf16"]
+    # The GPU run benchmarks in bf16; a dry run does too where the CPU computes bf16, else in float32
+    # (the training stage keeps bf16 either way: its model is tiny).
+    precision = "bf16" if not dry or cpu_computes_bf16() else "no"
+    bench = [py, "benchmarks/bench_train_step.py", "--device", device, "--mixed-precision", precision]
     bench += (
         ["--max-tokens", "256", "--rounds", "1", "--batches", "1", "--peak-n", "512"]
         if dry

@@ -199,14 +199,16 @@ def test_separate_vocabularies(corpora, tmp_path):
     assert loaded.target.decode(target(english)["input_ids"], skip_special_tokens=True) == english
 
 
-def test_training_on_a_full_corpus_takes_seconds(shared_data):
+def test_training_on_a_full_corpus_fills_the_vocabulary(shared_data):
+    """The whole Multi30k train split (29,000 pairs): its time is printed, never asserted (a busy
+    machine is slower; benchmarks/bench_data.py times it against a peer)."""
     corpus = load_corpus(f"multi30k:{shared_data / 'multi30k'}")
     started = time.perf_counter()
     tok = train_tokenizer(corpus, vocab_size=8000)  # the DatasetDict: its train split only
-    elapsed = time.perf_counter() - started
-    print(f"unigram, 8000 pieces, {len(corpus['train'])} pairs: {elapsed:.1f} s")
-    assert elapsed < 60
+    print(f"unigram, 8000 pieces, {len(corpus['train'])} pairs: {time.perf_counter() - started:.1f} s")
     assert len(tok) > 7000
+    pieces = tok.convert_ids_to_tokens(tok("Ein Mann fährt Fahrrad.")["input_ids"])
+    assert tok.unk_token not in pieces and len(pieces) > 2
 
 
 def test_bad_arguments_are_errors(corpora, latin):

@@ -31,7 +31,7 @@ TRANSLATION_METRIC_PATH = os.path.join(
 
 # Public class -> the submodule that defines it (loaded on first access, PEP 562).
 _EXPORTS = {name: module for family in FAMILIES for name, module in family.exports().items()}
-_EXPORTS["load_translation_metric"] = ".metrics"  # imports evaluate (seconds) only when called
+_EXPORTS["load_translation_metric"] = ".translation.scores"  # imports evaluate (seconds) only when called
 
 __all__ = [*_EXPORTS, "register_auto_classes", "TRANSLATION_METRIC_PATH"]
 

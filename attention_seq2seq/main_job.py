@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 from . import training as training_package
-from .metrics import format_score
+from .translation.scores import format_score
 
 RECIPES = (
     Path(training_package.__file__).resolve().parent / "recipes"

@@ -74,10 +74,10 @@ def _exports(run: Path, folder: Path) -> dict[str, Path]:
 
 def quality(run: Path, paths: dict[str, Path], pairs, beams_list, threads: int) -> dict:
     """BLEU/chrF of each backend on the whole test set, and lines identical to ours."""
-    from attention_seq2seq.inference import load_for_inference, translate
-    from attention_seq2seq.inference_ct2 import load_ct2
-    from attention_seq2seq.inference import LoadedModel, ModelLocation
-    from attention_seq2seq.metrics import corpus_scores
+    from attention_seq2seq.translation.loading import load_for_inference, translate
+    from attention_seq2seq.translation.ct2 import load_ct2
+    from attention_seq2seq.translation.loading import LoadedModel, ModelLocation
+    from attention_seq2seq.translation.scores import corpus_scores
 
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     loaded = {
@@ -120,7 +120,7 @@ def _worker(args) -> None:
     import torch
 
     set_threads(args.threads)
-    from attention_seq2seq.inference import load_for_inference
+    from attention_seq2seq.translation.loading import load_for_inference
 
     ours = load_for_inference(Path(args.run), device="cpu")
     tokenizer, side = ours.tokenizer, args.worker
@@ -148,7 +148,7 @@ def _worker(args) -> None:
 
         info["threads"] = torch.get_num_threads()
     else:
-        from attention_seq2seq.inference_ct2 import load_ct2
+        from attention_seq2seq.translation.ct2 import load_ct2
 
         ct2_model, _ = load_ct2(Path(args.folder) / side, device="cpu", threads=args.threads)
         layout = ct2_model.thread_layout
@@ -237,7 +237,7 @@ def main(argv=None) -> dict:
     args.batch_size = min(args.batch_size, 16) if args.quick else args.batch_size
     batch_size = args.batch_size
     threads = args.threads
-    from attention_seq2seq.inference import load_for_inference
+    from attention_seq2seq.translation.loading import load_for_inference
 
     run = Path(args.run)
     loaded = load_for_inference(run, device="cpu")

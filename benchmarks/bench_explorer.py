@@ -76,8 +76,8 @@ def build_model(folder: Path, tgt_tokens: int) -> None:
 
 
 _SERVE = (
-    "import sys; from attention_seq2seq.inference import load_for_inference; "
-    "from attention_seq2seq.explorer import build_app, launch; "
+    "import sys; from attention_seq2seq.translation.loading import load_for_inference; "
+    "from attention_seq2seq.attention.explorer import build_app, launch; "
     "loaded = load_for_inference(sys.argv[1], device='cpu', attn_implementation='eager'); "
     "launch(build_app(loaded.model, loaded.tokenizer, warm=sys.argv[3] == 'warm'), port=int(sys.argv[2]), quiet=True)"
 )

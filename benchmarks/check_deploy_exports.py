@@ -104,7 +104,7 @@ def explain_beam_differences(ours_model, ct2_folder: Path, sources, ours, theirs
     """Why CTranslate2's beam 5 differs from ours on `differing` lines: which hypothesis our model
     scores higher (a search difference, not a model one), and whether CTranslate2 with patience 1
     (stop once 5 hypotheses finished) gives our line instead (the stopping rule)."""
-    import attention_seq2seq.inference_ct2 as inference_ct2
+    import attention_seq2seq.translation.ct2 as inference_ct2
 
     if not differing:
         return {}
@@ -150,8 +150,8 @@ def main(argv=None) -> dict:
     from attention_seq2seq.data import load_corpus
     from attention_seq2seq.hub.export_ct2 import export_ct2
     from attention_seq2seq.hub.export_native import export_native
-    from attention_seq2seq.inference import load_for_inference, translate
-    from attention_seq2seq.metrics import corpus_scores
+    from attention_seq2seq.translation.loading import load_for_inference, translate
+    from attention_seq2seq.translation.scores import corpus_scores
 
     dataset = load_corpus(args.corpus)[args.split]
     sources, references = list(dataset["source"]), list(dataset["target"])

@@ -7,7 +7,7 @@ that owns such a path times the alternatives on the machine itself, once, and st
 here:
 
 - ``training/precision.py``: ``mixed_precision: auto`` (``mixed_precision.json``);
-- ``attention_seq2seq/inference_ct2.py``: CTranslate2's thread layout (``ct2_threads.json``).
+- ``translation/ct2.py``: CTranslate2's thread layout (``ct2_threads.json``).
 
 Only our own tools (the trainer, the command line) measure: the shipped model files never time,
 write or read anything here (a Hub user's ``from_pretrained`` + ``generate`` measures nothing).

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from .ct2_folder import MARKER_FILE, is_ct2_folder
+from ..translation.ct2_folder import MARKER_FILE, is_ct2_folder
 from .export import (
     ExportError,
     _check_destination,

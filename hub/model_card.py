@@ -18,7 +18,7 @@ from importlib import resources
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..data.presets import DEFAULT_CARD_LICENSE, preset_of_record
-from ..metrics import format_score
+from ..translation.scores import format_score
 from ..modeling.registry import BY_MODEL_TYPE
 
 _SLOT = re.compile(r"\{\{\s*(\w+)\s*\}\}")

@@ -1,7 +1,7 @@
 """The attention explorer as a Gradio Space: ``app.py`` and ``requirements.txt`` for an export.
 
-``write_space(folder, repo_id)`` copies the explorer (``attention_seq2seq/explorer.py``) as
-``app.py`` and its font list (``attention_seq2seq/fonts.py``) as ``attention_fonts.py`` into
+``write_space(folder, repo_id)`` copies the explorer (``attention/explorer.py``) as
+``app.py`` and its font list (``attention/fonts.py``) as ``attention_fonts.py`` into
 ``folder``, and writes a ``requirements.txt`` naming only the Hub packages (gradio, torch,
 transformers). The app loads the model through transformers with ``trust_remote_code=True``, i.e.
 with the export's own flattened code: this package is not needed there.
@@ -29,18 +29,19 @@ _DEFAULT_MODEL = re.compile(r"^DEFAULT_MODEL = None\b.*$", re.MULTILINE)
 
 def app_source(repo_id: str | None = None) -> str:
     """The text of ``app.py``: the explorer module, with ``DEFAULT_MODEL`` set to ``repo_id``."""
-    here = Path(__file__).resolve().parents[1] / "attention_seq2seq"
-    text = _package_file("explorer.py").read_text(encoding="utf-8")
+    explorer = _package_file("explorer.py")
+    text = explorer.read_text(encoding="utf-8")
     if not _DEFAULT_MODEL.search(text):
-        raise RuntimeError(f"{here / 'explorer.py'} has no 'DEFAULT_MODEL = None' line to fill in")
+        raise RuntimeError(f"{explorer} has no 'DEFAULT_MODEL = None' line to fill in")
     header = "# The attention explorer of attention-seq2seq (written by `attention-seq2seq export --space`).\n"
     return header + _DEFAULT_MODEL.sub(f"DEFAULT_MODEL = {repo_id!r}", text, count=1)
 
 
 def _package_file(name: str) -> Path:
-    import attention_seq2seq
+    """A file of the ``attention/`` folder (the explorer and its font list)."""
+    from .. import attention
 
-    return Path(attention_seq2seq.__file__).resolve().parent / name
+    return Path(attention.__file__).resolve().parent / name
 
 
 def write_space(folder: str | Path, repo_id: str | None = None) -> list[Path]:

@@ -2,7 +2,7 @@
 # Install everything attention-seq2seq needs on a fresh Debian machine (Python 3.10+, no GPU):
 #   1. Debian packages (needs root or sudo): the SWORD Bible modules, the package's built-in offline
 #      corpus; fonts-noto-cjk, so heat-map labels in Chinese, Japanese and Korean render
-#      (attention_seq2seq/fonts.py); chromium, the browser the attention explorer's test drives
+#      (attention/fonts.py); chromium, the browser the attention explorer's test drives
 #      headless (Debian's build: nothing downloads a browser at run time);
 #   2. a virtual environment .venv with the package (editable), its test tools, the explorer
 #      and the CTranslate2 runtime and peft (the dev, demo, ct2 and lora extras, so that their tests run).

@@ -21,7 +21,7 @@ from conftest import pairs_corpus_spec, pairs_languages, read_pairs
 from test_cli_helpers import CHECKPOINT_STEPS, FAMILIES, build_tiny_run
 
 from attention_seq2seq.cli import build_parser, main
-from attention_seq2seq.metrics import corpus_scores
+from attention_seq2seq.translation.scores import corpus_scores
 
 SENTENCES = ["Ein Hund läuft durch den Schnee.", "Zwei Männer spielen Fußball.", "Eine Frau."]
 COMMANDS = [
@@ -309,7 +309,7 @@ def test_push_offline_fails_in_one_line(run, tmp_path, capsys, monkeypatch):
 def test_locate_model_tells_the_four_forms_apart(runs_root, tmp_path):
     from attention_seq2seq.errors import UserError
     from attention_seq2seq.hub.export import export_model
-    from attention_seq2seq.inference import locate_model
+    from attention_seq2seq.translation.loading import locate_model
 
     run = build_tiny_run("transformer_seq2seq", runs_root)
     export = export_model(run, tmp_path / "export")
@@ -330,7 +330,7 @@ def test_a_missing_folder_under_an_existing_one_is_not_taken_for_a_hub_id(tmp_pa
     """-m runs/nope where ./runs exists: "model folder not found" at once; before, it was looked
     up on the Hub (54 s of retries with a network). owner/name without such a folder stays a Hub id."""
     from attention_seq2seq.errors import UserError
-    from attention_seq2seq.inference import locate_model
+    from attention_seq2seq.translation.loading import locate_model
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs").mkdir()
@@ -639,7 +639,7 @@ def test_plot_attention_of_a_translation_and_of_a_reference(run, tmp_path, capsy
 
 def test_attention_rows_are_distributions_over_the_source(run):
     from attention_seq2seq.cli import sentence_attention
-    from attention_seq2seq.inference import load_for_inference
+    from attention_seq2seq.translation.loading import load_for_inference
 
     loaded = load_for_inference(run, attn_implementation="eager")
     reference = "A dog runs in the snow."

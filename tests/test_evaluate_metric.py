@@ -23,7 +23,7 @@ from conftest import FIXTURE_PAIRS, REPO_ROOT, shared_data_dir, tatoeba_dir
 from test_cli_helpers import FAMILIES, tiny_config, tiny_tokenizer
 
 import attention_seq2seq
-from attention_seq2seq.metrics import corpus_scores
+from attention_seq2seq.translation.scores import corpus_scores
 
 MODULE_FILE = Path(attention_seq2seq.TRANSLATION_METRIC_PATH) / "translation_scores.py"
 
@@ -53,7 +53,7 @@ def _system_output(references: list[str]) -> list[str]:
 
 
 def _direct_sacrebleu(hyps: list[str], refs: list[str], tokenize: str, n_bootstrap: int = 1) -> dict:
-    """The sacreBLEU calls of training/metrics.py (now attention_seq2seq/metrics.py) \
+    """The sacreBLEU calls of training/metrics.py (now translation/scores.py) \
 before the module (commit 796bb1c), written out."""
     metrics = {
         "bleu": sacrebleu.BLEU(tokenize=tokenize),
@@ -161,7 +161,7 @@ def test_evaluate_runs_the_package_computation_from_its_module_cache(metric):
 _LIGHT_IMPORTS = r"""
 import json, sys
 import attention_seq2seq
-import attention_seq2seq.metrics
+import attention_seq2seq.translation.scores
 path = attention_seq2seq.TRANSLATION_METRIC_PATH
 print(json.dumps([path, sorted(name for name in ("evaluate", "datasets", "torch") if name in sys.modules)]))
 """
@@ -332,7 +332,7 @@ def test_seq2seq_trainer_compute_metrics_runs_the_evaluate_module(monkeypatch, t
     from attention_seq2seq.training import finetune_trainer as ft
 
     loaded = []
-    import attention_seq2seq.metrics as package_metrics
+    import attention_seq2seq.translation.scores as package_metrics
 
     real_load = package_metrics.load_translation_metric
 

@@ -1,4 +1,4 @@
-"""The attention explorer's computations (attention_seq2seq/explorer.py), its bertviz adapter and
+"""The attention explorer's computations (attention/explorer.py), its bertviz adapter and
 the Space files of ``export --space``, without a browser (test_explorer_browser.py drives the app).
 
 Models: the tiny trained runs of test_cli_helpers.py, and untrained tiny RNNs of every attention
@@ -20,8 +20,8 @@ import torch
 
 from test_cli_helpers import FAMILIES, build_tiny_run, tiny_tokenizer
 
-from attention_seq2seq.bertviz_adapter import bertviz_inputs
-from attention_seq2seq.explorer import (
+from attention_seq2seq.attention.bertviz_adapter import bertviz_inputs
+from attention_seq2seq.attention.explorer import (
     ALL_STEPS,
     CROSS,
     DECODER_SELF,
@@ -37,7 +37,7 @@ from attention_seq2seq.explorer import (
     to_words,
     word_groups,
 )
-from attention_seq2seq.inference import load_for_inference
+from attention_seq2seq.translation.loading import load_for_inference
 
 SOURCE = "Y dijo Dios: Sea la luz."
 

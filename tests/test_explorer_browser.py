@@ -33,7 +33,7 @@ import torch
 from test_cli_helpers import _batches, build_tiny_run, tiny_tokenizer
 from conftest import read_pairs
 
-from attention_seq2seq.inference import load_for_inference
+from attention_seq2seq.translation.loading import load_for_inference
 
 pytestmark = pytest.mark.slow
 

@@ -232,7 +232,7 @@ def test_finetune_loss_falls_and_writes_a_run_folder(family, finetuned_runs, run
     assert test["bleu_signature"].startswith("nrefs:1|case:mixed") and "chrf_signature" in test
 
     # The model folder holds weights, tokenizer and the base model's own generation settings.
-    from attention_seq2seq.inference import load_for_inference, translate
+    from attention_seq2seq.translation.loading import load_for_inference, translate
 
     loaded = load_for_inference(run)
     assert loaded.location.kind == "training-run"
@@ -371,7 +371,7 @@ def test_finetune_an_export_without_the_package(family, runs_root, finetune_data
     assert metrics["base_model"] == str(export)
     assert 0.0 < metrics["validation"][-1]["chrf"] <= 100.0
     # The result loads again, here with the package: it is an ordinary model folder.
-    from attention_seq2seq.inference import load_for_inference
+    from attention_seq2seq.translation.loading import load_for_inference
 
     assert load_for_inference(tmp_path / "finetuned").model.config.model_type == family
 

@@ -1,4 +1,4 @@
-"""One font fallback list for every heat-map (attention_seq2seq/fonts.py): Chinese labels render.
+"""One font fallback list for every heat-map (attention/fonts.py): Chinese labels render.
 
 matplotlib's DejaVu Sans has no CJK glyphs; before the fallback list, each Chinese character of a
 heat-map label printed "Glyph ... missing from font(s) DejaVu Sans" and drew an empty box. The
@@ -13,8 +13,8 @@ import numpy as np
 
 from conftest import tatoeba_dir
 
-from attention_seq2seq.fonts import FONT_FALLBACK, css_font_family, installed_fallback_fonts
-from attention_seq2seq.plotting import plot_cross_attentions
+from attention_seq2seq.attention.fonts import FONT_FALLBACK, css_font_family, installed_fallback_fonts
+from attention_seq2seq.attention.plotting import plot_cross_attentions
 
 
 def _zh_en_pair() -> tuple[list[str], list[str]]:
@@ -44,6 +44,6 @@ def test_plots_and_the_explorer_use_the_one_list():
     import matplotlib
 
     installed = installed_fallback_fonts()
-    assert list(matplotlib.rcParams["font.family"]) == installed  # set when attention_seq2seq/plotting.py loads
+    assert list(matplotlib.rcParams["font.family"]) == installed  # set when attention/plotting.py loads
     assert installed[0] == "DejaVu Sans"  # Latin labels look as before
     assert css_font_family().startswith('"DejaVu Sans", "Noto Sans CJK JP"')

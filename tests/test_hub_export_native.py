@@ -31,7 +31,7 @@ from attention_seq2seq.hub.export_native import (
     native_layout,
     sin_first_permutation,
 )
-from attention_seq2seq.inference import LoadedModel, ModelLocation, token_budget_batches, translate_n_best
+from attention_seq2seq.translation.loading import LoadedModel, ModelLocation, token_budget_batches, translate_n_best
 from attention_seq2seq.modeling.modeling_transformer_seq2seq import sinusoidal_position_encoding
 from conftest import read_pairs
 from test_hub_export import _build_tokenizer
@@ -292,7 +292,7 @@ def ct2_run(request, tokenizer, tmp_path_factory):
 
 
 def _loaded(path: Path):
-    from attention_seq2seq.inference import load_for_inference
+    from attention_seq2seq.translation.loading import load_for_inference
 
     return load_for_inference(path, device="cpu")
 
@@ -395,7 +395,7 @@ def test_batching_by_tokens_gives_the_same_translations(tokenizer):
     assert by_tokens == by_sentences
 
 
-# --- CTranslate2's thread layout and instruction set (attention_seq2seq/inference_ct2.py) ---
+# --- CTranslate2's thread layout and instruction set (translation/ct2.py) ---
 
 
 def _fake_timings(calls, faster="inter", faster_isa=None):
@@ -416,7 +416,7 @@ def _fake_timings(calls, faster="inter", faster_isa=None):
 def test_ct2_thread_layout_follows_the_measurement_and_keeps_it(ct2_run, monkeypatch, tmp_path):
     """``auto`` takes the faster layout of those timed, and a second load reads the stored answer
     instead of measuring again; the thread count is part of what the measurement is keyed by."""
-    from attention_seq2seq import inference_ct2
+    from attention_seq2seq.translation import ct2 as inference_ct2
 
     _, exports = ct2_run
     monkeypatch.setenv("ATTENTION_SEQ2SEQ_CACHE", str(tmp_path))
@@ -439,7 +439,7 @@ def test_ct2_thread_layout_follows_the_measurement_and_keeps_it(ct2_run, monkeyp
 
 
 def test_ct2_instruction_set_is_measured_on_avx512_cpus_and_a_users_choice_is_kept(ct2_run, monkeypatch, tmp_path):
-    from attention_seq2seq import inference_ct2
+    from attention_seq2seq.translation import ct2 as inference_ct2
 
     _, exports = ct2_run
     monkeypatch.setenv("ATTENTION_SEQ2SEQ_CACHE", str(tmp_path))
@@ -459,7 +459,7 @@ def test_ct2_instruction_set_is_measured_on_avx512_cpus_and_a_users_choice_is_ke
 
 
 def test_ct2_thread_layout_can_be_fixed_and_a_wrong_name_is_one_line(ct2_run, monkeypatch, tmp_path):
-    from attention_seq2seq import inference_ct2
+    from attention_seq2seq.translation import ct2 as inference_ct2
 
     _, exports = ct2_run
     monkeypatch.setenv("ATTENTION_SEQ2SEQ_CACHE", str(tmp_path))
@@ -479,7 +479,7 @@ def test_ct2_thread_layout_can_be_fixed_and_a_wrong_name_is_one_line(ct2_run, mo
 def test_ct2_settings_are_timed_for_real_and_translate_alike(ct2_run, monkeypatch, tmp_path):
     """The real measurement runs (fresh processes), and both layouts give the same translations,
     n-best lists and scores."""
-    from attention_seq2seq import inference_ct2
+    from attention_seq2seq.translation import ct2 as inference_ct2
 
     _, exports = ct2_run
     monkeypatch.setenv("ATTENTION_SEQ2SEQ_CACHE", str(tmp_path))

@@ -1,10 +1,11 @@
 """The package's layers, read from the source: imports flow one way,
 
-    configuration/ <- modeling/ <- data/ <- training/ <- hub/ <- command line (cli, inference, main_job)
+    configuration/ <- modeling/ <- data/ <- attention/ <- translation/ <- training/ <- hub/
+        <- the command line (attention_seq2seq/cli/, main_job, translate)
 
 and hub/ reads the model registry and the corpus presets, never training/. The package root's
-small shared modules (errors, metrics, plotting, fonts, the evaluate metric folder) may be
-imported from any layer; they import nothing of the package but each other. Every import counts, also one inside a
+``errors`` and the evaluate metric folder may be imported from any layer; they import nothing of
+the package. Every import counts, also one inside a
 function; a bare ``import attention_seq2seq`` (which registers the Auto classes) is allowed anywhere."""
 
 from __future__ import annotations
@@ -22,15 +23,12 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "attention_seq2seq"
 
 # folder (as installed under attention_seq2seq.) -> layer; higher layers may import lower ones
-LAYERS = {"configuration": 0, "modeling": 1, "data": 2, "training": 3, "hub": 4}
+LAYERS = {"configuration": 0, "modeling": 1, "data": 2, "attention": 3, "translation": 4, "training": 5, "hub": 6}
 SHARED = {
     "errors",
-    "metrics",
-    "plotting",
-    "fonts",
     "evaluate_modules",
-}  # attention_seq2seq.<name>: usable from every layer
-TOP = 5  # the package root's other modules: cli, inference, main_job, __init__
+}  # attention_seq2seq.<name>: usable from every layer (they import nothing of the package)
+TOP = 7  # the package root's other modules: cli/, main_job, translate, __init__
 FORBIDDEN = {"hub": {"training"}}  # on top of the order: hub/ never imports training/
 
 
@@ -108,8 +106,9 @@ def test_the_layer_check_sees_relative_imports_inside_functions(tmp_path):
         (2, "attention_seq2seq.training.train.train"),
         (3, "attention_seq2seq.hub.objectives"),
     ]
-    assert _layer("attention_seq2seq.training.train.train") == ("training", 3)
-    assert _layer("attention_seq2seq.metrics.format_score") == ("shared", -1)
+    assert _layer("attention_seq2seq.training.train.train") == ("training", LAYERS["training"])
+    assert _layer("attention_seq2seq.errors.UserError") == ("shared", -1)
+    assert _layer("attention_seq2seq.cli.main") == ("top", TOP)
 
 
 _DATA_THEN_AUTO = r"""
@@ -131,7 +130,13 @@ def test_importing_the_data_layer_builds_no_model_yet_the_auto_classes_still_wor
     assert json.loads(done.stdout.strip().splitlines()[-1]) == [[], True]
 
 
-@pytest.mark.parametrize("relocated", ["training/main_job.py", "training/metrics.py", "training/plotting.py"])
-def test_inference_helpers_and_the_demo_driver_live_outside_training(relocated):
-    assert not (REPO_ROOT / relocated).exists()
-    assert (REPO_ROOT / "attention_seq2seq" / Path(relocated).name).exists()
+def test_the_package_root_is_only_the_package_s_face():
+    # The root holds the package's face (registration, errors, the entry points); translation,
+    # attention analysis and scores live in their own layers (docs/layout.md).
+    root = REPO_ROOT / "attention_seq2seq"
+    modules = sorted(p.name for p in root.glob("*.py"))
+    folders = sorted(p.name for p in root.iterdir() if p.is_dir() and (p / "__init__.py").exists())
+    assert modules == ["__init__.py", "errors.py", "main_job.py", "translate.py"]
+    assert folders == ["cli", "evaluate_modules"]
+    for layer in LAYERS:
+        assert (REPO_ROOT / layer / "__init__.py").exists(), layer

@@ -10,8 +10,8 @@ import torch
 from safetensors.torch import save_file
 
 from attention_seq2seq.training.averaging import average_checkpoints, average_state_dicts, load_averaged_weights
-from attention_seq2seq.metrics import corpus_scores
-from attention_seq2seq.plotting import plot_cross_attentions
+from attention_seq2seq.translation.scores import corpus_scores
+from attention_seq2seq.attention.plotting import plot_cross_attentions
 from attention_seq2seq.training.schedules import LearningRateSchedule, PlateauDecay, TimeBudget, build_scheduler
 
 

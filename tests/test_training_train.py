@@ -1072,7 +1072,7 @@ def test_bf16_mixed_precision_path_trains(pairs_corpus, tmp_path):
 
 def test_test_greedy_adds_a_greedy_entry_scored_like_the_translations_it_writes(pairs_corpus, tmp_path, caplog):
     # ... and test_bootstrap gives both entries the confidence intervals of those translations.
-    from attention_seq2seq.metrics import corpus_scores
+    from attention_seq2seq.translation.scores import corpus_scores
 
     config = tiny_config(pairs_corpus, tmp_path / "run", test_greedy=True, num_threads=1, test_bootstrap=200)
     threads_before = torch.get_num_threads()

@@ -1,4 +1,4 @@
-"""translate for real work (attention_seq2seq/translate_files.py, alignment.py): streaming chunks,
+"""translate for real work (translation/files.py, alignment.py): streaming chunks,
 --resume, truncation, n-best lists with scores, word alignments and their AER, several ranks.
 
 Models are the tiny trained runs of test_cli_helpers.py; the alignment task trains its own."""
@@ -21,7 +21,7 @@ import torch
 from conftest import REPO_ROOT, read_pairs, run_process_tree
 from test_cli_helpers import FAMILIES, build_tiny_run
 
-from attention_seq2seq.alignment import (
+from attention_seq2seq.attention.alignment import (
     AERCounts,
     alignment_error_rate,
     attention_alignments,
@@ -31,7 +31,7 @@ from attention_seq2seq.alignment import (
 )
 from attention_seq2seq.cli import main
 from attention_seq2seq.errors import UserError
-from attention_seq2seq.translate_files import complete_records, token_budget_batches
+from attention_seq2seq.translation.files import complete_records, token_budget_batches
 
 GREEDY = ["--greedy", "--max-new-tokens", "12", "--no-progress"]
 
@@ -102,7 +102,7 @@ def test_chunks_and_token_budget_do_not_change_greedy_output_and_empty_lines_sta
 
 
 def test_resume_writes_only_what_is_missing_and_gives_the_same_bytes(runs_root, tmp_path, monkeypatch):
-    from attention_seq2seq import translate_files
+    from attention_seq2seq.translation import files as translate_files
 
     run = build_tiny_run("transformer_seq2seq", runs_root)
     sources = _sources(20)
@@ -564,7 +564,7 @@ def test_the_hand_aligned_sample_is_well_formed():
 def test_alignment_error_rate_of_a_model_scores_each_layer_by_teacher_forcing(runs_root, capsys):
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    from attention_seq2seq.alignment import format_pharaoh
+    from attention_seq2seq.attention.alignment import format_pharaoh
 
     run = build_tiny_run("transformer_seq2seq", runs_root)
     src, ref = GOLD_SAMPLE / "test2016.first30.de", GOLD_SAMPLE / "test2016.first30.en"

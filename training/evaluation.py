@@ -11,8 +11,8 @@ import torch
 from accelerate.utils import gather_object
 
 from ..data.pairs import Collate, eval_batches
-from ..metrics import corpus_scores, format_score
-from ..plotting import plot_cross_attentions
+from ..translation.scores import corpus_scores, format_score
+from ..attention.plotting import plot_cross_attentions
 from .objectives import token_loss_sum
 
 SCORE_KEYS = ("bleu", "bleu_lowercase", "chrf", "bleu_signature", "bleu_lowercase_signature", "chrf_signature")

@@ -184,13 +184,13 @@ def build_compute_metrics(tokenizer, *, bleu_tokenize: str | None = None) -> Cal
     ``bleu_tokenize`` is sacrebleu's tokenizer ("13a" by default; "zh" for Chinese targets).
 
     With the package installed the scores come from ``evaluate.load`` of its translation metric
-    (`attention_seq2seq.metrics.load_translation_metric`, in memory: no cache file per process); without
+    (`attention_seq2seq.translation.scores.load_translation_metric`, in memory: no cache file per process); without
     it, from `score_corpus`.
     """
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     special_ids = np.array(sorted(set(tokenizer.all_special_ids) | {-100}))
     try:
-        from attention_seq2seq.metrics import load_translation_metric
+        from attention_seq2seq.translation.scores import load_translation_metric
     except ImportError:  # run next to an export, with transformers alone
         metric = None
     else:

@@ -1,7 +1,7 @@
 """The computation behind the translation_scores metric: corpus BLEU, lower-cased BLEU and chrF.
 
 Plain sacreBLEU calls, with no evaluate or datasets import, so that the package's trainer and
-commands (attention_seq2seq/metrics.py) use the same code as ``evaluate.load(<this folder>)`` without paying
+commands (translation/scores.py) use the same code as ``evaluate.load(<this folder>)`` without paying
 for importing evaluate (which imports datasets and transformers.pipelines: seconds). The metric
 script, translation_scores.py, imports this file as ``from .compute_scores import ...``; evaluate
 copies it next to the script (and fetches it with the script from a metric Space).

@@ -21,7 +21,7 @@ from typing import Iterable, Sequence
 
 import torch
 
-from .errors import UserError
+from ..errors import UserError
 
 _WORD = re.compile(r"\S+")
 

@@ -4,14 +4,14 @@ bertviz (Vig 2019) draws encoder-decoder attention from three lists of per-layer
 of shape (batch = 1, num_heads, query_len, key_len), and the two token lists::
 
     from bertviz import model_view                      # pip install bertviz (not a dependency)
-    from attention_seq2seq.bertviz_adapter import bertviz_inputs
-    from attention_seq2seq.inference import load_for_inference
+    from attention_seq2seq.attention.bertviz_adapter import bertviz_inputs
+    from attention_seq2seq.translation.loading import load_for_inference
 
     loaded = load_for_inference("runs/multi30k", attn_implementation="eager")
     model_view(**bertviz_inputs(loaded.model, loaded.tokenizer, "Ein Hund läuft im Schnee."))
 
 :func:`bertviz_inputs` returns exactly those keyword arguments, computed by the attention
-explorer's :func:`~attention_seq2seq.explorer.explain` (the model's own translation, or a
+explorer's :func:`~attention_seq2seq.attention.explorer.explain` (the model's own translation, or a
 ``target`` teacher-forced). The RNN has no self-attention: it gives ``cross_attention`` alone
 (one layer, one head); a model with ``attention="none"`` has nothing to show and raises.
 """

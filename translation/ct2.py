@@ -30,9 +30,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Sequence
 
-from .errors import UserError
-from .data.host_measurements import cpu_flags, cpu_name, measured
-from .hub.ct2_folder import MARKER_FILE, is_ct2_folder
+from ..errors import UserError
+from ..data.host_measurements import cpu_flags, cpu_name, measured
+from .ct2_folder import MARKER_FILE, is_ct2_folder
 
 BEAM_PATIENCE = 2
 

@@ -41,8 +41,8 @@ from typing import Iterable, Iterator, Sequence, TextIO
 
 import torch
 
-from .errors import UserError
-from .inference import token_budget_batches
+from ..errors import UserError
+from .loading import token_budget_batches
 
 FORMATS = ("text", "tsv", "jsonl")
 DEFAULT_CHUNK_LINES = 10_000
@@ -260,7 +260,7 @@ class ChunkTranslator:
             if options.align:
                 sources = [sentences[k] for k in batch for _ in range(options.n_best)]
                 links = self._align(sources, texts)
-                from .alignment import format_pharaoh
+                from ..attention.alignment import format_pharaoh
 
                 alignments = [format_pharaoh(x) for x in links]
             for row, k in enumerate(batch):
@@ -281,7 +281,7 @@ class ChunkTranslator:
     def _translate_ct2(self, sentences, ids, result):
         """The CTranslate2 path: its scores are the beam's normalised log p(y | x) / |y|^α only, so
         the total log-probability column is nan."""
-        from .inference_ct2 import translate_ct2
+        from .ct2 import translate_ct2
 
         keep = [k for k, row in enumerate(ids) if row]
         if not keep:
@@ -331,7 +331,7 @@ class ChunkTranslator:
         return total.tolist(), normalised.tolist()
 
     def _align(self, sources: list[str], targets: list[str]):
-        from .alignment import attention_alignments
+        from ..attention.alignment import attention_alignments
 
         links = [set() for _ in sources]
         keep = [k for k, t in enumerate(targets) if t]

@@ -8,7 +8,7 @@
 All functions take weights as arrays of shape ``(num_heads, tgt_len, src_len)`` per layer
 (the model's ``cross_attentions`` for one sentence, padding already cut off).
 
-Labels use the package's one font fallback list (attention_seq2seq/fonts.py): DejaVu Sans, then
+Labels use the package's one font fallback list (attention/fonts.py): DejaVu Sans, then
 Noto CJK, so Chinese, Japanese and Korean tokens render instead of "Glyph ... missing" boxes.
 """
 

@@ -7,7 +7,7 @@ glyph by glyph, so DejaVu Sans stays first (Latin labels look as before) and the
 (Debian's ``fonts-noto-cjk``, which ``scripts/install.sh`` installs) cover the rest.
 
 Used by the training plots, ``plot-attention`` and the model card's heat-map (all drawn by
-``attention_seq2seq/plotting.py``, which calls :func:`configure_matplotlib` on import) and by the attention
+``attention/plotting.py``, which calls :func:`configure_matplotlib` on import) and by the attention
 explorer (``explorer.py``), whose HTML heat-maps name the same families in CSS. This module
 imports only the standard library, so the explorer's Space copy can ship it as it is.
 """

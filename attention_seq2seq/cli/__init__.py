@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from .errors import UserError
+from ..errors import UserError
 
 PROG = "attention-seq2seq"
 
@@ -347,7 +347,7 @@ def _add_file_translation_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _generation_kwargs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
     """Check the decoding options against each other and build ``generate`` kwargs."""
-    from .inference import generation_kwargs
+    from ..translation.loading import generation_kwargs
 
     do_sample = getattr(args, "do_sample", False)
     if args.greedy and do_sample:
@@ -385,7 +385,7 @@ def _quiet_library_progress() -> None:
 
 
 def _load(args: argparse.Namespace, **kwargs):
-    from .inference import load_for_inference
+    from ..translation.loading import load_for_inference
 
     _quiet_library_progress()
 
@@ -395,7 +395,7 @@ def _load(args: argparse.Namespace, **kwargs):
 
 
 def _read_text_file(path: str, option: str) -> list[str]:
-    from .inference import read_lines
+    from ..translation.loading import read_lines
 
     file = Path(path)
     if not file.is_file():
@@ -412,7 +412,7 @@ def cmd_translate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     if args.text and args.input:
         parser.error("give the text as arguments or with --input, not both")
     generate_kwargs = _generation_kwargs(parser, args)
-    from .translate_files import run_translate_command  # streaming, n-best, alignments, resume, ranks
+    from ..translation.files import run_translate_command  # streaming, n-best, alignments, resume, ranks
 
     return run_translate_command(parser, args, generate_kwargs, _load)
 
@@ -428,7 +428,7 @@ def _test_set(
     if args.corpus and (args.src or args.ref):
         parser.error("give --corpus (with --split) or --src and --ref, not both")
     if args.corpus:
-        from .data import load_corpus
+        from ..data import load_corpus
 
         _quiet_library_progress()
         splits, info = load_corpus(args.corpus, return_info=True)
@@ -453,7 +453,7 @@ def _test_set(
 
 def format_score_table(results: dict[str, dict]) -> str:
     """A plain-text table of test-set scores (score ± 95% half-width if bootstrapped), then the signatures."""
-    from .metrics import format_score
+    from ..translation.scores import format_score
 
     header = ("test set", "sentences", "beams", "BLEU", "chrF")
     rows = [
@@ -479,8 +479,8 @@ def cmd_evaluate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
     if args.update_metrics and loaded.location.run_dir is None:
         parser.error("--update-metrics needs a training output folder as --model (one with metrics.json)")
 
-    from .inference import translate
-    from .metrics import corpus_scores
+    from ..translation.loading import translate
+    from ..translation.scores import corpus_scores
 
     hypotheses = translate(
         loaded,
@@ -539,7 +539,7 @@ def cmd_plot_attention(parser: argparse.ArgumentParser, args: argparse.Namespace
         parser.error(f"--output must be a .png file; got {args.output}")
     generate_kwargs = _generation_kwargs(parser, args)
     # Attention weights come from the eager attention path (SDPA does not return them).
-    from .inference import locate_model
+    from ..translation.loading import locate_model
 
     if locate_model(args.model).kind == "ctranslate2":
         raise UserError(
@@ -548,7 +548,7 @@ def cmd_plot_attention(parser: argparse.ArgumentParser, args: argparse.Namespace
         )
     loaded = _load(args, attn_implementation="eager")
 
-    from .plotting import plot_cross_attentions
+    from ..attention.plotting import plot_cross_attentions
 
     cross_attentions, src_tokens, tgt_tokens = sentence_attention(loaded, args.source, args.reference, generate_kwargs)
     written = plot_cross_attentions(
@@ -606,7 +606,7 @@ def cmd_demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except ImportError:
         raise UserError("the demo needs gradio: pip install 'attention-seq2seq[demo]'") from None
     loaded = _load(args, attn_implementation="eager")  # eager attention returns the weights
-    from .explorer import build_app, launch
+    from ..attention.explorer import build_app, launch
 
     name = Path(str(args.model)).name or str(args.model)
     app = build_app(loaded.model, loaded.tokenizer, title=f"Attention explorer: {name}", example=args.example)
@@ -630,7 +630,7 @@ def cmd_demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 
 def cmd_alignment_error_rate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from .alignment import alignment_error_rate
+    from ..attention.alignment import alignment_error_rate
 
     if bool(args.hypothesis) == bool(args.model):
         parser.error("give a HYPOTHESIS alignment file, or -m MODEL with --src and --ref (not both)")
@@ -654,14 +654,14 @@ def cmd_alignment_error_rate(parser: argparse.ArgumentParser, args: argparse.Nam
             )
         ]
     else:
-        from .alignment import model_alignments_by_layer
+        from ..attention.alignment import model_alignments_by_layer
 
         if len(texts["--src"]) != len(texts["--ref"]):
             raise UserError(f"--src has {len(texts['--src'])} lines but --ref has {len(texts['--ref'])}")
         loaded = _load(args)
         heads = None
         if args.align_heads:
-            from .translate_files import _parse_heads
+            from ..translation.files import _parse_heads
 
             heads = _parse_heads(args.align_heads)
         rows = []
@@ -724,8 +724,8 @@ def cmd_average_checkpoints(parser: argparse.ArgumentParser, args: argparse.Name
             parser.error("give at least two checkpoints to average")
         config_from = args.config_from or str(checkpoints[0])
 
-    from .inference import locate_model
-    from .training.averaging import average_checkpoints, load_averaged_weights
+    from ..translation.loading import locate_model
+    from ..training.averaging import average_checkpoints, load_averaged_weights
 
     _quiet_library_progress()
     location = locate_model(config_from)
@@ -764,7 +764,7 @@ def cmd_average_checkpoints(parser: argparse.ArgumentParser, args: argparse.Name
 
 
 def cmd_finetune(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from .training.finetune_trainer import config_from_args, finetune, merge_adapter
+    from ..training.finetune_trainer import config_from_args, finetune, merge_adapter
 
     if args.merge_adapter:
         try:
@@ -787,14 +787,14 @@ def cmd_finetune(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
 
 
 def cmd_train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from .training.train import main as train_main
+    from ..training.train import main as train_main
 
     train_main(["--help"] if args.help_train else args.train_args)
     return 0
 
 
 def cmd_export(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from .hub.export import ExportError, export_model
+    from ..hub.export import ExportError, export_model
 
     run = Path(args.run)
     if not run.is_dir():
@@ -807,11 +807,11 @@ def cmd_export(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
                 parser.error(f"--{option.replace('_', '-')} only applies to --format remote (the card's metadata)")
         try:
             if args.format == "native":
-                from .hub.export_native import export_native
+                from ..hub.export_native import export_native
 
                 out = export_native(run, Path(args.output), repo_id=args.repo_id, overwrite=args.overwrite)
             else:
-                from .hub.export_ct2 import export_ct2
+                from ..hub.export_ct2 import export_ct2
 
                 if args.repo_id is not None:
                     parser.error("--repo-id only applies to --format remote and native (the card)")
@@ -844,7 +844,7 @@ def recorded_base_model(run: Path) -> str | None:
 
     A local path there (a base that was never published) cannot go into the card's metadata.
     """
-    from .inference import looks_like_hub_id
+    from ..translation.loading import looks_like_hub_id
 
     metrics_file = run / "metrics.json"
     if not metrics_file.is_file():
@@ -859,7 +859,7 @@ def recorded_base_model(run: Path) -> str | None:
 
 
 def cmd_push(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from .hub.push import PushError, push_to_hub
+    from ..hub.push import PushError, push_to_hub
 
     try:
         result = push_to_hub(
@@ -891,7 +891,7 @@ def build_parser(finetune_options: bool = True) -> argparse.ArgumentParser:
         epilog=_MAIN_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    from . import __version__
+    from .. import __version__
 
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -914,8 +914,8 @@ def build_parser(finetune_options: bool = True) -> argparse.ArgumentParser:
 
     p = add("finetune", "fine-tune a model with transformers' Seq2SeqTrainer", _FINETUNE_EPILOG, cmd_finetune)
     if finetune_options:
-        from .training.config import field_comments
-        from .training.finetune_trainer import FinetuneConfig, add_config_arguments
+        from ..training.config import field_comments
+        from ..training.finetune_trainer import FinetuneConfig, add_config_arguments
 
         add_config_arguments(p, field_comments(FinetuneConfig))
 
@@ -1060,7 +1060,7 @@ def build_parser(finetune_options: bool = True) -> argparse.ArgumentParser:
     )
 
     p = add("push", "upload an export folder to the Hugging Face Hub", _PUSH_EPILOG, cmd_push)
-    from .hub.push import build_parser as add_push_arguments
+    from ..hub.push import build_parser as add_push_arguments
 
     add_push_arguments(p)
     return parser

@@ -20,7 +20,7 @@ from typing import Iterable, Iterator, Sequence
 
 import torch
 
-from .errors import UserError
+from ..errors import UserError
 
 # "owner/name" or "name": what huggingface_hub accepts as a repo id.
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
@@ -64,7 +64,7 @@ def locate_model(path_or_id: str | Path) -> ModelLocation:
     text = str(path_or_id)
     path = Path(text).expanduser()
     if path.is_dir():
-        from .inference_ct2 import is_ct2_folder
+        from .ct2 import is_ct2_folder
 
         if is_ct2_folder(path):
             return ModelLocation(str(path), "ctranslate2")
@@ -139,7 +139,7 @@ def load_for_inference(
 
     location = locate_model(path_or_id)
     if location.kind == "ctranslate2":
-        from .inference_ct2 import load_ct2
+        from .ct2 import load_ct2
 
         device_name = str(device) if device is not None else None
         model, tokenizer = load_ct2(location.model_path, device=device_name)
@@ -283,7 +283,7 @@ def translate_n_best(
     """
     from tqdm.auto import tqdm
 
-    from .inference_ct2 import CT2Model, translate_ct2
+    from .ct2 import CT2Model, translate_ct2
 
     model, tokenizer = loaded.model, loaded.tokenizer
     if isinstance(model, CT2Model):

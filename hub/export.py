@@ -541,3 +541,22 @@ def _read_recipe(path: Path | None) -> dict | None:
     if not isinstance(data, dict):
         raise ExportError(f"recipe file {path} must hold a YAML mapping of hyperparameters")
     return data
+
+
+def recorded_base_model(run: Path) -> str | None:
+    """The Hub id a fine-tuned run recorded in its metrics.json as ``base_model``, if it is one.
+
+    A local path there (a base that was never published) cannot go into the card's metadata.
+    """
+    from ..translation.loading import looks_like_hub_id
+
+    metrics_file = run / "metrics.json"
+    if not metrics_file.is_file():
+        return None
+    try:
+        base = json.loads(metrics_file.read_text(encoding="utf-8")).get("base_model")
+    except (json.JSONDecodeError, AttributeError):
+        return None
+    if isinstance(base, str) and base.count("/") == 1 and looks_like_hub_id(base):
+        return base
+    return None

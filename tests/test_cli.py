@@ -638,7 +638,7 @@ def test_plot_attention_of_a_translation_and_of_a_reference(run, tmp_path, capsy
 
 
 def test_attention_rows_are_distributions_over_the_source(run):
-    from attention_seq2seq.cli import sentence_attention
+    from attention_seq2seq.attention.forced import sentence_attention
     from attention_seq2seq.translation.loading import load_for_inference
 
     loaded = load_for_inference(run, attn_implementation="eager")

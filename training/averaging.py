@@ -102,3 +102,63 @@ def save_averaged(paths: Sequence[str | Path], output_file: str | Path) -> Path:
     save_file(average_checkpoints(paths), str(output_file), metadata={"format": "pt"})
     give_ordinary_modes(output_file)  # safetensors writes 0600
     return output_file
+
+
+def newest_checkpoints(run: Path, last: int) -> list[Path]:
+    """The ``last`` newest ``<run>/checkpoints/step_<N>`` folders, oldest first.
+
+    Raises:
+        UserError: ``run`` is not a folder, has no checkpoints, or fewer than ``last``.
+    """
+    from ..errors import UserError
+    from .checkpoints import step_dirs
+
+    if not run.is_dir():
+        raise UserError(f"--run: folder not found: {run}")
+    steps = step_dirs(run / "checkpoints")
+    if not steps:
+        raise UserError(f"--run: no checkpoints/step_<N> folders in {run}")
+    if len(steps) < last:
+        raise UserError(f"--last {last}: {run} has only {len(steps)} checkpoints")
+    return steps[-last:]
+
+
+def write_averaged_model(
+    checkpoints: Sequence[Path], config_from: str, output: Path, *, trust_remote_code: bool = False
+) -> list[str]:
+    """Average ``checkpoints`` into a complete model folder ``output``: the model of
+    ``config_from`` (a model folder) with the averaged weights, its generation config and
+    tokenizer. Returns notes for the user (e.g. no tokenizer to copy).
+
+    Raises:
+        UserError: ``config_from`` is no local model folder, a checkpoint has no weights, or the
+            weights do not fit the model.
+    """
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
+
+    from ..errors import UserError
+    from ..translation.loading import locate_model
+
+    location = locate_model(config_from)
+    if location.kind == "hub":
+        raise UserError(f"--config-from: folder not found: {config_from}")
+    try:
+        averaged = average_checkpoints(checkpoints)
+    except FileNotFoundError as err:
+        raise UserError(str(err)) from None
+    model = AutoModelForSeq2SeqLM.from_pretrained(location.model_path, trust_remote_code=trust_remote_code)
+    try:
+        load_averaged_weights(model, averaged)
+    except RuntimeError as err:
+        raise UserError(f"checkpoints do not fit the model of --config-from {config_from}: {err}") from None
+    model.save_pretrained(output)
+    notes = []
+    try:
+        GenerationConfig.from_pretrained(location.model_path).save_pretrained(output)
+    except OSError:
+        pass  # no generation_config.json there: save_pretrained wrote the model's own
+    try:
+        AutoTokenizer.from_pretrained(location.model_path).save_pretrained(output)
+    except (OSError, ValueError):
+        notes.append(f"no tokenizer in {location.model_path}; copy one into {output}")
+    return notes

@@ -1,0 +1,283 @@
+"""The ``translate`` and ``evaluate`` commands: parse, then call translation/."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..errors import UserError
+from .common import (
+    _add_generation_arguments,
+    _add_model_argument,
+    _generation_kwargs,
+    _load,
+    _positive_int,
+    _quiet_library_progress,
+    _read_text_file,
+    _resample_count,
+)
+
+_TRANSLATE_EPILOG = """\
+MODEL (-m) is a training output folder, an export folder (remote code, native or CTranslate2),
+a model folder or a Hub id.
+
+examples:
+  attention-seq2seq translate -m runs/multi30k "Ein Hund läuft im Schnee." "Zwei Männer lachen."
+  echo "Ein Hund läuft im Schnee." | attention-seq2seq translate -m runs/multi30k
+  attention-seq2seq translate -m runs/multi30k --input test.de --output test.hyp.en --num-beams 5
+  attention-seq2seq translate -m someone/rnn-bahdanau-de-en --input test.de --greedy
+  attention-seq2seq translate -m export/ --do-sample --top-p 0.9 --temperature 0.8 --seed 1 "Hallo!"
+  attention-seq2seq translate -m export-ct2/ --input test.de --num-beams 5 --batch-tokens 2048
+  attention-seq2seq translate -m export-ct2/ --n-best 3 "Ein Hund läuft im Schnee."
+"""
+
+_EVALUATE_EPILOG = """\
+The test set is a corpus spec and a split (--corpus/--split) or two line-aligned files
+(--src/--ref). Scores are sacreBLEU's BLEU and chrF on detokenized output, with signatures;
+--bootstrap adds a 95% confidence interval (Koehn 2004). To test whether two systems differ, give
+both translation files to sacreBLEU's paired bootstrap: sacrebleu REF -i A B --paired-bs.
+
+examples:
+  attention-seq2seq evaluate -m runs/multi30k --corpus multi30k:../shared/data/multi30k --split test
+  attention-seq2seq evaluate -m export/ --src test2016.de --ref test2016.en --num-beams 5 \\
+      --output eval.json --hypotheses test2016.hyp.en
+  attention-seq2seq evaluate -m runs/tatoeba --src test.zh --ref test.en --update-metrics
+  attention-seq2seq evaluate -m runs/multi30k --corpus multi30k:../shared/data/multi30k --bootstrap 1000
+"""
+
+
+def _add_file_translation_arguments(parser: argparse.ArgumentParser) -> None:
+    """translate's options for large files, n-best lists and alignments (docs/translate.md)."""
+    group = parser.add_argument_group("files, n-best lists and alignments (docs/translate.md)")
+    group.add_argument(
+        "--chunk-lines",
+        metavar="N",
+        type=_positive_int,
+        default=10_000,
+        help="lines read, sorted and written at a time (default: 10000); memory holds one chunk",
+    )
+    group.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue an interrupted run: keep the complete records already in --output",
+    )
+    group.add_argument(
+        "--no-truncate",
+        action="store_true",
+        help="refuse a line longer than the model's limit (default: truncate it, with one warning)",
+    )
+    group.add_argument(
+        "--n-best",
+        metavar="K",
+        type=_positive_int,
+        default=1,
+        help="K hypotheses per source (beam search with at least K beams)",
+    )
+    group.add_argument(
+        "--scores", action="store_true", help="add each hypothesis's total log-probability and length-normalised score"
+    )
+    group.add_argument(
+        "--format",
+        choices=["text", "tsv", "jsonl"],
+        help="output format (default: text; tsv with --n-best > 1 or --scores)",
+    )
+    group.add_argument(
+        "--alignments",
+        metavar="FILE",
+        help="write Pharaoh word alignments (i-j) from attention to FILE, one line per output line",
+    )
+    group.add_argument(
+        "--align-layer",
+        metavar="L",
+        type=int,
+        default=-1,
+        help="Transformer: decoder layer whose cross-attention aligns (0-based; default -1, the last)",
+    )
+    group.add_argument(
+        "--align-heads",
+        metavar="H[,H...]",
+        help="Transformer: heads to average, 0-based, comma-separated (default: all)",
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# translate
+
+
+def cmd_translate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    if args.text and args.input:
+        parser.error("give the text as arguments or with --input, not both")
+    generate_kwargs = _generation_kwargs(parser, args)
+    from ..translation.files import run_translate_command  # streaming, n-best, alignments, resume, ranks
+
+    return run_translate_command(parser, args, generate_kwargs, _load)
+
+
+# ---------------------------------------------------------------------------------------------
+# evaluate
+
+
+def _test_set(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> tuple[str, list[str], list[str], str | None]:
+    """(name, sources, references, target language) from --corpus/--split or --src/--ref."""
+    if args.corpus and (args.src or args.ref):
+        parser.error("give --corpus (with --split) or --src and --ref, not both")
+    if args.corpus:
+        from ..data import load_corpus
+
+        _quiet_library_progress()
+        splits, info = load_corpus(args.corpus, return_info=True)
+        dataset = splits[args.split]
+        sources, references = list(dataset["source"]), list(dataset["target"])
+        name = args.name or f"{info.name}-{args.split}".replace(" ", "-")
+        target_lang = args.target_lang or info.target_lang
+    else:
+        if not (args.src and args.ref):
+            parser.error("the test set needs --corpus SPEC (with --split) or both --src FILE and --ref FILE")
+        sources, references = _read_text_file(args.src, "--src"), _read_text_file(args.ref, "--ref")
+        if len(sources) != len(references):
+            raise UserError(f"--src has {len(sources)} lines but --ref has {len(references)}: {args.src}, {args.ref}")
+        name = args.name or Path(args.src).stem
+        target_lang = args.target_lang or (Path(args.ref).suffix.lstrip(".") or None)
+    if args.limit:
+        sources, references = sources[: args.limit], references[: args.limit]
+    if not sources:
+        raise UserError("the test set is empty")
+    return name, sources, references, target_lang
+
+
+def format_score_table(results: dict[str, dict]) -> str:
+    """A plain-text table of test-set scores (score ± 95% half-width if bootstrapped), then the signatures."""
+    from ..translation.scores import format_score
+
+    header = ("test set", "sentences", "beams", "BLEU", "chrF")
+    rows = [
+        (name, str(r["num_sentences"]), str(r.get("num_beams", "-")), format_score(r, "bleu"), format_score(r, "chrf"))
+        for name, r in results.items()
+    ]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines = [
+        "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
+        for row in [header, *rows]
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    for name, r in results.items():
+        lines.append(f"BLEU signature: {r['bleu_signature']}")
+        lines.append(f"chrF signature: {r['chrf_signature']}")
+    return "\n".join(lines)
+
+
+def cmd_evaluate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    generate_kwargs = _generation_kwargs(parser, args)
+    name, sources, references, target_lang = _test_set(parser, args)
+    loaded = _load(args)
+    if args.update_metrics and loaded.location.run_dir is None:
+        parser.error("--update-metrics needs a training output folder as --model (one with metrics.json)")
+
+    from ..translation.loading import translate
+    from ..translation.scores import corpus_scores
+
+    hypotheses = translate(
+        loaded,
+        sources,
+        batch_size=args.batch_size,
+        max_batch_tokens=args.batch_tokens,
+        max_source_length=args.max_source_length,
+        progress=not args.no_progress,
+        **generate_kwargs,
+    )
+    scores = corpus_scores(hypotheses, references, target_lang=target_lang, n_bootstrap=args.bootstrap or 1)
+    generation_config = loaded.model.generation_config
+    result = {
+        "split": args.split if args.corpus else "files",
+        "num_sentences": len(sources),
+        "num_beams": generate_kwargs.get("num_beams", generation_config.num_beams or 1),
+        "max_new_tokens": generate_kwargs.get("max_new_tokens", generation_config.max_new_tokens),
+        "length_penalty": generate_kwargs.get(
+            "length_penalty", 1.0 if generation_config.length_penalty is None else generation_config.length_penalty
+        ),
+        **scores,
+        "model": str(args.model),
+        "source": args.corpus or str(args.src),
+        "reference": args.corpus or str(args.ref),
+    }
+    results = {name: result}
+    # Default: next to the run's metrics.json, never into the current folder (a checkout, say);
+    # for an export, model folder or Hub id only with --output.
+    run_dir = loaded.location.run_dir
+    output = Path(args.output) if args.output else (run_dir / f"eval_{name}.json" if run_dir is not None else None)
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    if args.hypotheses:
+        Path(args.hypotheses).write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
+    if args.update_metrics:
+        metrics_file = loaded.location.run_dir / "metrics.json"
+        metrics = json.loads(metrics_file.read_text(encoding="utf-8")) if metrics_file.is_file() else {}
+        entry = {k: v for k, v in result.items() if k not in ("model", "source", "reference")}
+        metrics.setdefault("test", {})[name] = entry
+        metrics_file.write_text(json.dumps(metrics, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(format_score_table(results))
+    if output is not None:
+        print(f"scores written to {output}", file=sys.stderr)
+    else:
+        print(f"{parser.prog}: note: no JSON written (give --output FILE to keep the scores)", file=sys.stderr)
+    return 0
+
+
+def add_commands(add) -> None:
+    """Add this module's commands; ``add(name, help, epilog, handler)`` returns the subparser."""
+    p = add("translate", "translate sentences from arguments, a file or stdin", _TRANSLATE_EPILOG, cmd_translate)
+    _add_model_argument(p)
+    p.add_argument(
+        "text", nargs="*", metavar="TEXT", help="sentences to translate (default: --input or stdin, one per line)"
+    )
+    p.add_argument("-i", "--input", metavar="FILE", help="file with one sentence per line")
+    p.add_argument("-o", "--output", metavar="FILE", help="write translations here (default: stdout)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr for --input")
+    _add_generation_arguments(p)
+    _add_file_translation_arguments(p)
+
+    p = add("evaluate", "BLEU and chrF (sacreBLEU) of a model on a test set", _EVALUATE_EPILOG, cmd_evaluate)
+    _add_model_argument(p)
+    test = p.add_argument_group("test set")
+    test.add_argument("--corpus", help="corpus spec, e.g. multi30k:../shared/data/multi30k or tsv:test.tsv")
+    test.add_argument(
+        "--split", default="test", choices=["train", "validation", "test"], help="split of --corpus (default: test)"
+    )
+    test.add_argument("--src", help="source file, one sentence per line")
+    test.add_argument("--ref", help="reference file, line-aligned with --src")
+    test.add_argument("--name", help="test set name in the JSON (default: from the spec or --src)")
+    test.add_argument(
+        "--target-lang",
+        help="target language code; zh/ja/ko switch BLEU's tokenizer "
+        "(default: from the corpus, or the --ref file suffix)",
+    )
+    test.add_argument("--limit", metavar="N", type=_positive_int, help="score only the first N sentences")
+    test.add_argument(
+        "--max-test-samples", dest="limit", type=_positive_int, help=argparse.SUPPRESS
+    )  # the trainers' name
+    out = p.add_argument_group("output")
+    out.add_argument(
+        "-o",
+        "--output",
+        help="JSON file (default: <run>/eval_<name>.json for a training output folder; none for other models)",
+    )
+    out.add_argument("--hypotheses", help="also write the translations to this file")
+    out.add_argument(
+        "--update-metrics",
+        action="store_true",
+        help="add the scores to MODEL's metrics.json (a training folder), for the model card",
+    )
+    out.add_argument(
+        "--bootstrap",
+        metavar="N",
+        type=_resample_count,
+        help="also each score's 95%% confidence interval from N bootstrap resamples of the test "
+        "sentences (sacreBLEU, seeded; 1000 is usual): the JSON gains bleu_ci95 etc. (half-widths)",
+    )
+    out.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    _add_generation_arguments(p, sampling=False)

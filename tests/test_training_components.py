@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 
+import json
+
 import numpy as np
 import pytest
 import sacrebleu
@@ -343,3 +345,54 @@ def test_lowercased_bleu_ignores_case_and_cased_bleu_does_not():
     assert scores["bleu_lowercase"] == pytest.approx(100.0)
     assert scores["bleu"] < 10.0  # only "." matches when case counts
     assert "case:lc" in scores["bleu_lowercase_signature"] and "case:mixed" in scores["bleu_signature"]
+
+
+def test_average_checkpoints_reads_sharded_save_pretrained_folders(tmp_path, capsys):
+    # A model saved with max_shard_size (model.safetensors.index.json + shards) averages to the
+    # same weights as the same two models saved whole, through the command as a user runs it.
+    from transformers import AutoModelForSeq2SeqLM
+
+    from attention_seq2seq import TransformerSeq2SeqConfig
+    from attention_seq2seq.cli import main
+
+    config = TransformerSeq2SeqConfig(
+        vocab_size=40, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=16,
+    )  # fmt: skip
+    folders = {}
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        model = AutoModelForSeq2SeqLM.from_config(config)
+        model.save_pretrained(tmp_path / f"sharded{seed}", max_shard_size="8KB")
+        model.save_pretrained(tmp_path / f"whole{seed}")
+        folders[seed] = model
+    assert (tmp_path / "sharded0" / "model.safetensors.index.json").is_file()
+    assert len(list((tmp_path / "sharded0").glob("model-*.safetensors"))) > 1
+    for kind in ("sharded", "whole"):
+        argv = ["average-checkpoints", str(tmp_path / f"{kind}0"), str(tmp_path / f"{kind}1")]
+        assert main([*argv, "--config-from", str(tmp_path / "whole0"), "-o", str(tmp_path / f"avg_{kind}")]) == 0
+    capsys.readouterr()
+    sharded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "avg_sharded").state_dict()
+    whole = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "avg_whole").state_dict()
+    expected = {k: (v + folders[1].state_dict()[k]) / 2 for k, v in folders[0].state_dict().items()}
+    for name, value in sharded.items():
+        assert torch.equal(value, whole[name]), name
+        torch.testing.assert_close(value, expected[name], rtol=0, atol=1e-7)
+
+
+def test_average_checkpoints_names_a_missing_shard(tmp_path):
+    from attention_seq2seq.training.averaging import load_checkpoint_weights
+
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    save_file({"a": torch.zeros(2)}, str(folder / "model-00001-of-00002.safetensors"))
+    index = {
+        "metadata": {},
+        "weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"},
+    }
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(FileNotFoundError, match="model-00002-of-00002.safetensors"):
+        load_checkpoint_weights(folder)
+    (folder / "model.safetensors.index.json").write_text("{")
+    with pytest.raises(ValueError, match="weight_map"):
+        load_checkpoint_weights(folder)

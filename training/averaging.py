@@ -6,7 +6,8 @@ usually gains a fraction of a BLEU point for free. fairseq (``average_checkpoint
 OpenNMT-py (``average_models.py``) and Marian (``--average``) ship it; transformers does not.
 
 A checkpoint is a folder written by ``accelerator.save_state`` or ``save_pretrained`` (its
-``model.safetensors`` is read), or a ``.safetensors`` file.
+``model.safetensors`` is read, or, for a folder saved with ``max_shard_size``, every shard named by
+its ``model.safetensors.index.json``, as ``from_pretrained`` reads them), or a ``.safetensors`` file.
 """
 
 from __future__ import annotations
@@ -14,25 +15,59 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import json
+
 import torch
 from safetensors.torch import load_file, save_file
 
 from .file_modes import give_ordinary_modes
 
 WEIGHTS_FILE = "model.safetensors"
+WEIGHTS_INDEX_FILE = "model.safetensors.index.json"  # a sharded save_pretrained folder
 
 
 def checkpoint_weights_file(path: str | Path) -> Path:
-    """The ``model.safetensors`` of a checkpoint folder, or ``path`` itself if it is a file.
+    """The weights file of a checkpoint: its ``model.safetensors``, else its sharded index
+    ``model.safetensors.index.json``, or ``path`` itself if it is a file.
 
     Raises:
         FileNotFoundError: no weights file there.
     """
     path = Path(path)
-    file = path / WEIGHTS_FILE if path.is_dir() else path
-    if not file.is_file():
-        raise FileNotFoundError(f"no {WEIGHTS_FILE} in checkpoint {path}")
-    return file
+    if not path.is_dir():
+        if not path.is_file():
+            raise FileNotFoundError(f"checkpoint not found: {path}")
+        return path
+    for name in (WEIGHTS_FILE, WEIGHTS_INDEX_FILE):
+        if (path / name).is_file():
+            return path / name
+    raise FileNotFoundError(f"no {WEIGHTS_FILE} (or sharded {WEIGHTS_INDEX_FILE}) in checkpoint {path}")
+
+
+def load_checkpoint_weights(path: str | Path) -> dict[str, torch.Tensor]:
+    """Every tensor of a checkpoint (see :func:`checkpoint_weights_file`), shards joined.
+
+    Raises:
+        FileNotFoundError: no weights file, or a shard the index names is missing.
+        ValueError: the index is not JSON with a ``weight_map``.
+    """
+    file = checkpoint_weights_file(path)
+    if file.name != WEIGHTS_INDEX_FILE:
+        return load_file(str(file))
+    try:
+        weight_map = json.loads(file.read_text(encoding="utf-8"))["weight_map"]
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise ValueError(f"{file}: not a safetensors index with a weight_map ({err})") from None
+    weights: dict[str, torch.Tensor] = {}
+    for shard in sorted(set(weight_map.values())):
+        shard_file = file.parent / shard
+        if not shard_file.is_file():
+            raise FileNotFoundError(f"{file} names the shard {shard}, which is not in {file.parent}")
+        weights.update(load_file(str(shard_file)))
+    missing = sorted(set(weight_map) - set(weights))
+    if missing:
+        raise ValueError(f"{file}: its shards lack {len(missing)} tensor(s) it lists, e.g. {missing[:3]}")
+    return weights
 
 
 def average_state_dicts(state_dicts: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
@@ -67,8 +102,8 @@ def average_state_dicts(state_dicts: Sequence[Mapping[str, torch.Tensor]]) -> di
 
 
 def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, torch.Tensor]:
-    """Average the weights stored in ``paths`` (checkpoint folders or safetensors files)."""
-    return average_state_dicts([load_file(str(checkpoint_weights_file(p))) for p in paths])
+    """Average the weights stored in ``paths`` (checkpoint folders, sharded or not, or safetensors files)."""
+    return average_state_dicts([load_checkpoint_weights(p) for p in paths])
 
 
 def load_averaged_weights(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor]) -> None:
@@ -144,7 +179,7 @@ def write_averaged_model(
         raise UserError(f"--config-from: folder not found: {config_from}")
     try:
         averaged = average_checkpoints(checkpoints)
-    except FileNotFoundError as err:
+    except (FileNotFoundError, ValueError) as err:
         raise UserError(str(err)) from None
     model = AutoModelForSeq2SeqLM.from_pretrained(location.model_path, trust_remote_code=trust_remote_code)
     try:

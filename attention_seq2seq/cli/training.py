@@ -13,7 +13,8 @@ from .common import (
 
 _AVERAGE_EPILOG = """\
 Checkpoints are folders holding model.safetensors (accelerator.save_state or save_pretrained
-folders) or .safetensors files. The result is a complete model folder: the config, generation
+folders; a folder saved with max_shard_size is read through its model.safetensors.index.json,
+as from_pretrained reads it) or .safetensors files. The result is a complete model folder: the config, generation
 config and tokenizer come from --config-from (default: <run>/model with --run, else the first
 checkpoint).
 

@@ -199,7 +199,8 @@ def build_card_data(
     """The card's YAML metadata: languages, license, tags, datasets, metrics and the model-index.
 
     The model-index holds one result per test set of ``metrics["test"]``, with the BLEU and chrF
-    values exactly as in metrics.json and each sacreBLEU signature as its metric's ``config``.
+    values (and TER where metrics.json has it: runs from before TER have none) exactly as in
+    metrics.json and each sacreBLEU signature as its metric's ``config``.
 
     Raises:
         ModelCardError: a test entry lacks ``bleu`` or ``chrf``.
@@ -211,7 +212,9 @@ def build_card_data(
 
     eval_results = []
     for test_name, result in ((metrics or {}).get("test") or {}).items():
-        for metric, pretty in (("bleu", "BLEU"), ("chrf", "chrF")):
+        for metric, pretty in (("bleu", "BLEU"), ("chrf", "chrF"), ("ter", "TER")):
+            if metric == "ter" and metric not in result:
+                continue  # optional: scored since TER joined the metrics
             if metric not in result:
                 raise ModelCardError(f"metrics.json: test set {test_name!r} has no {metric!r} score")
             eval_results.append(
@@ -233,7 +236,7 @@ def build_card_data(
         pipeline_tag="translation",
         tags=["translation", "seq2seq", "attention_seq2seq", *family_tags, "custom_code"],
         datasets=[dataset_id] if dataset_id else None,
-        metrics=["bleu", "chrf"],
+        metrics=["bleu", "chrf"] + (["ter"] if any(r.metric_type == "ter" for r in eval_results) else []),
         base_model=base_model,
         model_name=model_name if eval_results else None,  # the model-index's name; nothing else uses it
         eval_results=eval_results or None,
@@ -447,20 +450,29 @@ def _evaluation(metrics: dict | None) -> str:
     tests = (metrics or {}).get("test") or {}
     if not tests:
         return "No test-set evaluation was recorded with this export."
+    # TER where metrics.json has it (runs from before TER joined the scores have none).
+    with_ter = any("ter" in result for result in tests.values())
+    metric_names = ("bleu", "chrf", "ter") if with_ter else ("bleu", "chrf")
     rows, signatures = [], []
     for name, result in tests.items():
+        cells = [format_score(result, m) if m in result else "" for m in metric_names]
         rows.append(
             f"| {name} | {result.get('split', '')} | {_fmt(result.get('num_sentences', ''))} | "
-            f"{_fmt(result.get('num_beams', ''))} | {format_score(result, 'bleu')} | {format_score(result, 'chrf')} |"
+            f"{_fmt(result.get('num_beams', ''))} | " + " | ".join(cells) + " |"
         )
-        for metric in ("bleu", "chrf"):
+        for metric in metric_names:
             if result.get(f"{metric}_signature"):
                 signatures.append(f"- {name}, {metric}: `{result[f'{metric}_signature']}`")
-    bootstrapped = any(f"{metric}_ci95" in result for result in tests.values() for metric in ("bleu", "chrf"))
+    bootstrapped = any(f"{metric}_ci95" in result for result in tests.values() for metric in metric_names)
+    header = "| test set | split | sentences | beams | BLEU | chrF |" + (" TER (lower is better) |" if with_ter else "")
     table = (
         "Scores with sacreBLEU on detokenized output against the raw references"
         + (" (± the half-width of the 95% bootstrap confidence interval)" if bootstrapped else "")
-        + ":\n\n| test set | split | sentences | beams | BLEU | chrF |\n|---|---|---|---|---|---|\n"
+        + ":\n\n"
+        + header
+        + "\n"
+        + "|---" * (4 + len(metric_names))
+        + "|\n"
         + "\n".join(rows)
     )
     if signatures:

@@ -54,11 +54,12 @@ def _system_output(references: list[str]) -> list[str]:
 
 def _direct_sacrebleu(hyps: list[str], refs: list[str], tokenize: str, n_bootstrap: int = 1) -> dict:
     """The sacreBLEU calls of training/metrics.py (now translation/scores.py) \
-before the module (commit 796bb1c), written out."""
+before the module (commit 796bb1c), written out, and TER (sacreBLEU's defaults) since it joined."""
     metrics = {
         "bleu": sacrebleu.BLEU(tokenize=tokenize),
         "bleu_lowercase": sacrebleu.BLEU(tokenize=tokenize, lowercase=True),
         "chrf": sacrebleu.CHRF(),
+        "ter": sacrebleu.TER(),
     }
     result, signatures = {}, {}
     for name, scorer in metrics.items():
@@ -313,9 +314,11 @@ def test_pipeline_then_metric_is_the_evaluator_in_two_lines(family, metric, tmp_
         "bleu",
         "bleu_lowercase",
         "chrf",
+        "ter",
         "bleu_signature",
         "bleu_lowercase_signature",
         "chrf_signature",
+        "ter_signature",
     }
 
 
@@ -360,3 +363,25 @@ def test_seq2seq_trainer_compute_metrics_runs_the_evaluate_module(monkeypatch, t
     assert (scores["bleu"], scores["chrf"]) == (expected["bleu"], expected["chrf"])
     assert 0.0 < scores["bleu"] < 100.0
     assert ft.score_corpus(decoded_hyps, decoded_refs) == expected
+
+
+def test_sentence_scores_are_sacrebleu_s_per_sentence_scores(metric):
+    # what `sacrebleu -sl` computes: sentence BLEU with effective order, chrF and TER per line
+    from attention_seq2seq.translation.scores import sentence_scores
+
+    refs = _read_lines(FIXTURE_PAIRS / "test.en")[:20]
+    hyps = _system_output(refs)
+    rows, signatures = sentence_scores(hyps, refs, target_lang="en")
+    assert len(rows) == len(refs)
+    bleu, chrf, ter = sacrebleu.BLEU(effective_order=True), sacrebleu.CHRF(), sacrebleu.TER()
+    for row, hyp, ref in zip(rows, hyps, refs):
+        assert row == {
+            "bleu": bleu.sentence_score(hyp, [ref]).score,
+            "chrf": chrf.sentence_score(hyp, [ref]).score,
+            "ter": ter.sentence_score(hyp, [ref]).score,
+        }
+    (same,), _ = sentence_scores(["a b c d"], ["a b c d"])
+    assert same["bleu"] == pytest.approx(100.0) and same["chrf"] == 100.0 and same["ter"] == 0.0
+    (off,), _ = sentence_scores(["a b x d"], ["a b c d"])
+    assert off["ter"] == 25.0  # one substitution per 4 reference words
+    assert signatures["ter_signature"].startswith("nrefs:1|case:lc|tok:tercom")

@@ -15,8 +15,17 @@ from ..translation.scores import corpus_scores, format_score
 from ..attention.plotting import plot_cross_attentions
 from .objectives import token_loss_sum
 
-SCORE_KEYS = ("bleu", "bleu_lowercase", "chrf", "bleu_signature", "bleu_lowercase_signature", "chrf_signature")
-CI_KEYS = ("bleu_ci95", "bleu_lowercase_ci95", "chrf_ci95")
+SCORE_KEYS = (
+    "bleu",
+    "bleu_lowercase",
+    "chrf",
+    "ter",
+    "bleu_signature",
+    "bleu_lowercase_signature",
+    "chrf_signature",
+    "ter_signature",
+)
+CI_KEYS = ("bleu_ci95", "bleu_lowercase_ci95", "chrf_ci95", "ter_ci95")
 
 
 @torch.no_grad()

@@ -1,4 +1,4 @@
-"""Corpus BLEU and chrF with sacreBLEU, on detokenized text, with their signatures.
+"""Corpus BLEU, chrF and TER with sacreBLEU, on detokenized text, with their signatures; the same per sentence.
 
 Scores are computed on the detokenized model output against the *raw* reference strings of the
 corpus (never against references that went through our tokenizer), so they are comparable with
@@ -49,7 +49,7 @@ def check_sentences(name: str, sentences) -> None:
 def corpus_scores(
     hypotheses: Sequence[str], references: Sequence[str], target_lang: str | None = None, n_bootstrap: int = 1
 ) -> dict:
-    """Corpus-level BLEU and chrF of detokenized hypotheses against one reference each.
+    """Corpus-level BLEU, chrF and TER of detokenized hypotheses against one reference each.
 
     Args:
         hypotheses: model outputs, one detokenized string per sentence.
@@ -62,11 +62,13 @@ def corpus_scores(
             the usual number.
 
     Returns:
-        ``{"bleu": float, "bleu_lowercase": float, "chrf": float, "bleu_signature": str,
-        "bleu_lowercase_signature": str, "chrf_signature": str}`` (scores on sacreBLEU's 0-100
-        scale). ``bleu`` is cased; ``bleu_lowercase`` lower-cases both sides first, which is the
+        ``{"bleu": float, "bleu_lowercase": float, "chrf": float, "ter": float, "bleu_signature": str,
+        "bleu_lowercase_signature": str, "chrf_signature": str, "ter_signature": str}`` (scores on
+        sacreBLEU's 0-100 scale; TER, edits per 100 reference words, is lower-is-better).
+        ``bleu`` is cased; ``bleu_lowercase`` lower-cases both sides first, which is the
         closest sacreBLEU comes to the lower-cased word-level BLEU of many published tables.
-        With ``n_bootstrap > 1`` also ``bleu_ci95``, ``bleu_lowercase_ci95`` and ``chrf_ci95``
+        With ``n_bootstrap > 1`` also ``bleu_ci95``, ``bleu_lowercase_ci95``, ``chrf_ci95`` and
+        ``ter_ci95``
         (BLEU points: the score is reported as score ± half-width), and the signatures gain
         sacreBLEU's ``bs:N|seed:S`` fields. The scores themselves are those of the whole test set.
 
@@ -77,9 +79,21 @@ def corpus_scores(
     return _scores.translation_scores(hypotheses, references, target_lang=target_lang, n_bootstrap=n_bootstrap)
 
 
+def sentence_scores(
+    hypotheses: Sequence[str], references: Sequence[str], target_lang: str | None = None
+) -> tuple[list[dict], dict]:
+    """Per sentence ``{"bleu", "chrf", "ter"}`` (sentence BLEU with effective order, as ``sacrebleu
+    -sl``), and the signatures; see ``compute_scores.sentence_scores``.
+
+    Raises:
+        ValueError: as :func:`corpus_scores`.
+    """
+    return _scores.sentence_scores(hypotheses, references, target_lang=target_lang)
+
+
 def format_score(result: dict, metric: str, digits: int = 2) -> str:
     """``"41.59"``, or ``"41.59 ± 1.62"`` when ``result`` (from `corpus_scores` with ``n_bootstrap > 1``)
     holds the 95% half-width ``<metric>_ci95`` (a None half-width counts as absent); ``metric`` is
-    ``"bleu"``, ``"bleu_lowercase"`` or ``"chrf"``; ``digits`` after the decimal point."""
+    ``"bleu"``, ``"bleu_lowercase"``, ``"chrf"`` or ``"ter"``; ``digits`` after the decimal point."""
     interval = result.get(f"{metric}_ci95")
     return f"{result[metric]:.{digits}f}" + ("" if interval is None else f" ± {interval:.{digits}f}")

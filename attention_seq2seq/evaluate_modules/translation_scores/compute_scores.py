@@ -1,4 +1,5 @@
-"""The computation behind the translation_scores metric: corpus BLEU, lower-cased BLEU and chrF.
+"""The computation behind the translation_scores metric: corpus BLEU, lower-cased BLEU, chrF and TER,
+and the same per sentence.
 
 Plain sacreBLEU calls, with no evaluate or datasets import, so that the package's trainer and
 commands (translation/scores.py) use the same code as ``evaluate.load(<this folder>)`` without paying
@@ -48,6 +49,10 @@ class _CHRF(_FloatScores, sacrebleu.CHRF):
     pass
 
 
+class _TER(_FloatScores, sacrebleu.TER):
+    pass
+
+
 def bleu_tokenizer_for(target_lang):
     """sacreBLEU tokenizer name for a target language code (``"13a"`` unless zh/ja/ko)."""
     if not target_lang:
@@ -74,7 +79,7 @@ def check_sentences(name, sentences):
 
 
 def translation_scores(hypotheses, references, target_lang=None, n_bootstrap=1, tokenize=None):
-    """Corpus-level BLEU, lower-cased BLEU and chrF of detokenized hypotheses, one reference each.
+    """Corpus-level BLEU, lower-cased BLEU, chrF and TER of detokenized hypotheses, one reference each.
 
     Args:
         hypotheses: model outputs, one detokenized string per sentence.
@@ -88,11 +93,13 @@ def translation_scores(hypotheses, references, target_lang=None, n_bootstrap=1, 
         tokenize: a sacreBLEU tokenizer name for BLEU; overrides ``target_lang`` when given.
 
     Returns:
-        ``{"bleu", "bleu_lowercase", "chrf"}`` (floats on sacreBLEU's 0-100 scale) and
-        ``{"bleu_signature", "bleu_lowercase_signature", "chrf_signature"}`` (strings). ``bleu``
+        ``{"bleu", "bleu_lowercase", "chrf", "ter"}`` (floats on sacreBLEU's 0-100 scale; TER is
+        the translation edit rate, edits per 100 reference words, lower is better: Snover et al.
+        2006) and ``{"bleu_signature", "bleu_lowercase_signature", "chrf_signature",
+        "ter_signature"}`` (strings). ``bleu``
         is cased; ``bleu_lowercase`` lower-cases both sides first, the closest sacreBLEU comes to
         the lower-cased word-level BLEU of many published tables. With ``n_bootstrap > 1`` also
-        ``bleu_ci95``, ``bleu_lowercase_ci95`` and ``chrf_ci95`` (half-widths, in score points),
+        ``bleu_ci95``, ``bleu_lowercase_ci95``, ``chrf_ci95`` and ``ter_ci95`` (half-widths, in score points),
         and the signatures gain sacreBLEU's ``bs:N|seed:S`` fields. The scores themselves are
         those of the whole test set.
 
@@ -117,6 +124,7 @@ def translation_scores(hypotheses, references, target_lang=None, n_bootstrap=1, 
         "bleu": _BLEU(tokenize=bleu_tokenizer),
         "bleu_lowercase": _BLEU(tokenize=bleu_tokenizer, lowercase=True),
         "chrf": _CHRF(),
+        "ter": _TER(),
     }
     result = {}
     signatures = {}
@@ -129,3 +137,36 @@ def translation_scores(hypotheses, references, target_lang=None, n_bootstrap=1, 
             as_json = json.loads(score.format(width=6, signature=signature, is_json=True))
             result[f"{name}_ci95"] = float(as_json.get("confidence_var", 0.0))
     return {**result, **signatures}
+
+
+def sentence_scores(hypotheses, references, target_lang=None, tokenize=None):
+    """BLEU, chrF and TER of each sentence on its own (what ``sacrebleu -sl`` prints), for error
+    analysis and data filtering.
+
+    Sentence BLEU uses sacreBLEU's effective order (n-gram orders the sentence has; without it a
+    short sentence with no 4-gram match scores 0), the corpus BLEU's tokenizer and smoothing
+    otherwise. Scores are on the 0-100 scale; TER lower is better.
+
+    Returns:
+        ``(rows, signatures)``: one ``{"bleu", "chrf", "ter"}`` dict per sentence, and the three
+        metrics' sacreBLEU signatures (``bleu_signature``, ``chrf_signature``, ``ter_signature``).
+
+    Raises:
+        ValueError: as :func:`translation_scores`.
+    """
+    check_sentences("hypotheses", hypotheses)
+    check_sentences("references", references)
+    if len(hypotheses) != len(references):
+        raise ValueError(f"got {len(hypotheses)} hypotheses for {len(references)} references")
+    if tokenize is not None and tokenize not in sacrebleu.BLEU.TOKENIZERS:
+        raise ValueError(f"tokenize must be one of {', '.join(sacrebleu.BLEU.TOKENIZERS)}; got {tokenize!r}")
+    metrics = {
+        "bleu": sacrebleu.BLEU(tokenize=tokenize or bleu_tokenizer_for(target_lang), effective_order=True),
+        "chrf": sacrebleu.CHRF(),
+        "ter": sacrebleu.TER(),
+    }
+    rows = [
+        {name: float(metric.sentence_score(hyp, [ref]).score) for name, metric in metrics.items()}
+        for hyp, ref in zip(hypotheses, references)
+    ]
+    return rows, {f"{name}_signature": str(metric.get_signature()) for name, metric in metrics.items()}

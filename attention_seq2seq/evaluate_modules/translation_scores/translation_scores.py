@@ -1,4 +1,4 @@
-"""Corpus BLEU (cased and lower-cased) and chrF with their sacreBLEU signatures, as an evaluate metric.
+"""Corpus BLEU (cased and lower-cased), chrF and TER with their sacreBLEU signatures, as an evaluate metric.
 
 The one implementation of attention-seq2seq's translation scores is ``translation_scores`` in
 compute_scores.py, next to this file: the package's trainer (validation and test), its ``evaluate``
@@ -32,6 +32,13 @@ _CITATION = """\
     year = "2015",
     pages = "392--395",
 }
+@inproceedings{snover-etal-2006-study,
+    title = "A Study of Translation Edit Rate with Targeted Human Annotation",
+    author = "Snover, Matthew and Dorr, Bonnie and Schwartz, Rich and Micciulla, Linnea and Makhoul, John",
+    booktitle = "Proceedings of the 7th Conference of the Association for Machine Translation in the Americas",
+    year = "2006",
+    pages = "223--231",
+}
 @inproceedings{koehn-2004-statistical,
     title = "Statistical Significance Tests for Machine Translation Evaluation",
     author = "Koehn, Philipp",
@@ -42,7 +49,8 @@ _CITATION = """\
 """
 
 _DESCRIPTION = """\
-Corpus-level BLEU (cased, and lower-cased on both sides) and chrF of detokenized translations
+Corpus-level BLEU (cased, and lower-cased on both sides), chrF and TER (translation edit rate,
+lower is better) of detokenized translations
 against one raw reference each, computed by sacreBLEU, each with its sacreBLEU signature. BLEU uses
 sacreBLEU's recommended tokenizer for the target language: "zh" for Chinese, "char" for Japanese
 and Korean, "13a" otherwise. Optionally each score's 95% confidence half-width from bootstrap
@@ -61,8 +69,9 @@ Args:
     n_bootstrap (int, optional): 1 (default) for no interval; N > 1 adds each score's 95%
         confidence half-width from N bootstrap resamples (1000 is usual).
 Returns:
-    bleu, bleu_lowercase, chrf (float, 0-100), bleu_signature, bleu_lowercase_signature,
-    chrf_signature (str); with n_bootstrap > 1 also bleu_ci95, bleu_lowercase_ci95, chrf_ci95
+    bleu, bleu_lowercase, chrf, ter (float, 0-100; ter lower is better), bleu_signature,
+    bleu_lowercase_signature, chrf_signature, ter_signature (str); with n_bootstrap > 1 also
+    bleu_ci95, bleu_lowercase_ci95, chrf_ci95, ter_ci95
     (half-widths in score points; the signatures then carry sacreBLEU's bs:N|seed:S fields).
 Examples:
     >>> metric = evaluate.load("path/to/translation_scores")
@@ -93,6 +102,7 @@ class TranslationScores(evaluate.Metric):
             reference_urls=[
                 "https://www.aclweb.org/anthology/W18-6319",
                 "https://aclanthology.org/W15-3049",
+                "https://aclanthology.org/2006.amta-papers.25",
             ],
         )
 

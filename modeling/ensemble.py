@@ -44,9 +44,10 @@ class EnsembleConfig(PreTrainedConfig):
 
     model_type = "attention_seq2seq_ensemble"
 
-    def __init__(self, weights: Sequence[float] | None = None, **kwargs):
+    def __init__(self, weights: Sequence[float] | None = None, max_position_embeddings: int | None = None, **kwargs):
         kwargs.setdefault("is_encoder_decoder", True)
         self.weights = list(weights) if weights is not None else None
+        self.max_position_embeddings = max_position_embeddings
         super().__init__(**kwargs)
 
 
@@ -142,8 +143,12 @@ class EnsembleForConditionalGeneration(PreTrainedModel, Seq2SeqGenerationMixin):
             raise ValueError(f"ensemble weights must be >= 0 and not all 0; got {weights}")
         total = sum(weights)
         first = members[0].config
+        limits = [getattr(m.config, "max_position_embeddings", None) for m in members]
+        limits = [x for x in limits if x is not None]
         config = EnsembleConfig(
             weights=[w / total for w in weights],
+            # the longest source every member can read (None: no member has a position table)
+            max_position_embeddings=min(limits) if limits else None,
             **{field: getattr(first, field, None) for field in _SHARED_TOKEN_FIELDS},
         )
         super().__init__(config)

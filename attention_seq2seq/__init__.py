@@ -9,7 +9,9 @@ The package registers both model families with transformers' Auto classes (``Aut
 Importing the package is cheap (the command line's ``--help`` answers without torch): the model
 and config classes load on first use (``attention_seq2seq.TransformerSeq2SeqConfig``), and the Auto
 classes are registered as soon as transformers is imported, whichever comes first
-(``register_auto_classes()`` does it at once).
+(``register_auto_classes()`` does it at once). Registering at import instead would make
+``attention-seq2seq --help`` take 3.6 s instead of 0.06 s (docs/DESIGN.md, "Registration with the
+Auto classes").
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Reading hyperparameters: recipe files (YAML or JSON) and command-line overrides.
 
-The hyperparameter dataclass itself lives at the top of ``train.py``; the helpers here work on
-any flat dataclass whose fields have simple types (``int``, ``float``, ``str``, ``bool``,
-optional forms of these, and ``dict``).
+The hyperparameter dataclass itself, ``TrainConfig``, lives in ``train_config.py``; the helpers
+here work on any flat dataclass whose fields have simple types (``int``, ``float``, ``str``,
+``bool``, optional forms of these, and ``dict``).
 
 Precedence, lowest first: the dataclass defaults, the recipe (``--recipe FILE``), then each
 ``--field value`` on the command line. A ``dict`` field is *merged* key by key, so

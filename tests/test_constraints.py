@@ -139,7 +139,13 @@ def test_bank_sizes_share_the_beam_and_pass_unused_slots_down():
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize(
     "decoding",
-    [dict(num_beams=4), dict(num_beams=4, num_return_sequences=3, length_penalty=0.6), dict(num_beams=2)],
+    [
+        dict(num_beams=4),
+        dict(num_beams=4, num_return_sequences=3, length_penalty=0.6),
+        dict(num_beams=2),
+        dict(num_beams=3, early_stopping=True),
+        dict(num_beams=3, early_stopping="never", length_penalty=1.2, no_repeat_ngram_size=2),
+    ],
     ids=lambda d: ",".join(f"{k}={v}" for k, v in d.items()),
 )
 def test_without_constraints_it_is_plain_beam_search(trained, family, decoding):

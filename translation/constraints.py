@@ -376,7 +376,9 @@ def constrained_decoding(
         top_values, top_tokens = step_scores.topk(min(per_row, step_scores.shape[-1]), dim=-1)
         top_values, top_tokens = top_values.tolist(), top_tokens.tolist()
 
-        # 1. The candidates of every alive beam of every active sentence: (row, token) -> score.
+        # 1. The candidates of every alive beam of every active sentence (parallel lists of row, token,
+        # score): its best continuations (the first is its single best token), then the next token of
+        # each unmet phrase that is not among them.
         candidate_rows, candidate_tokens, candidate_scores = [], [], []
         extra_rows, extra_tokens, extra_at = [], [], []
         for i in range(batch):

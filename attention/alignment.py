@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterable, Sequence
 
 import torch
 
 from ..errors import UserError
+from ..modeling.attention_pass import attention_pass
 
 _WORD = re.compile(r"\S+")
 
@@ -218,12 +220,14 @@ def attention_alignments(
     max_source_length: int | None = None,
 ) -> list[set[Link]]:
     """Word alignments of (source, target) pairs from the model's cross-attention, by teacher
-    forcing each target (the model's own translation or a reference).
-
-    A Transformer is switched to eager attention for this forward pass only (SDPA never
-    materialises the weights) and switched back after.
+    forcing each target (the model's own translation or a reference) in one batch: the attention
+    pass of ``modeling/attention_pass.py`` (eager attention for the call only).
 
     Returns one set of (source word, target word) links per pair, 0-based.
+
+    Raises:
+        UserError: ``layer`` or ``heads`` the model does not have, or a model without
+            cross-attention.
     """
     if not sources:
         return []
@@ -232,46 +236,23 @@ def attention_alignments(
 
 
 def _forced_attention(model, tokenizer, sources, targets, max_source_length=None):
-    """(cross_attentions, source encoding, target encoding) of one teacher-forced forward pass."""
-    device = next(model.parameters()).device
-    src = tokenizer(
-        list(sources),
-        padding=True,
-        truncation=max_source_length is not None,
-        max_length=max_source_length,
-        return_offsets_mapping=True,
-        return_tensors="pt",
-    )
-    tgt = tokenizer(text_target=list(targets), padding=True, return_offsets_mapping=True, return_tensors="pt")
-    labels = tgt["input_ids"].masked_fill(tgt["attention_mask"] == 0, -100)
-    previous = getattr(model.config, "_attn_implementation", None)
-    switch = previous not in (None, "eager") and hasattr(model, "set_attn_implementation")
-    if switch:
-        model.set_attn_implementation("eager")
-    try:
-        outputs = model(
-            input_ids=src["input_ids"].to(device),
-            attention_mask=src["attention_mask"].to(device),
-            labels=labels.to(device),
-            output_attentions=True,
-        )
-    finally:
-        if switch:
-            model.set_attn_implementation(previous)
-    return outputs.cross_attentions, src, tgt
+    """The attention pass over (source, target) pairs, with the character offsets of every piece."""
+    sentences = attention_pass(
+        model, tokenizer, list(sources), list(targets), max_source_length=max_source_length, offsets=True
+    ).sentences
+    if any(sentence.cross is None for sentence in sentences):
+        raise UserError("the model returns no cross-attention (attention='none'): there is nothing to align")
+    return sentences
 
 
-def _links_of_layer(forced, sources, targets, layer, heads) -> list[set[Link]]:
-    cross_attentions, src, tgt = forced
-    weights = select_attention(cross_attentions, layer, heads).cpu()  # (batch, tgt_len, src_len)
+def _links_of_layer(sentences, sources, targets, layer, heads) -> list[set[Link]]:
     result = []
-    for b in range(len(sources)):
-        src_len = int(src["attention_mask"][b].sum())
-        tgt_len = int(tgt["attention_mask"][b].sum())
-        src_words = piece_words(sources[b], src["offset_mapping"][b, :src_len].tolist())
-        tgt_words = piece_words(targets[b], tgt["offset_mapping"][b, :tgt_len].tolist())
-        # Padding sits at the end on both sides (right padding), so the first positions are real.
-        result.append(word_links(weights[b, :tgt_len, :src_len], src_words, tgt_words))
+    for sentence, source, target in zip(sentences, sources, targets):
+        cross = [weights[None] for weights in sentence.cross]  # (1, num_heads, tgt_len, src_len) per layer
+        weights = select_attention(cross, layer, heads)[0].cpu()  # (tgt_len, src_len)
+        src_words = piece_words(source, sentence.source_offsets)
+        tgt_words = piece_words(target, sentence.target_offsets)
+        result.append(word_links(weights, src_words, tgt_words))
     return result
 
 
@@ -301,3 +282,108 @@ def model_alignments_by_layer(
             for i, links in zip(batch, _links_of_layer(forced, batch_sources, batch_targets, k, heads)):
                 lines[k][i] = format_pharaoh(links)
     return [(k, lines[k]) for k in layers]
+
+
+# ---------------------------------------------------------------------------------------------
+# The alignment-error-rate command
+
+
+@dataclass
+class AERFiles:
+    """The line-aligned texts the ``alignment-error-rate`` command scores.
+
+    Attributes:
+        gold: the gold Pharaoh lines (``i-j`` sure, ``i?j`` possible links).
+        gold_name: how messages name the gold file (its path).
+        hypothesis: the Pharaoh lines to score, or None when a model aligns ``sources`` with
+            ``references``.
+        hypothesis_name: how messages name the hypothesis file.
+        sources, references: the sentence pairs a model aligns (None with a hypothesis file).
+    """
+
+    gold: list[str]
+    gold_name: str
+    hypothesis: list[str] | None = None
+    hypothesis_name: str = "hypothesis"
+    sources: list[str] | None = None
+    references: list[str] | None = None
+
+
+def read_aer_files(
+    gold: str | Path,
+    *,
+    hypothesis: str | Path | None = None,
+    src: str | Path | None = None,
+    ref: str | Path | None = None,
+) -> AERFiles:
+    """Read the gold file and either a hypothesis file or the ``src`` / ``ref`` sentence files.
+
+    Raises:
+        UserError: a file does not exist (named by its command-line option: ``--gold``,
+            ``HYPOTHESIS``, ``--src``, ``--ref``), or ``src`` and ``ref`` differ in line count.
+    """
+    named = [("--gold", gold)] + ([("HYPOTHESIS", hypothesis)] if hypothesis else [("--src", src), ("--ref", ref)])
+    texts = {}
+    for option, path in named:
+        if not Path(path).is_file():
+            raise UserError(f"{option}: file not found: {path}")
+        texts[option] = Path(path).read_text(encoding="utf-8").splitlines()
+    if hypothesis:
+        return AERFiles(texts["--gold"], str(gold), hypothesis=texts["HYPOTHESIS"], hypothesis_name=str(hypothesis))
+    if len(texts["--src"]) != len(texts["--ref"]):
+        raise UserError(f"--src has {len(texts['--src'])} lines but --ref has {len(texts['--ref'])}")
+    return AERFiles(texts["--gold"], str(gold), sources=texts["--src"], references=texts["--ref"])
+
+
+@dataclass
+class AERReport:
+    """Corpus AER counts per scored alignment: ``rows`` is ``[("file", counts)]`` for a hypothesis
+    file, ``[("layer 0", counts), ...]`` for a model's layers; ``num_sentences`` the gold lines."""
+
+    rows: list[tuple[str, AERCounts]]
+    num_sentences: int
+    per_layer: bool
+
+    def as_dict(self) -> dict:
+        """``{"aer", "precision", "recall", "links", "sure_links"}`` of a file, or those per layer
+        (``{"layer 0": {...}, ...}``) for a model."""
+        result = {
+            name: {"aer": c.aer, "precision": c.precision, "recall": c.recall, "links": c.a, "sure_links": c.s}
+            for name, c in self.rows
+        }
+        return result if self.per_layer else result["file"]
+
+    def lines(self) -> list[str]:
+        """One line per row: ``[layer L: ]AER a  precision p  recall r  (n links, m sure gold links,
+        k sentences)``."""
+        return [
+            f"{name + ': ' if self.per_layer else ''}AER {c.aer:.4f}  precision {c.precision:.4f}  "
+            f"recall {c.recall:.4f}  ({c.a} links, {c.s} sure gold links, {self.num_sentences} sentences)"
+            for name, c in self.rows
+        ]
+
+
+def score_aer_files(
+    files: AERFiles, model=None, tokenizer=None, *, layer: int | None = None, heads: Sequence[int] | None = None
+) -> AERReport:
+    """AER of ``files``: of its hypothesis file, or of ``model``'s attention alignments of its
+    sentence pairs (every decoder layer, or only ``layer``; ``heads`` averaged, default all),
+    against the gold lines.
+
+    Raises:
+        UserError: line counts that differ from the gold file's, a malformed Pharaoh line, or a
+            layer / head the model does not have.
+    """
+    if files.hypothesis is not None:
+        counts = alignment_error_rate(
+            files.hypothesis, files.gold, hyp_name=files.hypothesis_name, gold_name=files.gold_name
+        )
+        return AERReport([("file", counts)], len(files.gold), per_layer=False)
+    rows = []
+    for k, lines in model_alignments_by_layer(
+        model, tokenizer, files.sources, files.references, layer=layer, heads=heads
+    ):
+        rows.append(
+            (f"layer {k}", alignment_error_rate(lines, files.gold, hyp_name=f"layer {k}", gold_name=files.gold_name))
+        )
+    return AERReport(rows, len(files.gold), per_layer=True)

@@ -11,20 +11,23 @@ and the attention as heat-maps over source and target subwords or words:
   the window [p_t - D, p_t + D]; for hard attention the position each step chose;
 - the Transformer's encoder and decoder self-attention, with the same layer and head pickers.
 
-Everything is computed once per Translate by :func:`explain` (``generate``, then one
-teacher-forced forward pass with ``output_attentions=True`` over the chosen translation, which
-gives the weights decoding used: cache and no cache agree, tests/test_*_seq2seq.py); the pickers
-only redraw. Each heat-map is an HTML table whose ``data-weights`` attribute holds the plotted
-array, so a test (tests/test_explorer_browser.py) can read what the page shows.
+Everything is computed once per Translate by :func:`explain` (the package's teacher-forced
+attention pass, ``modeling/attention_pass.py``: ``generate``, then one forward pass with
+``output_attentions=True`` over the chosen translation, which gives the weights decoding used:
+cache and no cache agree, tests/test_*_seq2seq.py); the pickers only redraw. Each heat-map is
+an HTML table whose ``data-weights`` attribute holds the plotted array, so a test
+(tests/test_explorer_browser.py) can read what the page shows.
 
 Shipping: this file imports only the standard library, numpy, torch, transformers and gradio
-(gradio only inside :func:`build_app`), and its font list from ``fonts.py``, so ``--space`` copies
-both files into the export and the app runs where only the Hub packages are installed, loading
-the model through its shipped remote code.
+(gradio only inside :func:`build_app`), its font list from ``fonts.py`` and the attention pass
+from ``modeling/attention_pass.py`` (which imports only torch, transformers and
+``generation_lengths.py``), so ``--space`` copies these files into the export and the app runs
+where only the Hub packages are installed, loading the model through its shipped remote code.
 """
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import os
@@ -38,6 +41,10 @@ try:
     from .fonts import css_font_family
 except ImportError:  # the Space copy: app.py run as a script, fonts.py copied beside it
     from attention_fonts import css_font_family  # type: ignore[no-redef]
+try:
+    from ..modeling.attention_pass import attention_pass
+except ImportError:  # the Space copy: modeling/attention_pass.py copied beside it (hub/space.py)
+    from modeling_attention_pass import attention_pass  # type: ignore[no-redef]
 
 MEAN_OVER_HEADS = "mean over heads"
 CROSS, ENCODER_SELF, DECODER_SELF = "cross-attention", "encoder self-attention", "decoder self-attention"
@@ -127,12 +134,6 @@ def _window_module(model):
     return None
 
 
-def _cut_after_eos(ids: list[int], eos_ids: set[int]) -> list[int]:
-    """Keep up to and including the first end-of-sentence token."""
-    cut = next((i + 1 for i, t in enumerate(ids) if t in eos_ids), len(ids))
-    return ids[:cut]
-
-
 @torch.inference_mode()
 def explain(
     model,
@@ -148,8 +149,8 @@ def explain(
     (or of ``target``, teacher-forced, when given).
 
     Args:
-        model: an encoder-decoder of this package (installed or remote code); a Transformer must
-            use ``attn_implementation="eager"`` (SDPA returns no weights; switched here if not).
+        model: an encoder-decoder of this package (installed or remote code); a Transformer in
+            SDPA (which returns no weights) is switched to eager attention for the call only.
         tokenizer: its tokenizer.
         source: one sentence.
         num_beams: 1 for greedy search, else beam search with this beam size.
@@ -168,10 +169,6 @@ def explain(
         raise ValueError("the source sentence is empty; type a sentence to translate")
     if num_beams < 1:
         raise ValueError(f"num_beams must be >= 1; got {num_beams}")
-    if getattr(model.config, "_attn_implementation", "eager") not in (None, "eager"):
-        model.set_attn_implementation("eager")
-    device = next(model.parameters()).device
-    encoded = tokenizer([source], return_tensors="pt").to(device)
     kwargs: dict = {"num_beams": num_beams, "do_sample": False}
     if num_beams > 1:
         kwargs.update(num_return_sequences=num_beams, output_scores=True)
@@ -179,21 +176,17 @@ def explain(
             kwargs["length_penalty"] = float(length_penalty)
     if max_new_tokens is not None:
         kwargs["max_new_tokens"] = max_new_tokens
-    eos = model.generation_config.eos_token_id
-    eos_ids = set(eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])
-    if target is None:
-        generated = model.generate(**encoded, return_dict_in_generate=True, **kwargs)
-        texts = [t.strip() for t in tokenizer.batch_decode(generated.sequences, skip_special_tokens=True)]
-        labels = _cut_after_eos(generated.sequences[0, 1:].tolist(), eos_ids)  # drop the start token
-    else:
-        generated, texts = None, [target]
-        labels = tokenizer(text_target=[target])["input_ids"][0]
-    labels_tensor = torch.tensor([labels], device=device)
 
     window = _window_module(model)
     centers: list[torch.Tensor] = []
-    hook = None
-    if window is not None:
+
+    @contextlib.contextmanager
+    def record_centers():
+        """Record local attention's p_t during the teacher-forced forward (not during generate)."""
+        if window is None:
+            yield
+            return
+
         # p_t is computed inside the attention's forward; recompute it from the same inputs:
         # (query, keys, values, attention_mask, positions[, coverage]).
         def record(module, args, output):
@@ -201,43 +194,48 @@ def explain(
             centers.append(module.aligned_position(query, positions, attention_mask.sum(-1)).float())
 
         hook = window.register_forward_hook(record)
-    try:
-        outputs = model(
-            input_ids=encoded["input_ids"],
-            attention_mask=encoded["attention_mask"],
-            labels=labels_tensor,
-            output_attentions=True,
-        )
-        logits = outputs.logits
-    finally:
-        if hook is not None:
+        try:
+            yield
+        finally:
             hook.remove()
 
-    def stack(layers):
-        if not layers or layers[0] is None:
-            return None
-        return torch.stack([layer[0] for layer in layers]).float().cpu().numpy()  # (layers, heads, q, k)
+    forced = attention_pass(
+        model,
+        tokenizer,
+        [source],
+        None if target is None else [target],
+        generate_kwargs={**kwargs, "return_dict_in_generate": True},
+        self_attention=True,
+        forward_context=record_centers(),
+    )
+    sentence, generated = forced.sentences[0], forced.generated
+    if generated is not None:
+        texts = [t.strip() for t in tokenizer.batch_decode(generated.sequences, skip_special_tokens=True)]
+    else:
+        texts = [target]
 
-    cross = stack(outputs.cross_attentions) if has_attention(model.config) else None
+    def stack(layers):
+        if not layers:
+            return None
+        return torch.stack(list(layers)).float().cpu().numpy()  # (layers, heads, q, k)
+
+    cross = stack(sentence.cross) if has_attention(model.config) else None
     if generated is not None and num_beams > 1:
         candidates = [(text, float(score)) for text, score in zip(texts, generated.sequences_scores.tolist())]
     else:
-        log_probs = torch.log_softmax(logits[0].float(), dim=-1)
-        candidates = [(texts[0], float(log_probs.gather(-1, labels_tensor[0].unsqueeze(-1)).sum()))]
-    start = model.generation_config.decoder_start_token_id
-    if start is None:
-        start = model.config.decoder_start_token_id
-    decoder_ids = [start] + labels[:-1]
+        labels = torch.tensor(sentence.target_ids, device=sentence.logits.device)
+        log_probs = torch.log_softmax(sentence.logits.float(), dim=-1)
+        candidates = [(texts[0], float(log_probs.gather(-1, labels.unsqueeze(-1)).sum()))]
     return Explanation(
         source=source,
         translation=texts[0],
         candidates=candidates,
-        src_tokens=tokenizer.convert_ids_to_tokens(encoded["input_ids"][0].tolist()),
-        tgt_tokens=tokenizer.convert_ids_to_tokens(labels),
-        decoder_tokens=tokenizer.convert_ids_to_tokens(decoder_ids),
+        src_tokens=sentence.source_tokens,
+        tgt_tokens=sentence.target_tokens,
+        decoder_tokens=sentence.decoder_tokens,
         cross=cross,
-        encoder_self=stack(getattr(outputs, "encoder_attentions", None)),
-        decoder_self=stack(getattr(outputs, "decoder_attentions", None)),
+        encoder_self=stack(sentence.encoder_self),
+        decoder_self=stack(sentence.decoder_self),
         aligned_positions=torch.cat(centers, dim=1)[0].cpu().numpy() if centers else None,
         window_size=getattr(model.config, "window_size", None) if window is not None else None,
         hard=getattr(model.config, "attention_mode", None) == "hard",

@@ -16,7 +16,9 @@
       metrics.json, recipe.yaml    copied from the source, when it has them (published as they are:
                                    check them for local paths you would rather not share)
       app.py, attention_fonts.py,  with ``space=True``: the attention explorer as a Gradio app
-      requirements.txt             (hub/space.py)
+      modeling_attention_pass.py,  (hub/space.py)
+      modeling_generation_lengths.py,
+      requirements.txt
 
 The export is deterministic (same input, byte-identical files) and written to a temporary folder
 that replaces ``export_dir`` only once complete, so a failed export leaves nothing behind and an
@@ -431,8 +433,9 @@ def export_model(
         license: the card's license id; default chosen from the training corpus's license.
         overwrite: replace a non-empty ``export_dir``; the old content is removed only once the
             new export is complete.
-        space: also write the attention explorer's ``app.py``, ``attention_fonts.py`` and
-            ``requirements.txt`` (hub/space.py), with ``repo_id`` as the Space's default model.
+        space: also write the attention explorer's ``app.py``, ``attention_fonts.py``, its copies
+            of the attention pass (``modeling_attention_pass.py``, ``modeling_generation_lengths.py``)
+            and ``requirements.txt`` (hub/space.py), with ``repo_id`` as the Space's default model.
 
     Raises:
         ExportError: bad source or destination, a model type this package does not export, shipped

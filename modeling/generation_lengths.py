@@ -6,6 +6,9 @@ wins. A model with a position table (the Transformer's `max_position_embeddings`
 default length at what the table can represent and refuses, before decoding, an explicit request
 that would run past it.
 
+`eos_token_ids` reads the set of end-of-sentence ids from a generation config, the one spelling
+of that set for every caller.
+
 Decoding itself is transformers' own loop: nothing here overrides a private member of
 `GenerationMixin` other than the two length hooks below, so the remote-code export runs under
 whatever transformers a Hub user has.
@@ -103,4 +106,21 @@ class Seq2SeqGenerationMixin(GenerationMixin):
         return generation_config
 
 
-__all__ = ["Seq2SeqGenerationMixin"]
+def eos_token_ids(generation_config) -> set[int]:
+    """The ids that end a generated sequence: ``generation_config.eos_token_id`` as a set.
+
+    ``eos_token_id`` may be one id, a list or tuple of ids, a tensor of them, or None (no end token:
+    the empty set). Used wherever a generated sequence is cut after its end (the attention pass,
+    ``attention_pass.py``; file translation).
+    """
+    eos = getattr(generation_config, "eos_token_id", None)
+    if hasattr(eos, "tolist"):  # a tensor, as generate() keeps it on its own copy of the config
+        eos = eos.tolist()
+    if eos is None:
+        return set()
+    if isinstance(eos, (list, tuple, set)):
+        return {int(token) for token in eos}
+    return {int(eos)}
+
+
+__all__ = ["Seq2SeqGenerationMixin", "eos_token_ids"]

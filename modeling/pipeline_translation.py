@@ -11,17 +11,19 @@ behaves like transformers v4's ``TranslationPipeline``. With ``return_attention=
 also carries the cross-attention alignment of the generated translation.
 
 This file ships flat next to the model code in the Hub folder: it imports only the standard
-library, torch and transformers.
+library, torch, transformers and its flat sibling ``attention_pass`` (the teacher-forced pass that
+reads the attention, shared with the rest of the package).
 """
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 
 import torch
 from transformers import GenerationConfig, Pipeline
 from transformers.utils import ModelOutput
+
+from .attention_pass import force_sequences
 
 # Options of this pipeline itself; every other keyword must be a generation option.
 _PIPELINE_OPTIONS = (
@@ -147,35 +149,41 @@ class Seq2SeqTranslationPipeline(Pipeline):
         per_input = sequences.shape[0] // batch
         model_outputs = {"output_ids": sequences.reshape(batch, per_input, -1)}  # (batch, n, out_len)
         if return_attention:
-            weights = self._cross_attention(input_ids, attention_mask, sequences, per_input)
+            weights, lengths = self._cross_attention(input_ids, attention_mask, sequences, per_input)
             model_outputs["cross_attention"] = weights.reshape(batch, per_input, *weights.shape[1:])
+            model_outputs["target_lengths"] = lengths.reshape(batch, per_input)
             model_outputs["input_ids"] = input_ids
             model_outputs["attention_mask"] = attention_mask
         return model_outputs
 
     def _cross_attention(self, input_ids, attention_mask, sequences, per_input):
-        """Last-layer cross-attention, head-averaged, of a teacher-forced pass over ``sequences``.
+        """Last-layer cross-attention, head-averaged, of the teacher-forced pass over ``sequences``
+        (``attention_pass.force_sequences``: each translation cut after its ``</s>``, or before
+        padding).
 
-        Returns (batch * n, out_len - 1, src_len): row t is the attention when predicting token t + 1
-        of ``sequences`` (token 0 is the decoder start token).
+        Returns ``(weights, lengths)``: weights (batch * n, tgt_len, src_len), row t the attention
+        when predicting token t + 1 of ``sequences`` (token 0 is the decoder start token); lengths
+        (batch * n,) each translation's length without the start token, ``</s>`` included.
+
+        Raises ``ValueError`` when the model returns no cross-attention.
         """
-        if sequences.shape[1] < 2:
-            return sequences.new_zeros((sequences.shape[0], 0, input_ids.shape[1]), dtype=torch.float)
-        with _eager_attention(self.model):
-            outputs = self.model(
-                input_ids=input_ids.repeat_interleave(per_input, dim=0),
-                attention_mask=attention_mask.repeat_interleave(per_input, dim=0),
-                decoder_input_ids=sequences[:, :-1],
-                output_attentions=True,
-                use_cache=False,
-                return_dict=True,
-            )
-        if not outputs.cross_attentions:
+        forced = force_sequences(
+            self.model,
+            input_ids.repeat_interleave(per_input, dim=0),
+            attention_mask.repeat_interleave(per_input, dim=0),
+            sequences,
+            pad_token_id=self.tokenizer.pad_token_id,
+        )
+        if forced is None:  # nothing generated after the start token
+            lengths = torch.zeros(sequences.shape[0], dtype=torch.long, device=sequences.device)
+            return sequences.new_zeros((sequences.shape[0], 0, input_ids.shape[1]), dtype=torch.float), lengths
+        if not forced.outputs.cross_attentions:
             raise ValueError(
                 f"{type(self.model).__name__} returned no cross_attentions with output_attentions=True; "
                 "return_attention=True needs them"
             )
-        return outputs.cross_attentions[-1].float().mean(dim=1)  # (batch * n, out_len - 1, src_len)
+        lengths = torch.tensor([len(target) for target in forced.targets], device=sequences.device)
+        return forced.outputs.cross_attentions[-1].float().mean(dim=1), lengths  # (batch * n, tgt_len, src_len)
 
     def postprocess(
         self,
@@ -202,45 +210,19 @@ class Seq2SeqTranslationPipeline(Pipeline):
                     model_outputs["attention_mask"][0],
                     output_ids,
                     model_outputs["cross_attention"][0, index],
+                    int(model_outputs["target_lengths"][0, index]),
                 )
             records.append(record)
         return records
 
-    def _alignment(self, input_ids, attention_mask, output_ids, weights):
+    def _alignment(self, input_ids, attention_mask, output_ids, weights, target_len):
         """The alignment of one translation: its source and target pieces and the weights between them."""
         source_positions = attention_mask.bool()
         source_ids = input_ids[source_positions]
-        target_ids = output_ids[1:]  # drop the decoder start token
-        target_len = _sequence_length(target_ids, self.model.generation_config, self.tokenizer.pad_token_id)
+        target_ids = output_ids[1 : target_len + 1]  # without the decoder start token, cut after </s>
         rows = weights[:target_len][:, source_positions]  # (target_len, real src_len)
         return {
             "source_tokens": self.tokenizer.convert_ids_to_tokens(source_ids.tolist()),
-            "target_tokens": self.tokenizer.convert_ids_to_tokens(target_ids[:target_len].tolist()),
+            "target_tokens": self.tokenizer.convert_ids_to_tokens(target_ids.tolist()),
             "weights": rows.tolist(),
         }
-
-
-def _sequence_length(target_ids, generation_config, pad_token_id) -> int:
-    """Length of a generated sequence: up to and including the first ``</s>``, else up to padding."""
-    eos = generation_config.eos_token_id
-    eos_ids = set(eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])
-    for position, token in enumerate(target_ids.tolist()):
-        if token in eos_ids:
-            return position + 1
-        if token == pad_token_id:
-            return position
-    return len(target_ids)
-
-
-@contextlib.contextmanager
-def _eager_attention(model):
-    """Switch ``model`` to eager attention for the block: SDPA raises when asked for weights."""
-    previous = getattr(model.config, "_attn_implementation", None)
-    if previous in (None, "eager") or not hasattr(model, "set_attn_implementation"):
-        yield
-        return
-    model.set_attn_implementation("eager")
-    try:
-        yield
-    finally:
-        model.set_attn_implementation(previous)

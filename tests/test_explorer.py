@@ -320,7 +320,7 @@ def test_bertviz_inputs_have_bertvizs_encoder_decoder_structure(trained):
 # export --space
 
 
-ALLOWED_IN_SPACE = {"gradio", "numpy", "torch", "transformers", "attention_fonts"}
+ALLOWED_IN_SPACE = {"gradio", "numpy", "torch", "transformers", "attention_fonts", "modeling_attention_pass"}
 
 
 def test_space_files_import_only_the_hub_packages(runs_root, tmp_path, capsys):

@@ -11,6 +11,7 @@ import torch
 from accelerate.utils import gather_object
 
 from ..data.pairs import Collate, eval_batches
+from ..modeling.attention_pass import attention_pass
 from ..translation.scores import corpus_scores, format_score
 from ..attention.plotting import plot_cross_attentions
 from .objectives import token_loss_sum
@@ -86,34 +87,32 @@ def evaluate(
     }
 
 
-@torch.no_grad()
 def plot_attention(model, tokenizer, sources: list[str], out_dir: Path, prefix: str, config, device) -> None:
-    """Translate each source greedily, re-read the output teacher-forced with
-    ``output_attentions=True`` and write its cross-attention heat-maps as ``<prefix>_<i>.png``.
+    """Translate each source greedily and write the cross-attention heat-maps of its translation
+    (the teacher-forced attention pass, ``modeling/attention_pass.py``) as ``<prefix>_<i>.png``.
 
-    Writes nothing for a model without cross-attention (the RNN with ``attention="none"``
-    returns ``cross_attentions=None``)."""
+    ``config`` gives ``max_source_length`` (sources are truncated to it) and ``max_target_length``
+    (the generation limit). Writes nothing for a model without cross-attention (the RNN with
+    ``attention="none"``). The model is in evaluation mode for the call and in its previous
+    attention implementation and mode after."""
     was_training = model.training
     model.eval()
-    implementation = getattr(model.config, "_attn_implementation", None)
-    if implementation not in (None, "eager"):  # SDPA never materialises the probabilities
-        model.set_attn_implementation("eager")
+    generate_kwargs = {"num_beams": 1, "max_new_tokens": config.max_target_length}
     try:
         for i, text in enumerate(sources):
-            enc = tokenizer([text], return_tensors="pt", truncation=True, max_length=config.max_source_length).to(
-                device
-            )
-            hyp = model.generate(**enc, num_beams=1, max_new_tokens=config.max_target_length)[0]
-            out = model(**enc, decoder_input_ids=hyp[None, :-1], output_attentions=True)
-            if out.cross_attentions is None:  # nothing to draw
+            sentence = attention_pass(
+                model,
+                tokenizer,
+                [text],
+                generate_kwargs=generate_kwargs,
+                max_source_length=config.max_source_length,
+                device=device,
+            ).sentences[0]
+            if sentence.cross is None:  # nothing to draw
                 return
-            layers = [a[0].float().cpu().numpy() for a in out.cross_attentions]  # (num_heads, tgt_len, src_len)
-            src_tokens = tokenizer.convert_ids_to_tokens(enc["input_ids"][0].tolist())
-            tgt_tokens = tokenizer.convert_ids_to_tokens(hyp[1:].tolist())
-            plot_cross_attentions(layers, src_tokens, tgt_tokens, out_dir, f"{prefix}_{i}")
+            layers = [a.float().cpu().numpy() for a in sentence.cross]  # (num_heads, tgt_len, src_len)
+            plot_cross_attentions(layers, sentence.source_tokens, sentence.target_tokens, out_dir, f"{prefix}_{i}")
     finally:
-        if implementation not in (None, "eager"):
-            model.set_attn_implementation(implementation)
         model.train(was_training)
 
 

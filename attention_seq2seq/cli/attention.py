@@ -75,13 +75,10 @@ def cmd_plot_attention(parser: argparse.ArgumentParser, args: argparse.Namespace
             "plot with the training folder or a remote/native export of the same model"
         )
     loaded = _load(args, attn_implementation="eager")
+    from ..attention.forced import plot_sentence_attention
 
-    from ..attention.forced import sentence_attention
-    from ..attention.plotting import plot_cross_attentions
-
-    cross_attentions, src_tokens, tgt_tokens = sentence_attention(loaded, args.source, args.reference, generate_kwargs)
-    written = plot_cross_attentions(
-        cross_attentions, src_tokens, tgt_tokens, args.output.parent, args.output.stem, per_head=not args.no_per_head
+    written = plot_sentence_attention(
+        loaded, args.source, args.reference, generate_kwargs, args.output, per_head=not args.no_per_head
     )
     for path in written:
         print(path)
@@ -123,63 +120,26 @@ def cmd_demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 
 def cmd_alignment_error_rate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from ..attention.alignment import alignment_error_rate
+    from ..attention.alignment import read_aer_files, score_aer_files
 
     if bool(args.hypothesis) == bool(args.model):
         parser.error("give a HYPOTHESIS alignment file, or -m MODEL with --src and --ref (not both)")
     if args.model and not (args.src and args.ref):
         parser.error("-m MODEL aligns --src with --ref by teacher forcing; give both files")
-    texts = {}
-    files = [("--gold", args.gold)] + (
-        [("HYPOTHESIS", args.hypothesis)] if args.hypothesis else [("--src", args.src), ("--ref", args.ref)]
-    )
-    for option, path in files:
-        if not Path(path).is_file():
-            raise UserError(f"{option}: file not found: {path}")
-        texts[option] = Path(path).read_text(encoding="utf-8").splitlines()
-    if args.hypothesis:
-        rows = [
-            (
-                "file",
-                alignment_error_rate(
-                    texts["HYPOTHESIS"], texts["--gold"], hyp_name=args.hypothesis, gold_name=args.gold
-                ),
-            )
-        ]
-    else:
-        from ..attention.alignment import model_alignments_by_layer
-
-        if len(texts["--src"]) != len(texts["--ref"]):
-            raise UserError(f"--src has {len(texts['--src'])} lines but --ref has {len(texts['--ref'])}")
+    files = read_aer_files(args.gold, hypothesis=args.hypothesis, src=args.src, ref=args.ref)
+    model = tokenizer = heads = None
+    if args.model:
         loaded = _load(args)
-        heads = None
+        model, tokenizer = loaded.model, loaded.tokenizer
         if args.align_heads:
             from ..translation.files import _parse_heads
 
             heads = _parse_heads(args.align_heads)
-        rows = []
-        for layer, lines in model_alignments_by_layer(
-            loaded.model, loaded.tokenizer, texts["--src"], texts["--ref"], layer=args.align_layer, heads=heads
-        ):
-            rows.append(
-                (
-                    f"layer {layer}",
-                    alignment_error_rate(lines, texts["--gold"], hyp_name=f"layer {layer}", gold_name=args.gold),
-                )
-            )
-    result = {
-        name: {"aer": c.aer, "precision": c.precision, "recall": c.recall, "links": c.a, "sure_links": c.s}
-        for name, c in rows
-    }
+    report = score_aer_files(files, model, tokenizer, layer=args.align_layer, heads=heads)
     if args.json:
-        print(json.dumps(result if args.model else result["file"], indent=2))
+        print(json.dumps(report.as_dict(), indent=2))
     else:
-        for name, counts in rows:
-            print(
-                f"{name + ': ' if args.model else ''}AER {counts.aer:.4f}  precision {counts.precision:.4f}  "
-                f"recall {counts.recall:.4f}  ({counts.a} links, {counts.s} sure gold links, "
-                f"{len(texts['--gold'])} sentences)"
-            )
+        print("\n".join(report.lines()))
     return 0
 
 

@@ -25,7 +25,7 @@ import yaml
 from safetensors.torch import load_file
 from transformers import PreTrainedTokenizerFast
 
-from conftest import pairs_corpus_spec, pairs_languages, run_process_tree
+from helpers import pairs_corpus_spec, pairs_languages, run_process_tree
 
 from attention_seq2seq.training import build as build_module
 from attention_seq2seq.training import objectives

@@ -16,7 +16,8 @@ import importlib
 import time
 import traceback
 
-from common import DEFAULT_THREADS, machine_info, print_table, set_threads, write_result
+from harness.machine import DEFAULT_THREADS, machine_info, set_threads
+from harness.results import print_table, write_result
 
 BENCHMARKS = {  # name: (module, extra arguments); issue numbering in the comments; the longest one last
     "train_step": ("bench_train_step", []),  # 1 and 5

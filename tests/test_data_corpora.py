@@ -46,7 +46,7 @@ def head(path: Path, n: int) -> list[str]:
 
 @pytest.fixture
 def multi30k_slice(tmp_path) -> Path:
-    """train 300 / val 40 / test2016 30 real sentence pairs (conftest.read_pairs: Multi30k, else the
+    """train 300 / val 40 / test2016 30 real sentence pairs (helpers.read_pairs: Multi30k, else the
     committed Bible pairs) in Multi30k's own file names, source side as .de, target side as .en."""
     from helpers import read_pairs
 

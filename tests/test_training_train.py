@@ -1,7 +1,7 @@
 """Tests of the Accelerate training script: recipes, the update rule, checkpoints, resume, DDP.
 
 The end-to-end runs use tiny models on slices of a real corpus (``pairs_corpus``: Multi30k from
-../shared/data when present, else the committed Bible pairs; conftest.pairs_corpus_spec).
+../shared/data when present, else the committed Bible pairs; helpers.pairs_corpus_spec).
 """
 
 from __future__ import annotations

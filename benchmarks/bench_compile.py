@@ -11,7 +11,7 @@ of machine load:
 - `ours static+compile`: the static cache and the compiled decoding step (inductor, fullgraph);
 - `marian eager`, `marian static+compile`: the same for a MarianMTModel of the same size.
 
-Same setup as benchmark 3 (bench_generate.py: `common.TransformerDims`, fresh weights, Multi30k
+Same setup as benchmark 3 (bench_generate.py: `harness.peers.TransformerDims`, fresh weights, Multi30k
 test2016 sources, exactly N new tokens with no `</s>`), except that every batch has the same
 shape (`--sentences` cut to whole batches, sources padded to one length), since each new shape
 would compile again. Compilation happens in the warm-up and is reported apart. Both sides of a
@@ -27,8 +27,11 @@ from __future__ import annotations
 
 import time
 
-from common import TransformerDims, base_argparser, build_marian, build_ours, log, paired_ratio_summary, print_table
-from common import set_threads, summarize, test2016_translation_setup, write_result
+from harness.machine import base_argparser, log, set_threads
+from harness.data import test2016_translation_setup
+from harness.peers import TransformerDims, build_marian, build_ours
+from harness.timing import paired_ratio_summary, summarize
+from harness.results import print_table, write_result
 
 
 def main(argv=None) -> dict:

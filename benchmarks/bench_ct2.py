@@ -42,21 +42,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import (
-    TransformerDims,
-    base_argparser,
-    cpu_model,
-    build_marian,
-    fmt,
-    log,
-    paired_ratio_summary,
-    print_table,
-    read_pairs,
-    set_threads,
-    spread,
-    summarize,
-    write_result,
-)
+from harness.machine import base_argparser, cpu_model, log, set_threads
+from harness.data import read_pairs
+from harness.peers import TransformerDims, build_marian
+from harness.timing import paired_ratio_summary, summarize
+from harness.results import fmt, print_table, spread, write_result
 
 SIDES = ("ours", "marian", "ct2-float32", "ct2-int8")
 

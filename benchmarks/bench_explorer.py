@@ -49,7 +49,7 @@ def build_model(folder: Path, tgt_tokens: int) -> None:
     from transformers import AutoModelForSeq2SeqLM
 
     sys.path.insert(0, str(REPO / "benchmarks"))
-    from common import build_tokenizer  # the benchmarks' cached Multi30k tokenizer (8,000 pieces)
+    from harness.data import build_tokenizer
 
     from attention_seq2seq import TransformerSeq2SeqConfig
 

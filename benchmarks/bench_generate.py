@@ -1,6 +1,6 @@
 """Benchmark 3: translation speed, ours vs MarianMTModel `generate`, greedy and beam 5.
 
-Both models have the same dimensions (see `common.TransformerDims`) and are freshly initialised
+Both models have the same dimensions (see `harness.peers.TransformerDims`) and are freshly initialised
 (speed does not depend on the weights once the output length is fixed). Every sentence gets
 exactly the same number of new tokens on both sides, N, the mean length (pieces + `</s>`) of the
 Multi30k test2016 references, rounded up. Both sides receive one identical `GenerationConfig`.
@@ -35,24 +35,11 @@ from __future__ import annotations
 
 import time
 
-from common import (
-    TransformerDims,
-    resolve_device,
-    sync,
-    base_argparser,
-    build_marian,
-    build_ours,
-    fmt,
-    goal_entry,
-    log,
-    paired_ratio_summary,
-    print_table,
-    test2016_translation_setup,
-    set_threads,
-    spread,
-    summarize,
-    write_result,
-)
+from harness.machine import base_argparser, log, resolve_device, set_threads, sync
+from harness.data import test2016_translation_setup
+from harness.peers import TransformerDims, build_marian, build_ours
+from harness.timing import paired_ratio_summary, summarize
+from harness.results import fmt, goal_entry, print_table, spread, write_result
 
 GOAL_RATIO = 1.2
 

@@ -33,22 +33,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common import (
-    TransformerDims,
-    base_argparser,
-    batch_stats,
-    build_marian,
-    build_ours,
-    count_params,
-    goal_entry,
-    load_batches,
-    log,
-    make_train_step,
-    print_table,
-    set_threads,
-    summarize,
-    write_result,
-)
+from harness.machine import base_argparser, log, set_threads
+from harness.data import batch_stats, load_batches
+from harness.peers import TransformerDims, build_marian, build_ours, count_params, make_train_step
+from harness.timing import summarize
+from harness.results import goal_entry, print_table, write_result
 
 GOAL_RATIO = 1.0
 BATCH_TOKENS = 4000

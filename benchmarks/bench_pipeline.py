@@ -33,22 +33,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import (
-    TransformerDims,
-    base_argparser,
-    build_marian,
-    build_tokenizer,
-    fmt,
-    goal_entry,
-    log,
-    multi30k_dir,
-    paired_ratio_summary,
-    print_table,
-    set_threads,
-    spread,
-    summarize,
-    write_result,
-)
+from harness.machine import base_argparser, log, set_threads
+from harness.data import build_tokenizer, multi30k_dir
+from harness.peers import TransformerDims, build_marian
+from harness.timing import paired_ratio_summary, summarize
+from harness.results import fmt, goal_entry, print_table, spread, write_result
 
 GOAL_RATIO = 1.5
 SIDES = [
@@ -81,7 +70,7 @@ def mean_tokens_per_budget_batch(tokenizer) -> dict:
     import numpy as np
     from attention_seq2seq.data import TokenBudgetBatchSampler
 
-    from common import read_pairs, tokenize_pairs
+    from harness.data import read_pairs, tokenize_pairs
 
     src, tgt = tokenize_pairs(tokenizer, read_pairs("train"))
     lengths = np.array([[len(s), len(t)] for s, t in zip(src, tgt)])
@@ -203,7 +192,7 @@ def run_marian(seconds: float, dims: TransformerDims, workdir: Path, batch_size:
         TrainerCallback,
     )
 
-    from common import read_pairs
+    from harness.data import read_pairs
 
     meter = Meter(seconds)
     tokenizer = PreTrainedTokenizerFast.from_pretrained(str(tokenizer_dir(dims)))

@@ -38,35 +38,18 @@ scripts/gpu_check.sh passes its own python with JoeyNMT installed from a carried
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
-from common import (
-    REPO_ROOT,
-    base_argparser,
-    batch_stats,
-    count_params,
-    fmt,
-    goal_entry,
-    load_batches,
-    log,
-    make_train_step,
-    paired_ratio_summary,
-    print_table,
-    resolve_device,
-    set_threads,
-    spread,
-    summarize,
-    to_device,
-    write_result,
-)
+from harness.machine import base_argparser, log, resolve_device, set_threads, to_device
+from harness.data import batch_stats, load_batches
+from harness.peers import JOEYNMT_PYTHON, JoeyWorker, count_params, make_train_step, sort_by_source_length
+from harness.timing import paired_ratio_summary, summarize
+from harness.results import fmt, goal_entry, print_table, spread, write_result
 
 GOAL_RATIO = 1.5
-JOEYNMT_PYTHON = Path(os.environ.get("JOEYNMT_PYTHON") or REPO_ROOT / ".venv-joeynmt" / "bin" / "python")
 SIZES = {
     "vocab_size": 8000,
     "embedding_size": 256,
@@ -102,55 +85,6 @@ def build_ours_rnn(attention: str, seed: int = 0):
     )
     torch.manual_seed(seed)
     return RNNSeq2SeqForConditionalGeneration(config)
-
-
-def sort_by_source_length(batch: dict) -> dict:
-    """Rows reordered longest source first (JoeyNMT's packed encoder needs it; the work is the same)."""
-    order = batch["attention_mask"].sum(1).argsort(descending=True, stable=True)
-    return {k: v[order] for k, v in batch.items()}
-
-
-class JoeyWorker:
-    """The JoeyNMT side: a subprocess in .venv-joeynmt speaking the line protocol of joeynmt_worker.py."""
-
-    def __init__(
-        self, spec: dict, batches_path: Path, workdir: Path, name: str = "joeynmt", python: Path = JOEYNMT_PYTHON
-    ):
-        spec_path = workdir / f"spec_{spec['attention']}_{name}.json"
-        spec_path.write_text(json.dumps(spec))
-        self.stderr_path = workdir / f"worker_{spec['attention']}_{name}.stderr"
-        with open(self.stderr_path, "w") as stderr:
-            self.proc = subprocess.Popen(
-                [str(python), str(Path(__file__).with_name("joeynmt_worker.py")), str(spec_path), str(batches_path)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=stderr,
-                text=True,
-            )
-        self.info = self._read()
-
-    def _read(self) -> dict:
-        line = self.proc.stdout.readline()
-        if not line:
-            self.proc.wait(timeout=30)
-            tail = self.stderr_path.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
-            raise RuntimeError(
-                f"JoeyNMT worker exited (code {self.proc.poll()}): {tail[0]} (whole log: {self.stderr_path})"
-            )
-        return json.loads(line)
-
-    def ask(self, command: str) -> dict:
-        self.proc.stdin.write(command + "\n")
-        self.proc.stdin.flush()
-        return self._read()
-
-    def close(self) -> None:
-        try:
-            self.proc.stdin.write("quit\n")
-            self.proc.stdin.flush()
-        except BrokenPipeError:
-            pass
-        self.proc.wait(timeout=30)
 
 
 def main(argv=None) -> dict:

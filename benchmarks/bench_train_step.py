@@ -6,11 +6,11 @@ and the very same token-budget batches from Multi30k train. One step = forward w
 (the model's own mean cross-entropy), backward, AdamW step, zero_grad.
 
 Each round runs every batch once on each side and then torch.matmul on that batch's own GEMM
-shapes (the MFU reference, see `common.matmul_reference_flops_per_s`), back to back, alternating
+shapes (the MFU reference, see `harness.timing.matmul_reference_flops_per_s`), back to back, alternating
 which side goes first.
 Reported: target tokens/s (non-padding labels) per round, median and IQR over rounds, the ratio
 ours/Marian (paired per round), and MFU = achieved training FLOP/s (formula in
-`common.transformer_train_flops`) / reference matmul FLOP/s of the same round.
+`harness.timing.transformer_train_flops`) / reference matmul FLOP/s of the same round.
 
 A third side, `ours_sdpa` (for information), is our model with torch's SDPA kernel at every
 length, as before the short-sentence dispatch (`_TRAIN_STEP_MAX_KEYS` in
@@ -37,30 +37,17 @@ from __future__ import annotations
 import contextlib
 import time
 
-from common import (
-    base_argparser,
-    batch_stats,
-    build_marian,
-    build_ours,
-    count_params,
-    dims_for,
-    fmt,
-    goal_entry,
-    load_batches,
-    log,
-    make_train_step,
+from harness.machine import base_argparser, log, resolve_device, set_threads, to_device
+from harness.data import batch_stats, load_batches
+from harness.peers import build_marian, build_ours, count_params, dims_for, make_train_step
+from harness.timing import (
     matmul_reference_flops_per_s,
     paired_ratio_summary,
     peak_matmul_flops_per_s,
-    print_table,
-    resolve_device,
-    set_threads,
-    spread,
     summarize,
-    to_device,
     transformer_train_flops,
-    write_result,
 )
+from harness.results import fmt, goal_entry, print_table, spread, write_result
 
 GOAL_STEP_RATIO = 1.1
 GOAL_MFU = 0.65
@@ -241,7 +228,7 @@ def main(argv=None) -> dict:
         "target_tokens_per_round": tgt_tokens,
         "train_flops_per_round": flops,
         "flops_formula": "3 x forward; forward = 2 x (matmul params x positions) "
-        "+ 4 x B x len_q x len_k x d per attention; see common.transformer_train_flops",
+        "+ 4 x B x len_q x len_k x d per attention; see harness.timing.transformer_train_flops",
         "params": params,
         "seconds_per_round": seconds,
         "tokens_per_s": rate_summary,

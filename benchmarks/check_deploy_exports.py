@@ -24,7 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import RESULTS_DIR, cpu_model, log
+from harness.machine import cpu_model, log
+from harness.results import RESULTS_DIR
 
 _CHILD = r"""
 import importlib.util, json, sys

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from common import RESULTS_DIR
+from harness.results import RESULTS_DIR
 
 
 def load(name: str, quick: bool) -> dict | None:

@@ -1,6 +1,9 @@
 """Run every benchmark, then print one summary of every ratio against its goal.
 
-    python benchmarks/run_all.py [--quick] [--threads 2] [--only train_step generate ...]
+    python benchmarks/run_all.py [--quick] [--threads 2] [--only train_step generate ...] [--list]
+
+The benchmarks are the stages of benchmarks/stages.py that run on the CPU (`--list` prints them),
+each run in this process to its end, in the table's order.
 
 `--quick` is a smoke test of the harness (a couple of repeats, seconds per benchmark); the numbers
 it gives are not meaningful. Each benchmark also runs on its own (see its docstring) and writes
@@ -13,27 +16,23 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sys
 import time
 import traceback
+from pathlib import Path
 
-from common import DEFAULT_THREADS, machine_info, print_table, set_threads, write_result
+from harness.machine import DEFAULT_THREADS, machine_info, set_threads
+from harness.results import print_table, write_result
+from stages import stages, table
 
-BENCHMARKS = {  # name: (module, extra arguments); issue numbering in the comments; the longest one last
-    "train_step": ("bench_train_step", []),  # 1 and 5
-    "train_step_bf16": (
-        "bench_train_step",
-        ["--mixed-precision", "bf16"],
-    ),  # 1 and 5 under CPU bf16 autocast (information)
-    "generate": ("bench_generate", []),  # 3
-    "generate_min_new_tokens": (
-        "bench_generate",
-        ["--force-length", "min-new-tokens", "--beams", "1"],
-    ),  # 3, the first method (information)
-    "rnn": ("bench_rnn", []),  # 4
-    "rnn_bf16": ("bench_rnn", ["--mixed-precision", "bf16"]),  # 4 with our step under CPU bf16 autocast (information)
-    "memory": ("bench_memory", []),  # 6
-    "pipeline": ("bench_pipeline", []),  # 2
-}
+BENCHMARKS = stages("cpu")  # name -> Stage (benchmarks/stages.py: the table scripts/gpu_check.py reads too)
+
+
+def module_and_arguments(stage) -> tuple[str, list[str]]:
+    """The benchmark module a stage runs in this process, and the arguments it adds."""
+    words = stage.argv(python=sys.executable)
+    script = stage.script
+    return Path(script).stem, words[words.index(script) + 1 :]
 
 
 def main() -> None:
@@ -41,12 +40,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--threads", type=int, default=DEFAULT_THREADS)
     parser.add_argument("--only", nargs="+", choices=list(BENCHMARKS), default=list(BENCHMARKS))
+    parser.add_argument("--list", action="store_true", help="print the stages (benchmarks/stages.py) and exit")
     args = parser.parse_args()
+    if args.list:
+        print(table("cpu"))
+        return
     set_threads(args.threads)
 
     goals, errors, durations = [], {}, {}
     for name in args.only:
-        module_name, extra = BENCHMARKS[name]
+        module_name, extra = module_and_arguments(BENCHMARKS[name])
         module = importlib.import_module(module_name)
         argv = ["--threads", str(args.threads)] + (["--quick"] if args.quick else []) + extra
         print(f"\n=== {name} ({module.__name__}) ===", flush=True)

@@ -14,7 +14,7 @@ Every fast path applies only where the modules it stands in for are plain (`plai
 replaced or a hook watches is called instead. No path changes which parameters get gradients.
 Nothing here times, measures or writes anything: the same inputs take the same path on every
 machine. What each path saved, measured on named hosts with dates, is in benchmarks/README.md
-("The CPU fast paths, measured"); benchmarks/probe_fast_paths.py measures them against the
+("The CPU fast paths, measured"); benchmarks/probes/probe_fast_paths.py measures them against the
 reference on any host.
 
 - `attention_kernel`: eq. 1 as two batched matmuls instead of torch's CPU SDPA (a flash kernel
@@ -331,7 +331,7 @@ class PaddingFreeLayout:
 
 # On a CPU the loss walks the (tokens, vocab_size) logits in blocks of rows of about this many
 # float32 bytes, so each block's float32 copy, softmax and gradient stay in the cache instead of
-# streaming several full-vocab float32 temporaries through memory (benchmarks/probe_loss_blocks.py;
+# streaming several full-vocab float32 temporaries through memory (benchmarks/probes/probe_loss_blocks.py;
 # benchmarks/README.md, fourth pass). Other devices take all rows as one block.
 _LOSS_BLOCK_BYTES = 1 << 22
 

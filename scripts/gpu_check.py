@@ -1,18 +1,11 @@
 """The GPU check's driver (scripts/gpu_check.sh runs it after installing what the GPU machine lacks).
 
-Stages, each a subprocess with its own time limit, each written to the results as soon as it ends
-(so a run cut short still leaves everything before the cut):
-
-  tests            pytest -m device: both families on the device vs the CPU, eager vs SDPA,
-                   bf16/fp16 autocast, save/load, the trainer's resume (tests/test_device.py,
-                   tests/test_training_train.py)
-  train_step_small benchmarks/bench_train_step.py: Transformer-small step, ours vs Marian, bf16,
-                   16k-token batches, tokens/s and MFU against the measured bf16 matmul peak
-  train_step_base  the same for Transformer-base
-  generate_beam5   benchmarks/bench_generate.py: beam-5 translation of Multi30k test2016
-  rnn              benchmarks/bench_rnn.py: the RNN step vs JoeyNMT (cuDNN LSTMs on both sides)
-  training         accelerate launch of the Multi30k Transformer-small recipe in bf16 for a fixed
-                   number of updates: updates/s and the training loss from first log to last
+Stages: those of benchmarks/stages.py that run on the GPU (`--list` prints them; run_all.py reads
+the same table for the CPU benchmarks): the device tests (pytest -m device), the Transformer-small
+and -base training steps and beam-5 translation against Marian, the RNN step against JoeyNMT, and
+a short accelerate-launched training run. Each runs as a subprocess with its own time limit, each
+written to the results as soon as it ends (so a run cut short still leaves everything before the
+cut).
 
 `--dry-run` runs the same stages on the CPU with tiny sizes (a rehearsal, and what CI runs).
 Results: <out>/gpu_check.json and <out>/gpu_check.md (out: $OUT when set, else runs/gpu-check/).
@@ -20,7 +13,7 @@ The benchmarks' own JSON (runs/gpu-check/bench/) and each stage's log (runs/gpu-
 runs/gpu-check/; when <out> is elsewhere it also gets them as one gpu_check_logs.tar.gz (the device
 tool brings back at most 8 files).
 
-    python scripts/gpu_check.py [--dry-run] [--out DIR] [--data DIR] [--only STAGE ...]
+    python scripts/gpu_check.py [--dry-run] [--out DIR] [--data DIR] [--only STAGE ...] [--list]
 """
 
 from __future__ import annotations
@@ -41,7 +34,12 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-STAGES = ("tests", "train_step_small", "train_step_base", "generate_beam5", "rnn", "training")
+sys.path.insert(0, str(REPO / "benchmarks"))  # benchmarks/stages.py: the stage table (standard library only)
+
+from stages import stages, table  # noqa: E402  (after the sys.path line)
+
+STAGE_TABLE = stages("gpu")  # name -> Stage, in the order they run
+STAGES = tuple(STAGE_TABLE)
 
 # Issue 33's goals on the H200, each against its peer in the same run.
 GOALS = {
@@ -251,167 +249,25 @@ def cpu_computes_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def commands(args, out: Path, env: dict, joey: str | None) -> dict:
-    py = sys.executable
+def commands(args, out: Path, env: dict, joey: str | None) -> tuple[dict, Path]:
+    """{stage: (command, time limit)} of every stage of the table, full size (GPU) or tiny (dry
+    run), and the training stage's output folder."""
     dry = args.dry_run
-    device = "cpu" if dry else "cuda"
-    # The GPU run benchmarks in bf16; a dry run does too where the CPU computes bf16, else in float32
-    # (the training stage keeps bf16 either way: its model is tiny).
-    precision = "bf16" if not dry or cpu_computes_bf16() else "no"
-    bench = [py, "benchmarks/bench_train_step.py", "--device", device, "--mixed-precision", precision]
-    bench += (
-        ["--max-tokens", "256", "--rounds", "1", "--batches", "1", "--peak-n", "512"]
-        if dry
-        else ["--max-tokens", "16384", "--rounds", "5", "--batches", "4", "--peak-n", "8192"]
-    )
-    generate = [
-        py,
-        "benchmarks/bench_generate.py",
-        "--device",
-        device,
-        "--beams",
-        "5",
-        "--result-name",
-        "generate_beam5",
-    ]
-    generate += ["--sentences", "16", "--batch-size", "8", "--rounds", "1"] if dry else ["--rounds", "3"]
-    rnn = [
-        py,
-        "benchmarks/bench_rnn.py",
-        "--device",
-        device,
-        "--result-name",
-        "rnn",
-        "--joeynmt-python",
-        joey or "none",
-    ]
-    rnn += (
-        ["--max-tokens", "256", "--rounds", "1", "--batches", "1", "--attentions", "luong"]
-        if dry
-        else ["--rounds", "4", "--batches", "3"]
-    )
-    tests = [
-        py,
-        "-P",
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "-m",
-        "device",
-        "--junitxml",
-        str(out / "logs" / "tests.xml"),
-        "tests/test_device.py",
-        "tests/test_training_train.py",
-    ]
     run_dir = REPO / "runs" / "gpu-check" / ("train-dry-run" if dry else "train")
-    corpus = f"multi30k:{Path(env['ATTN_SEQ2SEQ_SHARED_DATA']) / 'multi30k'}:de-en"
-    train = [
-        *accelerate_launch(),
-        "--num_processes",
-        "1",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "bf16",
-        "--dynamo_backend",
-        "no",
-        *(["--cpu"] if dry else []),
-        "-m",
-        "attention_seq2seq.training.train",
-        "--recipe",
-        "training/recipes/multi30k-transformer-small.yaml",
-        "--corpus",
-        corpus,
-        "--output_dir",
-        str(run_dir),
-        "--mixed_precision",
-        "bf16",
-        "--num_plot_sentences",
-        "0",
-        "--test_greedy",
-        "false",
-        "--test_bootstrap",
-        "null",
-        "--keep_best_k",
-        "1",
-        "--average_last_k",
-        "0",
-        "--log_with",
-        "none",
-    ]
-    if dry:
-        train += [
-            "--max_steps",
-            "12",
-            "--log_every",
-            "3",
-            "--eval_every",
-            "12",
-            "--save_every",
-            "12",
-            "--warmup_steps",
-            "3",
-            "--max_train_samples",
-            "300",
-            "--vocab_size",
-            "500",
-            "--max_eval_samples",
-            "8",
-            "--max_test_samples",
-            "8",
-            "--test_num_beams",
-            "2",
-            "--model_config.d_model",
-            "32",
-            "--model_config.encoder_ffn_dim",
-            "64",
-            "--model_config.decoder_ffn_dim",
-            "64",
-            "--model_config.encoder_attention_heads",
-            "2",
-            "--model_config.decoder_attention_heads",
-            "2",
-            "--model_config.encoder_layers",
-            "1",
-            "--model_config.decoder_layers",
-            "1",
-        ]
-    else:
-        # ~1.5 minutes of updates on an H200 (an estimate: no GPU has run it yet); max_time_minutes caps the loop at 2
-        # if the estimate is off, so tokenizer, loop and test fit the stage's limit.
-        train += [
-            "--max_tokens",
-            "4096",
-            "--max_steps",
-            "3000",
-            "--warmup_steps",
-            "500",
-            "--log_every",
-            "100",
-            "--eval_every",
-            "3000",
-            "--save_every",
-            "3000",
-            "--max_eval_samples",
-            "200",
-            "--max_test_samples",
-            "500",
-            "--test_num_beams",
-            "5",
-            "--max_time_minutes",
-            "2",
-        ]
-    return {
-        # Limits: on the GPU they sum to ~8 minutes with the install; a dry run on a busy shared CPU gets room.
-        "tests": (tests, 240 if dry else 150),
-        "train_step_small": (bench + ["--model", "small", "--result-name", "train_step_small"], 240 if dry else 75),
-        "train_step_base": (bench + ["--model", "base", "--result-name", "train_step_base"], 240 if dry else 90),
-        "generate_beam5": (generate, 180 if dry else 75),
-        "rnn": (rnn, 240 if dry else 60),
-        "training": (train, 300 if dry else 210),
-    }, run_dir
+    values = dict(
+        python=sys.executable,
+        device="cpu" if dry else "cuda",
+        # The GPU run benchmarks in bf16; a dry run does too where the CPU computes bf16, else in float32
+        # (the training stage keeps bf16 either way: its model is tiny).
+        precision="bf16" if not dry or cpu_computes_bf16() else "no",
+        joeynmt_python=joey or "none",
+        junit_xml=str(out / "logs" / "tests.xml"),
+        corpus=f"multi30k:{Path(env['ATTN_SEQ2SEQ_SHARED_DATA']) / 'multi30k'}:de-en",
+        run_dir=str(run_dir),
+        accelerate_launch=accelerate_launch(),
+        accelerate_cpu=["--cpu"] if dry else [],
+    )
+    return {name: (stage.argv(dry, **values), stage.limit(dry)) for name, stage in STAGE_TABLE.items()}, run_dir
 
 
 # ------------------------------------------------------------------------------------------------
@@ -581,6 +437,7 @@ def main(argv=None) -> int:
         ),
     )
     parser.add_argument("--only", nargs="+", choices=STAGES, default=list(STAGES))
+    parser.add_argument("--list", action="store_true", help="print the stages (benchmarks/stages.py) and exit")
     parser.add_argument(
         "--budget",
         type=float,
@@ -590,6 +447,9 @@ def main(argv=None) -> int:
         "under 20 s left is skipped",
     )
     args = parser.parse_args(argv)
+    if args.list:
+        print(table("gpu"))
+        return 0
 
     data = args.data
     if data is None:
@@ -682,12 +542,9 @@ def main(argv=None) -> int:
                 write()
                 continue
             timeout = min(timeout, left)
-        stage_env = env
+        stage_env = dict(env, **STAGE_TABLE[name].env)
         if name == "training":
             shutil.rmtree(run_dir, ignore_errors=True)  # a fresh run each time (the trainer refuses a used folder)
-            # -P for the python that accelerate starts: the repository root must not shadow the
-            # installed package (its attention_seq2seq/ folder holds only part of it).
-            stage_env = dict(env, PYTHONSAFEPATH="1")
         result = run_stage(name, command, timeout, work / "logs", stage_env)
         section = {
             "status": "ok" if result["rc"] == 0 and not result["timed_out"] else "failed",

@@ -72,7 +72,7 @@ if [ "$mode" = prepare ]; then
   echo "[gpu-check] training the benchmarks' tokenizer into $CHECK_DIR/bench-cache"
   rm -rf "$CHECK_DIR/bench-cache"
   ATTN_SEQ2SEQ_SHARED_DATA=$DATA_DIR BENCH_CACHE=$CHECK_DIR/bench-cache HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false \
-    "$BUILD_PY" -c "import sys; sys.path.insert(0, 'benchmarks'); import common; common.build_tokenizer(8000)" >/dev/null
+    "$BUILD_PY" -c "import sys; sys.path.insert(0, 'benchmarks'); from harness.data import build_tokenizer; build_tokenizer(8000)" >/dev/null
   tree=$(tree_bytes)
   wheels=$(du -sb "$WHEEL_DIR" | cut -f1)
   data=$(du -sb "$DATA_DIR" | cut -f1)

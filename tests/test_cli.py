@@ -1,5 +1,5 @@
 """The `attention-seq2seq` command line, run in-process through ``main([...])`` on tiny models
-trained on a Multi30k slice (test_cli_helpers.py), plus two runs of the installed console script."""
+trained on a Multi30k slice (tests/helpers.py), plus two runs of the installed console script."""
 
 from __future__ import annotations
 
@@ -17,8 +17,7 @@ import sacrebleu
 import torch
 from safetensors.torch import load_file
 
-from conftest import pairs_corpus_spec, pairs_languages, read_pairs
-from test_cli_helpers import CHECKPOINT_STEPS, FAMILIES, build_tiny_run
+from helpers import CHECKPOINT_STEPS, FAMILIES, build_tiny_run, pairs_corpus_spec, pairs_languages, read_pairs
 
 from attention_seq2seq.cli import build_parser, main
 from attention_seq2seq.translation.scores import corpus_scores

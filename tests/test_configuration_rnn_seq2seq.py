@@ -4,7 +4,7 @@ values, foreign option names, unknown options and generation settings, resolved 
 from __future__ import annotations
 
 import pytest
-from test_rnn_seq2seq import VOCAB
+from helpers import RNN_VOCAB as VOCAB
 
 from attention_seq2seq import RNNSeq2SeqConfig, RNNSeq2SeqForConditionalGeneration
 

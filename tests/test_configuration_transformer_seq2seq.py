@@ -4,7 +4,7 @@ naming the valid values, foreign option names, unknown options, generation setti
 from __future__ import annotations
 
 import pytest
-from test_transformer_seq2seq import BOS, EOS, PAD, padded_batch, tiny_config
+from helpers import BOS, EOS, PAD, padded_batch, tiny_model_config
 
 from attention_seq2seq import TransformerSeq2SeqConfig, TransformerSeq2SeqForConditionalGeneration
 
@@ -28,7 +28,7 @@ from attention_seq2seq import TransformerSeq2SeqConfig, TransformerSeq2SeqForCon
 )
 def test_invalid_config_raises_naming_valid_values(overrides, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):
-        tiny_config(**overrides)
+        tiny_model_config(preset="small", **overrides)
 
 
 @pytest.mark.parametrize(
@@ -43,17 +43,18 @@ def test_invalid_config_raises_naming_valid_values(overrides, message):
 def test_another_toolkits_option_name_is_refused_naming_ours(foreign, ours):
     """fairseq's normalize_before=True used to build a post-norm model without a word."""
     with pytest.raises(ValueError, match=f"no option '{foreign}'.*use {ours}"):
-        tiny_config(**{foreign: True})
+        tiny_model_config(preset="small", **{foreign: True})
 
 
 def test_an_unknown_option_is_stored_with_one_warning_but_a_saved_config_loads_silently(tmp_path, recwarn):
     import warnings
 
     with pytest.warns(UserWarning, match="unknown option.*'colour'") as caught:
-        config = tiny_config(colour="blue", hidden_size=16)  # hidden_size: an alias of d_model, no warning
+        # hidden_size: an alias of d_model, no warning
+        config = tiny_model_config(preset="small", colour="blue", hidden_size=16)
     assert len(caught) == 1 and "hidden_size" not in str(caught[0].message)
     assert config.colour == "blue"
-    TransformerSeq2SeqForConditionalGeneration(tiny_config()).save_pretrained(tmp_path)
+    TransformerSeq2SeqForConditionalGeneration(tiny_model_config(preset="small")).save_pretrained(tmp_path)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # config.json's bookkeeping keys (model_type, ...) warn about nothing
         TransformerSeq2SeqConfig.from_pretrained(tmp_path)
@@ -69,7 +70,7 @@ def test_generation_settings_given_to_the_config_move_into_generation_config(tmp
     with pytest.warns(
         UserWarning, match="num_beams=3, max_new_tokens=7, length_penalty=0.8.*generation_config"
     ) as caught:
-        config = tiny_config(num_beams=3, max_new_tokens=7, length_penalty=0.8)
+        config = tiny_model_config(preset="small", num_beams=3, max_new_tokens=7, length_penalty=0.8)
     assert len(caught) == 1
     model = TransformerSeq2SeqForConditionalGeneration(config).eval()
     generation = model.generation_config
@@ -108,7 +109,7 @@ def test_a_config_loads_what_it_saved_after_transformers_helpers_set_generic_nam
 
     from transformers.testing_utils import set_config_for_less_flaky_test
 
-    config = tiny_config()
+    config = tiny_model_config(preset="small")
     set_config_for_less_flaky_test(config)  # layer_norm_eps = 1.0, and six generic names beside it
     TransformerSeq2SeqForConditionalGeneration(config).save_pretrained(tmp_path)
     assert json.loads((tmp_path / "config.json").read_text())["layer_norm_epsilon"] == 1.0
@@ -122,10 +123,10 @@ def test_a_config_loads_what_it_saved_after_transformers_helpers_set_generic_nam
 
 def test_a_saved_config_with_another_toolkits_name_loads_but_a_users_is_refused(tmp_path):
     """The guard refuses what a user types; a folder save_pretrained wrote loads, naming ours."""
-    config = tiny_config()
+    config = tiny_model_config(preset="small")
     config.normalize_before = True
     config.save_pretrained(tmp_path)
     with pytest.warns(UserWarning, match=r"'normalize_before' \(ours: norm_order='pre'\)"):
         assert TransformerSeq2SeqConfig.from_pretrained(tmp_path).normalize_before is True
     with pytest.raises(ValueError, match="no option 'normalize_before'.*use norm_order='pre'"):
-        tiny_config(normalize_before=True)
+        tiny_model_config(preset="small", normalize_before=True)

@@ -7,8 +7,7 @@ import pytest
 import torch
 
 from attention_seq2seq.modeling import cpu_fast_paths
-from test_rnn_seq2seq import make_model as make_rnn
-from test_transformer_seq2seq import padded_batch, tiny_model
+from helpers import padded_batch, rnn_model, tiny_model
 
 
 # Every method of the seam's class: a new fast path is covered by these tests without a change here.
@@ -58,7 +57,7 @@ def _loss_and_grads(model, autocast: bool = False, **batch):
 
 
 def test_the_seam_is_the_config_field():
-    on, off = _pair(tiny_model)
+    on, off = _pair(tiny_model, preset="small")
     assert on.config.use_cpu_fast_paths is True
     assert cpu_fast_paths.fast_paths(on.config) is cpu_fast_paths.CPU_FAST_PATHS
     assert cpu_fast_paths.fast_paths(off.config) is None
@@ -77,7 +76,7 @@ def test_transformer_logits_loss_gradients_and_generate_are_the_same_without_fas
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     labels = decoder_input_ids.roll(-1, 1)
     labels[1, 4:] = -100
-    on, off = _pair(tiny_model, attn_implementation=attn_implementation, label_smoothing=0.1)
+    on, off = _pair(tiny_model, preset="small", attn_implementation=attn_implementation, label_smoothing=0.1)
     calls = count_fast_paths(monkeypatch)
     on_out = {}
     with torch.no_grad():
@@ -116,7 +115,7 @@ def test_transformer_bf16_training_is_the_same_without_fast_paths_up_to_bf16_rou
     torch.manual_seed(0)
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     labels = decoder_input_ids.roll(-1, 1)
-    on, off = _pair(tiny_model)
+    on, off = _pair(tiny_model, preset="small")
     batch = dict(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
     on_loss, on_grads = _loss_and_grads(on, autocast=True, **batch)
     refuse_fast_paths(monkeypatch)
@@ -131,7 +130,7 @@ def test_rnn_loss_and_gradients_are_the_same_without_fast_paths(variant, monkeyp
     input_ids = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 2, 0, 0]])
     attention_mask = (input_ids != 0).long()
     labels = torch.tensor([[11, 12, 13, 2], [14, 2, -100, -100]])
-    on, off = _pair(make_rnn, variant=variant, label_smoothing=0.1, dropout=0.0)
+    on, off = _pair(rnn_model, variant=variant, label_smoothing=0.1, dropout=0.0)
     batch = dict(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
     on_loss, on_grads = _loss_and_grads(on, **batch)
     refuse_fast_paths(monkeypatch)

@@ -9,7 +9,7 @@ import datasets
 import numpy as np
 import pytest
 import torch
-from conftest import pairs_corpus_spec
+from helpers import pairs_corpus_spec
 from transformers import DataCollatorForSeq2Seq
 
 from attention_seq2seq.data import (

@@ -26,7 +26,7 @@ from attention_seq2seq.data.bible import (
     split_of_unit,
 )
 
-from conftest import FIXTURE_TATOEBA, tatoeba_dir
+from helpers import FIXTURE_TATOEBA, tatoeba_dir
 
 BIBLE_MODULES = ("spaRV1909eb", "engWEB2015eb")
 
@@ -46,9 +46,9 @@ def head(path: Path, n: int) -> list[str]:
 
 @pytest.fixture
 def multi30k_slice(tmp_path) -> Path:
-    """train 300 / val 40 / test2016 30 real sentence pairs (conftest.read_pairs: Multi30k, else the
+    """train 300 / val 40 / test2016 30 real sentence pairs (helpers.read_pairs: Multi30k, else the
     committed Bible pairs) in Multi30k's own file names, source side as .de, target side as .en."""
-    from conftest import read_pairs
+    from helpers import read_pairs
 
     for split, stem, n in (("train", "train", 300), ("val", "val", 40), ("test", "test2016", 30)):
         pairs = read_pairs(n, split=split)
@@ -239,7 +239,7 @@ def _saved_hf_dataset(tmp_path: Path, layout: str, pairs: list[tuple[str, str]])
 
 
 def test_hf_translation_layout_from_disk(tmp_path):
-    from conftest import read_pairs
+    from helpers import read_pairs
 
     pairs = read_pairs(60)  # real sentences (Multi30k, else the committed Bible pairs), stored as "de"/"en"
     folder = _saved_hf_dataset(tmp_path, "translation", pairs)
@@ -251,7 +251,7 @@ def test_hf_translation_layout_from_disk(tmp_path):
 
 
 def test_hf_two_column_layout_and_split_names(tmp_path):
-    from conftest import read_pairs
+    from helpers import read_pairs
 
     pairs = read_pairs(60)  # real sentences (Multi30k, else the committed Bible pairs), stored as "de"/"en"
     folder = _saved_hf_dataset(tmp_path, "columns", pairs)

@@ -19,7 +19,7 @@ from attention_seq2seq.data.pairs import Collate, PairDataset
 from attention_seq2seq.data.prepared import PreparedPairs, prepare_corpus, tokenizer_sample, write_pairs
 from attention_seq2seq.data.tokenization import train_tokenizer
 
-from conftest import FIXTURE_PAIRS
+from helpers import FIXTURE_PAIRS
 
 MAX_LEN = 40  # below the longest fixture verses, so the filter drops some pairs
 

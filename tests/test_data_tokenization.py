@@ -18,7 +18,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 from attention_seq2seq.data import SeparateTokenizers, load_corpus, train_tokenizer
 from attention_seq2seq.data.bible import find_module, installed_modules, read_verses
 from attention_seq2seq.data.tokenization import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SubwordSampler
-from conftest import FIXTURE_PAIRS, FIXTURE_TATOEBA, shared_data_dir, tatoeba_dir
+from helpers import FIXTURE_PAIRS, FIXTURE_TATOEBA, shared_data_dir, tatoeba_dir
 
 MODEL_TYPES = ("unigram", "bpe")
 

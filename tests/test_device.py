@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_rnn_seq2seq import make_model, source_batch, target_batch
-from test_transformer_seq2seq import padded_batch, tiny_model
+from helpers import padded_batch, rnn_model, source_batch, target_batch, tiny_model
 
 from attention_seq2seq import RNNSeq2SeqForConditionalGeneration, TransformerSeq2SeqForConditionalGeneration
 
@@ -46,7 +45,7 @@ def _family_cases():
     for variant in RNN_VARIANTS:
 
         def build(variant=variant):
-            return make_model(variant)
+            return rnn_model(variant)
 
         def batch():
             input_ids, attention_mask = source_batch()
@@ -62,7 +61,7 @@ def _family_cases():
 
         def build(overrides=overrides):
             torch.manual_seed(0)
-            return tiny_model("sdpa", **overrides)
+            return tiny_model(preset="small", attn_implementation="sdpa", **overrides)
 
         def batch():
             torch.manual_seed(1)
@@ -130,7 +129,7 @@ def test_eager_and_sdpa_attention_agree_on_the_device(device, overrides):
     logits = {}
     for implementation in ("eager", "sdpa"):
         torch.manual_seed(0)
-        model = tiny_model(implementation, **overrides).to(device)
+        model = tiny_model(preset="small", attn_implementation=implementation, **overrides).to(device)
         with torch.inference_mode():
             logits[implementation] = (
                 model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_model
+from helpers import tiny_model
 from torch import nn
 from transformers import AutoModelForSeq2SeqLM, MarianConfig, MarianMTModel
 

@@ -19,8 +19,7 @@ import numpy as np
 import pytest
 import sacrebleu
 
-from conftest import FIXTURE_PAIRS, REPO_ROOT, shared_data_dir, tatoeba_dir
-from test_cli_helpers import FAMILIES, tiny_config, tiny_tokenizer
+from helpers import FAMILIES, FIXTURE_PAIRS, REPO_ROOT, shared_data_dir, tatoeba_dir, tiny_run_config, tiny_tokenizer
 
 import attention_seq2seq
 from attention_seq2seq.translation.scores import corpus_scores
@@ -293,7 +292,7 @@ def test_pipeline_then_metric_is_the_evaluator_in_two_lines(family, metric, tmp_
 
     tokenizer = tiny_tokenizer(tmp_path)
     torch.manual_seed(0)
-    model = AutoModelForSeq2SeqLM.from_config(tiny_config(family, len(tokenizer))).eval()
+    model = AutoModelForSeq2SeqLM.from_config(tiny_run_config(family, len(tokenizer))).eval()
     model.generation_config.max_new_tokens = 8
     sources = _read_lines(FIXTURE_PAIRS / "test.es")[:6]
     data = datasets.Dataset.from_dict({"text": sources, "label": _read_lines(FIXTURE_PAIRS / "test.en")[:6]})

@@ -1,7 +1,7 @@
 """The attention explorer's computations (attention/explorer.py), its bertviz adapter and
 the Space files of ``export --space``, without a browser (test_explorer_browser.py drives the app).
 
-Models: the tiny trained runs of test_cli_helpers.py, and untrained tiny RNNs of every attention
+Models: the tiny trained runs of tests/helpers.py, and untrained tiny RNNs of every attention
 variant (seeded), whose weights are as good as trained ones for checking what is shown against
 what the model computes."""
 
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from test_cli_helpers import FAMILIES, build_tiny_run, tiny_tokenizer
+from helpers import FAMILIES, build_tiny_run, tiny_tokenizer
 
 from attention_seq2seq.attention.bertviz_adapter import bertviz_inputs
 from attention_seq2seq.attention.explorer import (

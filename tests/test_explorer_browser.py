@@ -30,8 +30,7 @@ import numpy as np
 import pytest
 import torch
 
-from test_cli_helpers import _batches, build_tiny_run, tiny_tokenizer
-from conftest import read_pairs
+from helpers import build_tiny_run, read_pairs, tiny_tokenizer, training_batches
 
 from attention_seq2seq.translation.loading import load_for_inference
 
@@ -125,7 +124,7 @@ def browser():
 
 
 def two_layer_transformer_run(root: Path) -> Path:
-    """A 2-layer, 2-head Transformer trained 60 steps on the tiny corpus slice (test_cli_helpers)."""
+    """A 2-layer, 2-head Transformer trained 60 steps on the tiny corpus slice (tests/helpers.py)."""
     from transformers import AutoModelForSeq2SeqLM
 
     from attention_seq2seq import TransformerSeq2SeqConfig
@@ -147,7 +146,7 @@ def two_layer_transformer_run(root: Path) -> Path:
     model = AutoModelForSeq2SeqLM.from_config(config)
     model.generation_config.max_new_tokens = 16
     model.generation_config.num_beams = 2
-    batches = list(_batches(tokenizer, read_pairs(300), batch_size=20))
+    batches = list(training_batches(tokenizer, read_pairs(300), batch_size=20))
     optimizer = torch.optim.AdamW(model.parameters(), lr=5e-3)
     model.train()
     for step in range(60):

@@ -1,6 +1,6 @@
 """``attention-seq2seq finetune --lora`` (training/finetune_trainer.py, peft's LoRA).
 
-Both families start from the tiny trained runs of test_cli_helpers.py (conftest's tiny sizes, a
+Both families start from the tiny trained runs of tests/helpers.py (helpers' "tiny" sizes, a
 unigram tokenizer on a corpus slice) and fine-tune adapters on other pairs of the same corpus.
 Checked: the loss falls, only adapter parameters change, the merged model gives the adapted
 model's teacher-forced logits within 1e-5 and exports, a run without --merge can be merged later,
@@ -19,8 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import read_pairs, tiny_model
-from test_cli_helpers import FAMILIES, build_tiny_run, write_jsonl
+from helpers import FAMILIES, build_tiny_run, read_pairs, tiny_model, write_jsonl
 
 from attention_seq2seq.cli import main
 from attention_seq2seq.training import finetune_trainer as ft

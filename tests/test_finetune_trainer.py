@@ -1,6 +1,6 @@
 """Fine-tuning with transformers' Seq2SeqTrainer (training/finetune_trainer.py).
 
-Both families start from a tiny model trained on a corpus slice (test_cli_helpers.py) and are
+Both families start from a tiny model trained on a corpus slice (tests/helpers.py) and are
 fine-tuned for 20 steps on other pairs of the corpus: with the package installed (through the
 ``attention-seq2seq finetune`` command), and from an export as remote code in a process where the
 package cannot be imported.
@@ -20,8 +20,16 @@ import numpy as np
 import pytest
 import sacrebleu
 
-from conftest import REPO_ROOT, read_pairs, run_process_tree, tiny_model
-from test_cli_helpers import FAMILIES, build_tiny_run, tiny_tokenizer, write_jsonl
+from helpers import (
+    FAMILIES,
+    REPO_ROOT,
+    build_tiny_run,
+    read_pairs,
+    run_process_tree,
+    tiny_tokenizer,
+    trainer_gradients,
+    write_jsonl,
+)
 
 from attention_seq2seq.cli import main
 from attention_seq2seq.training import finetune_trainer as ft
@@ -472,90 +480,14 @@ def test_torchrun_two_cpu_processes_form_one_group(runs_root, finetune_data, tmp
 # Gradient accumulation under Seq2SeqTrainer (transformers' loss-kwargs contract)
 
 
-def _tiny_float64_model(family: str):
-    if family == "transformer_seq2seq":
-        model = tiny_model(family, 29, seed=0, dropout=0.0, max_position_embeddings=32, label_smoothing=0.1)
-    else:  # coverage: its loss term is normalised by the target tokens as well
-        model = tiny_model(
-            family, 29, seed=0, embedding_size=6, dropout=0.0, attention="bahdanau", coverage=True, label_smoothing=0.1
-        )
-    return model.double()
-
-
-def _two_examples_of_2_and_10_target_tokens():
-    return [
-        {"input_ids": [5, 6, 7, 2], "labels": [8, 2]},
-        {"input_ids": [9, 10, 2], "labels": [11, 12, 13, 14, 15, 16, 17, 18, 19, 2]},
-    ]
-
-
-def _pad_collator(examples):
-    import torch
-
-    def pad(rows, value):
-        width = max(len(row) for row in rows)
-        return torch.tensor([row + [value] * (width - len(row)) for row in rows])
-
-    sources = [example["input_ids"] for example in examples]
-    return {
-        "input_ids": pad(sources, 0),
-        "attention_mask": pad([[1] * len(row) for row in sources], 0),
-        "labels": pad([example["labels"] for example in examples], -100),
-    }
-
-
-def _trainer_gradients(family: str, tmp_path: Path, batch_size: int, accumulation: int) -> dict:
-    """The gradients of the first update of a Seq2SeqTrainer run (SGD, no clipping), by parameter."""
-    from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, TrainerCallback
-
-    gradients = {}
-
-    class RecordGradients(TrainerCallback):
-        def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
-            if not gradients:
-                gradients.update(
-                    {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None}
-                )
-
-    model = _tiny_float64_model(family)
-    args = Seq2SeqTrainingArguments(
-        output_dir=str(tmp_path / f"{family}-{batch_size}x{accumulation}"),
-        max_steps=1,
-        per_device_train_batch_size=batch_size,
-        gradient_accumulation_steps=accumulation,
-        optim="sgd",
-        learning_rate=0.1,
-        lr_scheduler_type="constant",
-        max_grad_norm=0.0,
-        weight_decay=0.0,
-        label_smoothing_factor=0.0,
-        save_strategy="no",
-        report_to="none",
-        remove_unused_columns=False,
-        dataloader_num_workers=0,
-        use_cpu=True,
-        seed=0,
-        logging_steps=1,
-    )
-    trainer = Seq2SeqTrainer(
-        model=model,
-        args=args,
-        data_collator=_pad_collator,
-        train_dataset=_two_examples_of_2_and_10_target_tokens(),
-        callbacks=[RecordGradients()],
-    )
-    trainer.train()
-    return gradients
-
-
 @pytest.mark.parametrize("family", FAMILIES)
 def test_gradient_accumulation_equals_the_full_batch_under_seq2seq_trainer(family, tmp_path):
     """Two examples of 2 and 10 target tokens: two micro-batches of one, accumulated, give the
     gradient of the full batch of two (the mean loss per target token of the whole update), in
     float64 within 1e-6. Without `num_items_in_batch` the Trainer averaged the two micro-batch
     means instead (each example weighted 1/2, not 2/12 and 10/12)."""
-    full = _trainer_gradients(family, tmp_path, batch_size=2, accumulation=1)
-    accumulated = _trainer_gradients(family, tmp_path, batch_size=1, accumulation=2)
+    full = trainer_gradients(family, tmp_path, batch_size=2, accumulation=1)
+    accumulated = trainer_gradients(family, tmp_path, batch_size=1, accumulation=2)
     assert full.keys() == accumulated.keys() and len(full) > 5
     for name, gradient in full.items():
         assert gradient.dtype.is_floating_point and gradient.dtype.itemsize == 8
@@ -571,10 +503,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from test_finetune_trainer import _trainer_gradients
+from helpers import trainer_gradients
 
 family, out = sys.argv[2], Path(sys.argv[3])
-gradients = _trainer_gradients(family, out.parent / f"rank{dist.get_rank() if dist.is_initialized() else 0}",
+gradients = trainer_gradients(family, out.parent / f"rank{dist.get_rank() if dist.is_initialized() else 0}",
                                batch_size=1, accumulation=1)
 if not dist.is_initialized() or dist.get_rank() == 0:
     torch.save(gradients, out)
@@ -612,7 +544,7 @@ def test_ddp_over_two_cpu_processes_equals_the_full_batch(family, tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     ddp = torch.load(tmp_path / "grads.pt")
-    full = _trainer_gradients(family, tmp_path, batch_size=2, accumulation=1)
+    full = trainer_gradients(family, tmp_path, batch_size=2, accumulation=1)
     assert ddp.keys() == full.keys()
     for name, gradient in full.items():
         difference = (ddp[name] - gradient).abs().max().item()

@@ -11,7 +11,7 @@ import warnings
 
 import numpy as np
 
-from conftest import tatoeba_dir
+from helpers import tatoeba_dir
 
 from attention_seq2seq.attention.fonts import FONT_FALLBACK, css_font_family, installed_fallback_fonts
 from attention_seq2seq.attention.plotting import plot_cross_attentions

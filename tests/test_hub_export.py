@@ -33,7 +33,7 @@ from attention_seq2seq.hub.export import (
     strip_png_metadata,
 )
 from attention_seq2seq.modeling.pipeline_translation import Seq2SeqTranslationPipeline
-from conftest import read_pairs, tiny_model
+from helpers import build_tokenizer, read_pairs, tiny_model
 
 FAMILIES = ("rnn_seq2seq", "transformer_seq2seq")
 SOURCES = [
@@ -47,33 +47,9 @@ GENERATE = {"num_beams": 2, "max_new_tokens": 6}
 # ---------------------------------------------------------------------------- fixtures
 
 
-def _build_tokenizer(pairs):
-    """The package tokenizer when the data layer provides it, else an equivalent one built here."""
-    try:
-        from attention_seq2seq.data.tokenization import train_tokenizer
-    except ImportError:
-        train_tokenizer = None
-    if train_tokenizer is not None:
-        return train_tokenizer(pairs, vocab_size=400)
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    backend = Tokenizer(models.Unigram())
-    backend.pre_tokenizer = pre_tokenizers.Metaspace()
-    backend.decoder = decoders.Metaspace()
-    trainer = trainers.UnigramTrainer(
-        vocab_size=400, special_tokens=["<pad>", "<s>", "</s>", "<unk>"], unk_token="<unk>"
-    )
-    backend.train_from_iterator([text for pair in pairs for text in pair], trainer)
-    backend.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 2)])
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
-    )
-
-
 @pytest.fixture(scope="module")
 def tokenizer():
-    return _build_tokenizer(read_pairs(300))
+    return build_tokenizer(read_pairs(300))
 
 
 def _tiny_model(family: str, vocab_size: int):

@@ -33,8 +33,7 @@ from attention_seq2seq.hub.export_native import (
 )
 from attention_seq2seq.translation.loading import LoadedModel, ModelLocation, token_budget_batches, translate_n_best
 from attention_seq2seq.modeling.modeling_transformer_seq2seq import sinusoidal_position_encoding
-from conftest import read_pairs
-from test_hub_export import _build_tokenizer
+from helpers import build_tokenizer, read_pairs
 
 SOURCES = [
     "Ein Mann fährt Fahrrad.",
@@ -52,7 +51,7 @@ NATIVE_LAYOUTS = {
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return _build_tokenizer(read_pairs(300))
+    return build_tokenizer(read_pairs(300))
 
 
 def _tiny_config(vocab_size: int, **settings) -> pkg.TransformerSeq2SeqConfig:

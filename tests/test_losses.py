@@ -13,8 +13,7 @@ import torch
 
 from attention_seq2seq.modeling.cpu_fast_paths import label_smoothed_cross_entropy
 from attention_seq2seq.modeling.losses import seq2seq_lm_loss, shift_tokens_right
-from test_rnn_seq2seq import make_model as make_rnn
-from test_transformer_seq2seq import tiny_model
+from helpers import rnn_model, tiny_model
 
 LABELS = torch.tensor([[3, 1, 4, 2], [0, 2, -100, -100]])
 
@@ -82,10 +81,10 @@ def test_model_loss_with_num_items_in_batch_is_the_trainers_summed_loss_over_the
     (token_loss_sum(logits, labels, ε) + coverage_loss_weight · Σ coverage_penalty[labels != -100]) / n,
     token_loss_sum being the fused label-smoothed cross-entropy summed over the kept tokens."""
     if family == "transformer":
-        model = tiny_model(label_smoothing=0.1, use_cpu_fast_paths=fast)
+        model = tiny_model(preset="small", label_smoothing=0.1, use_cpu_fast_paths=fast)
     else:
         variant = "bahdanau-lstm-coverage" if family == "rnn-coverage" else "luong-general-feed-gru"
-        model = make_rnn(
+        model = rnn_model(
             variant,
             label_smoothing=0.1,
             dropout=0.0,

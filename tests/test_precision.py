@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 
-import conftest
 import pytest
 import torch
 
 from attention_seq2seq.training import precision
+from helpers import tiny_model
 from attention_seq2seq.training.precision import BF16_MIN_SPEEDUP, resolve_mixed_precision, synthetic_batch
 from attention_seq2seq.training.train import CHOICES, TrainConfig, validate_config
 
@@ -32,8 +32,8 @@ def cache_dir(tmp_path, monkeypatch):
     return tmp_path / "cache"
 
 
-def tiny_model():
-    return conftest.tiny_model("transformer_seq2seq", 40, **TINY)
+def build_tiny_model():
+    return tiny_model("transformer_seq2seq", 40, **TINY)
 
 
 def fake_timer(float32_s, bf16_s, calls):
@@ -56,7 +56,7 @@ def fake_timer(float32_s, bf16_s, calls):
 def test_auto_picks_bf16_only_when_measured_faster(cache_dir, monkeypatch, float32_s, bf16_s, expected):
     calls = []
     monkeypatch.setattr(precision, "measure_step_times", fake_timer(float32_s, bf16_s, calls))
-    choice = resolve_mixed_precision("transformer", TINY, 40, 256, build_model=tiny_model)
+    choice = resolve_mixed_precision("transformer", TINY, 40, 256, build_model=build_tiny_model)
     assert choice.mixed_precision == expected and calls == [True]
     assert choice.step_s == (bf16_s if expected == "bf16" else float32_s)
     assert f"{1000 * float32_s:.0f} ms in float32" in choice.reason and "measured now" in choice.reason
@@ -65,19 +65,19 @@ def test_auto_picks_bf16_only_when_measured_faster(cache_dir, monkeypatch, float
 def test_auto_decision_is_kept_per_machine_and_model_shape(cache_dir, monkeypatch):
     calls = []
     monkeypatch.setattr(precision, "measure_step_times", fake_timer(0.3, 0.2, calls))
-    first = resolve_mixed_precision("transformer", TINY, 40, 256, build_model=tiny_model)
+    first = resolve_mixed_precision("transformer", TINY, 40, 256, build_model=build_tiny_model)
     # a later run on a loaded machine would measure the opposite: the cached decision stands
     monkeypatch.setattr(precision, "measure_step_times", fake_timer(0.2, 0.3, calls))
-    again = resolve_mixed_precision("transformer", TINY, 40, 256, build_model=tiny_model)
+    again = resolve_mixed_precision("transformer", TINY, 40, 256, build_model=build_tiny_model)
     assert calls == [True] and again.cached and not first.cached
     assert again.mixed_precision == first.mixed_precision == "bf16" and "kept in" in again.reason
     # another model shape, or another batch size, is measured on its own
-    other = resolve_mixed_precision("transformer", {**TINY, "d_model": 32}, 40, 256, build_model=tiny_model)
-    bigger = resolve_mixed_precision("transformer", TINY, 40, 512, build_model=tiny_model)
+    other = resolve_mixed_precision("transformer", {**TINY, "d_model": 32}, 40, 256, build_model=build_tiny_model)
+    bigger = resolve_mixed_precision("transformer", TINY, 40, 512, build_model=build_tiny_model)
     assert calls == [True, True, True] and other.mixed_precision == bigger.mixed_precision == "no"
     assert len(json.loads((cache_dir / "mixed_precision.json").read_text())) == 3
     # use_cache=False measures and stores nothing
-    resolve_mixed_precision("transformer", TINY, 40, 256, build_model=tiny_model, use_cache=False)
+    resolve_mixed_precision("transformer", TINY, 40, 256, build_model=build_tiny_model, use_cache=False)
     assert calls == [True] * 4 and len(json.loads((cache_dir / "mixed_precision.json").read_text())) == 3
 
 
@@ -85,7 +85,7 @@ def test_cpu_without_bf16_instructions_trains_float32_and_times_only_float32(cac
     calls = []
     monkeypatch.setattr(precision, "cpu_has_bf16", lambda: False)
     monkeypatch.setattr(precision, "measure_step_times", fake_timer(0.25, None, calls))
-    choice = resolve_mixed_precision("transformer", TINY, 40, 256, build_model=tiny_model)
+    choice = resolve_mixed_precision("transformer", TINY, 40, 256, build_model=build_tiny_model)
     assert choice.mixed_precision == "no" and calls == [False]
     assert choice.step_s == 0.25 and "no bf16 instructions" in choice.reason
 
@@ -94,7 +94,7 @@ def test_real_measurement_of_a_tiny_model_leaves_the_global_random_state_alone(c
     torch.manual_seed(7)
     expected = torch.rand(3)
     torch.manual_seed(7)
-    choice = resolve_mixed_precision("transformer", TINY, 40, 256, build_model=tiny_model)
+    choice = resolve_mixed_precision("transformer", TINY, 40, 256, build_model=build_tiny_model)
     assert torch.equal(torch.rand(3), expected)  # the synthetic ids come from a private generator
     assert choice.mixed_precision in ("bf16", "no") and choice.float32_step_s > 0 and choice.bf16_step_s > 0
     assert choice.mixed_precision == (

@@ -6,80 +6,29 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import read_pairs
 from torch.nn import functional as F
 from transformers import AutoConfig, AutoModelForSeq2SeqLM
 from transformers.modeling_outputs import Seq2SeqLMOutput
 
 from attention_seq2seq import RNNSeq2SeqConfig, RNNSeq2SeqForConditionalGeneration
 from attention_seq2seq.modeling.modeling_rnn_seq2seq import RNNDecoderCache, shift_tokens_right
+from helpers import (
+    BOS,
+    EOS,
+    PAD,
+    RNN_VARIANTS,
+    RNN_VOCAB,
+    UNK,
+    pad_rows,
+    read_pairs,
+    rnn_model,
+    source_batch,
+    target_batch,
+)
 
-PAD, BOS, EOS, UNK = 0, 1, 2, 3
-VOCAB = 23
-
-# A representative grid over cell × attention × score × window × input feeding × mode (+ layers,
-# bridge, coverage). Each id names the variant.
-VARIANTS = {
-    "none-gru-last": dict(attention="none", bridge="last"),
-    "none-lstm-projection-2layers": dict(attention="none", cell_type="lstm", encoder_layers=2, decoder_layers=2),
-    "bahdanau-gru": dict(attention="bahdanau"),
-    "bahdanau-lstm-coverage": dict(attention="bahdanau", cell_type="lstm", coverage=True),
-    "bahdanau-gru-hard-zero-bridge-2layer-decoder": dict(
-        attention="bahdanau", attention_mode="hard", bridge="zero", decoder_layers=2
-    ),
-    "luong-general-feed-gru": dict(attention="luong", score="general"),
-    "luong-dot-nofeed-lstm-last-bridge": dict(
-        attention="luong", score="dot", input_feeding=False, cell_type="lstm", bridge="last"
-    ),
-    "luong-concat-nofeed-coverage": dict(attention="luong", score="concat", input_feeding=False, coverage=True),
-    "luong-cosine-feed-2layers": dict(attention="luong", score="cosine", encoder_layers=2, decoder_layers=2),
-    "luong-scaled_dot-nofeed-local-m": dict(
-        attention="luong", score="scaled_dot", input_feeding=False, window="local-m", window_size=1
-    ),
-    "luong-general-feed-local-p-lstm": dict(
-        attention="luong", score="general", window="local-p", window_size=2, cell_type="lstm"
-    ),
-    "luong-general-nofeed-local-p-hard": dict(
-        attention="luong", input_feeding=False, window="local-p", window_size=2, attention_mode="hard"
-    ),
-    "luong-dot-feed-local-m-hard-unidirectional": dict(
-        attention="luong", score="dot", window="local-m", window_size=2, attention_mode="hard", bidirectional=False
-    ),
-}
-
-
-def make_model(variant: str, vocab_size: int = VOCAB, hidden_size: int = 8, embedding_size: int = 6, **overrides):
-    # A wide init range makes the tiny model's attention peaked and its states distinct, so the
-    # checks below compare sharply different numbers rather than near-uniform ones.
-    kwargs = dict(
-        VARIANTS[variant], vocab_size=vocab_size, hidden_size=hidden_size, embedding_size=embedding_size, init_range=1.0
-    )
-    kwargs.update(overrides)
-    torch.manual_seed(0)
-    return RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqConfig(**kwargs)).eval()
-
-
-def source_batch():
-    """Three right-padded sources of lengths 5, 2 and 4, each ending in </s>."""
-    rows = [[5, 6, 7, 8, EOS], [9, EOS], [10, 11, 12, EOS]]
-    return _pad(rows)
-
-
-def _pad(rows, value=PAD):
-    width = max(map(len, rows))
-    ids = torch.tensor([row + [value] * (width - len(row)) for row in rows])
-    mask = torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in rows])
-    return ids, mask
-
-
-def target_batch():
-    rows = [[BOS, 13, 14, 15, 16, 17], [BOS, 18, 19], [BOS, 20, 21, 22]]
-    return _pad(rows)
-
-
-ALL = list(VARIANTS)
-ATTENDING = [v for v in VARIANTS if VARIANTS[v]["attention"] != "none"]
-STEPWISE = [v for v in VARIANTS if RNNSeq2SeqConfig(**VARIANTS[v]).is_stepwise]  # decoded one step at a time
+ALL = list(RNN_VARIANTS)
+ATTENDING = [v for v in RNN_VARIANTS if RNN_VARIANTS[v]["attention"] != "none"]
+STEPWISE = [v for v in RNN_VARIANTS if RNNSeq2SeqConfig(**RNN_VARIANTS[v]).is_stepwise]  # decoded one step at a time
 
 
 # ---------------------------------------------------------------------------------------------
@@ -89,7 +38,7 @@ STEPWISE = [v for v in VARIANTS if RNNSeq2SeqConfig(**VARIANTS[v]).is_stepwise] 
 
 @pytest.mark.parametrize("variant", ATTENDING)
 def test_cross_attention_is_zero_on_padding_and_sums_to_one(variant):
-    model = make_model(variant)
+    model = rnn_model(variant)
     input_ids, attention_mask = source_batch()
     decoder_input_ids, _ = target_batch()
     out = model(
@@ -111,7 +60,7 @@ def test_cross_attention_is_zero_on_padding_and_sums_to_one(variant):
 
 @pytest.mark.parametrize("variant", ALL)
 def test_batch_gives_the_same_logits_as_each_sentence_alone(variant):
-    model = make_model(variant)
+    model = rnn_model(variant)
     input_ids, attention_mask = source_batch()
     decoder_input_ids, decoder_mask = target_batch()
     batched = model(
@@ -135,7 +84,7 @@ def test_batch_gives_the_same_logits_as_each_sentence_alone(variant):
 
 
 def test_padding_never_enters_the_encoder_state():
-    model = make_model("none-gru-last")
+    model = rnn_model("none-gru-last")
     input_ids, attention_mask = source_batch()
     encoder = model.get_encoder()
     batched = encoder(input_ids, attention_mask)
@@ -155,7 +104,7 @@ def test_padding_never_enters_the_encoder_state():
 
 
 def _run_double(variant, **overrides):
-    model = make_model(variant, **overrides).double()
+    model = rnn_model(variant, **overrides).double()
     input_ids, attention_mask = source_batch()
     decoder_input_ids, _ = target_batch()
     out = model(
@@ -229,7 +178,7 @@ def test_luong_scores_the_current_state_and_feeds_h_tilde_back(input_feeding):
 @pytest.mark.parametrize("cell_type", ["gru", "lstm"])
 def test_fused_decoder_step_equals_the_stacked_torch_rnn(cell_type):
     # The step-wise decoders run torch's single-step cell kernels on the stacked RNN's parameters.
-    model = make_model("luong-general-feed-gru", cell_type=cell_type, decoder_layers=2, bridge="zero")
+    model = rnn_model("luong-general-feed-gru", cell_type=cell_type, decoder_layers=2, bridge="zero")
     decoder = model.model.decoder
     inputs = torch.randn(3, 5, decoder.rnn.input_size)
     hidden = torch.randn(2, 3, model.config.hidden_size)
@@ -245,7 +194,7 @@ def test_fused_decoder_step_equals_the_stacked_torch_rnn(cell_type):
 
 @pytest.mark.parametrize("variant", ALL)
 def test_incremental_decoding_with_cache_equals_teacher_forcing(variant):
-    model = make_model(variant)
+    model = rnn_model(variant)
     input_ids, attention_mask = source_batch()
     decoder_input_ids, _ = target_batch()
     full = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
@@ -298,7 +247,7 @@ def _greedy_by_hand(model, input_ids, attention_mask, max_new_tokens):
 
 @pytest.mark.parametrize("variant", ALL)
 def test_generate_num_beams_1_equals_greedy_by_hand(variant):
-    model = make_model(variant)
+    model = rnn_model(variant)
     input_ids, attention_mask = source_batch()
     generated = model.generate(
         input_ids=input_ids, attention_mask=attention_mask, num_beams=1, do_sample=False, max_new_tokens=7
@@ -310,7 +259,7 @@ def test_generate_num_beams_1_equals_greedy_by_hand(variant):
 
 @pytest.mark.parametrize("variant", ALL)
 def test_beam_search_with_and_without_cache_agree(variant):
-    model = make_model(variant)
+    model = rnn_model(variant)
     input_ids, attention_mask = source_batch()
     kwargs = dict(
         input_ids=input_ids,
@@ -334,7 +283,7 @@ def test_beam_search_with_and_without_cache_agree(variant):
     ["bahdanau-lstm-coverage", "luong-general-feed-local-p-lstm", "luong-concat-nofeed-coverage", "none-gru-last"],
 )
 def test_reorder_cache_selects_every_tensor_row(variant):
-    model = make_model(variant)
+    model = rnn_model(variant)
     input_ids, attention_mask = source_batch()
     decoder_input_ids, _ = target_batch()
     cache = model(
@@ -366,7 +315,7 @@ def test_reorder_cache_selects_every_tensor_row(variant):
 @pytest.mark.parametrize("variant", ["bahdanau-gru", "luong-general-feed-gru", "luong-dot-nofeed-lstm-last-bridge"])
 @pytest.mark.parametrize("num_beams", [1, 3])
 def test_generate_returns_cross_attentions_in_the_documented_layout(variant, num_beams):
-    model = make_model(variant)
+    model = rnn_model(variant)
     input_ids, attention_mask = source_batch()
     out = model.generate(
         input_ids=input_ids,
@@ -399,7 +348,7 @@ def test_generate_returns_cross_attentions_in_the_documented_layout(variant, num
 
 
 def test_prepare_inputs_for_generation_feeds_only_unseen_tokens():
-    model = make_model("bahdanau-gru")
+    model = rnn_model("bahdanau-gru")
     input_ids, attention_mask = source_batch()
     encoder_outputs = model.get_encoder()(input_ids, attention_mask)
     prefix = torch.tensor([[BOS, 13, 14, 15]] * 3)
@@ -418,7 +367,7 @@ def test_prepare_inputs_for_generation_feeds_only_unseen_tokens():
 
 
 def test_generation_defaults_live_in_generation_config():
-    model = make_model("bahdanau-gru")
+    model = rnn_model("bahdanau-gru")
     gen = model.generation_config
     assert (gen.num_beams, gen.max_new_tokens) == (5, 128)
     assert (gen.decoder_start_token_id, gen.eos_token_id, gen.pad_token_id) == (BOS, EOS, PAD)
@@ -430,7 +379,7 @@ def test_generation_defaults_live_in_generation_config():
 def test_an_explicit_max_length_beats_the_default_max_new_tokens():
     """generate(max_length=N) stops at N decoder tokens; before, the model's max_new_tokens=128 won
     (129 tokens). </s> is suppressed so that only the length limit can stop decoding."""
-    model = make_model("bahdanau-gru")
+    model = rnn_model("bahdanau-gru")
     input_ids, attention_mask = source_batch()
     kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, suppress_tokens=[EOS])
     assert model.generate(**kwargs, max_length=7).shape == (3, 7)
@@ -441,7 +390,7 @@ def test_an_explicit_max_length_beats_the_default_max_new_tokens():
 
 @pytest.mark.parametrize("variant", ["bahdanau-gru", "luong-dot-nofeed-lstm-last-bridge"])
 def test_sampling_with_top_k_1_equals_greedy(variant):
-    model = make_model(variant)
+    model = rnn_model(variant)
     input_ids, attention_mask = source_batch()
     greedy = model.generate(input_ids=input_ids, attention_mask=attention_mask, num_beams=1, max_new_tokens=6)
     sampled = model.generate(
@@ -453,7 +402,7 @@ def test_sampling_with_top_k_1_equals_greedy(variant):
 @pytest.mark.parametrize("cell_type", ["gru", "lstm"])
 @pytest.mark.parametrize("bridge", ["zero", "last", "projection"])
 def test_bridge_builds_each_decoder_layer_from_the_same_encoder_layer(cell_type, bridge):
-    model = make_model("luong-general-feed-gru", cell_type=cell_type, bridge=bridge, encoder_layers=2, decoder_layers=2)
+    model = rnn_model("luong-general-feed-gru", cell_type=cell_type, bridge=bridge, encoder_layers=2, decoder_layers=2)
     input_ids, attention_mask = source_batch()
     encoder_outputs = model.get_encoder()(input_ids, attention_mask)
     bridge_module = model.model.decoder.bridge
@@ -491,7 +440,7 @@ def _labels():
 
 
 def test_outputs_are_seq2seq_lm_outputs_with_hidden_states():
-    model = make_model("luong-general-feed-gru")
+    model = rnn_model("luong-general-feed-gru")
     input_ids, attention_mask = source_batch()
     decoder_input_ids, _ = target_batch()
     out = model(
@@ -521,7 +470,7 @@ def test_outputs_are_seq2seq_lm_outputs_with_hidden_states():
 @pytest.mark.parametrize("variant", ["luong-dot-nofeed-lstm-last-bridge", "bahdanau-gru"])
 @pytest.mark.parametrize("output_hidden_states", [False, True])
 def test_encoder_outputs_may_be_passed_as_a_tuple(variant, output_hidden_states):
-    model = make_model(variant)
+    model = rnn_model(variant)
     input_ids, attention_mask = source_batch()
     decoder_input_ids, _ = target_batch()
     as_tuple = model.get_encoder()(
@@ -538,7 +487,7 @@ def test_generate_from_encoder_outputs_as_a_tuple_with_beams(variant):
     """generate(encoder_outputs=<tuple>, num_beams=3) translates as generate(input_ids=...); before,
     transformers' expansion for the beams raised "TypeError: only integer tensors of a single
     element can be converted to an index"."""
-    model = make_model(variant)
+    model = rnn_model(variant)
     input_ids, attention_mask = source_batch()
     as_tuple = model.get_encoder()(input_ids, attention_mask, return_dict=False)
     kwargs = dict(attention_mask=attention_mask, max_new_tokens=6, num_beams=3)
@@ -549,7 +498,7 @@ def test_generate_from_encoder_outputs_as_a_tuple_with_beams(variant):
 
 
 def test_a_source_row_without_real_tokens_is_refused_naming_the_row():
-    model = make_model("bahdanau-gru")
+    model = rnn_model("bahdanau-gru")
     input_ids, attention_mask = source_batch()
     attention_mask[1] = 0
     message = r"attention_mask row\(s\) \[1\] are all 0: every source sentence needs at least one real token"
@@ -566,7 +515,7 @@ def test_labels_are_shifted_right_into_decoder_input_ids():
 
 @pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
 def test_loss_is_mean_smoothed_cross_entropy_over_non_ignored_labels(label_smoothing):
-    model = make_model("luong-general-feed-gru", label_smoothing=label_smoothing)
+    model = rnn_model("luong-general-feed-gru", label_smoothing=label_smoothing)
     input_ids, attention_mask = source_batch()
     labels = _labels()
     out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
@@ -581,13 +530,13 @@ def test_loss_is_mean_smoothed_cross_entropy_over_non_ignored_labels(label_smoot
         for t in range(labels.size(1)):
             if labels[b, t] != -100:
                 nll = -log_probs[b, t, labels[b, t]]
-                terms.append((1 - label_smoothing) * nll - label_smoothing / VOCAB * log_probs[b, t].sum())
+                terms.append((1 - label_smoothing) * nll - label_smoothing / RNN_VOCAB * log_probs[b, t].sum())
     torch.testing.assert_close(out.loss, torch.stack(terms).mean())
 
 
 @pytest.mark.parametrize("variant", ["bahdanau-lstm-coverage", "luong-concat-nofeed-coverage"])
 def test_coverage_loss_adds_lambda_times_mean_overlap_with_past_attention(variant):
-    model = make_model(variant, coverage_loss_weight=0.7)
+    model = rnn_model(variant, coverage_loss_weight=0.7)
     input_ids, attention_mask = source_batch()
     labels = _labels()
     out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, output_attentions=True)
@@ -612,7 +561,7 @@ def test_cosine_score_in_half_precision_on_a_padded_batch_gives_finite_gradients
     """model.half() with the cosine score: padded encoder states are exact zeros, and
     F.normalize's eps (1e-8) rounds to 0 in float16, so their 0/0 sent NaN into every gradient.
     Unit vectors are now taken in float32, zero vectors kept at zero without a gradient."""
-    model = make_model("luong-cosine-feed-2layers").train().half()
+    model = rnn_model("luong-cosine-feed-2layers").train().half()
     input_ids, attention_mask = source_batch()  # lengths 5, 2, 4: padded
     labels, _ = target_batch()
     loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
@@ -632,7 +581,7 @@ def test_cosine_score_in_half_precision_on_a_padded_batch_gives_finite_gradients
 
 
 def test_coverage_enters_the_score():
-    model = make_model("bahdanau-lstm-coverage")
+    model = rnn_model("bahdanau-lstm-coverage")
     input_ids, attention_mask = source_batch()
     decoder_input_ids, _ = target_batch()
     with_coverage = model(
@@ -664,7 +613,7 @@ def test_coverage_enters_the_score():
 )
 def test_save_and_load_give_identical_logits_and_keep_tying(tmp_path, variant, tie, share):
     # Tying needs the output vector to be embedding_size wide (Luong: hidden_size).
-    model = make_model(variant, embedding_size=8, tie_word_embeddings=tie, share_embeddings=share)
+    model = rnn_model(variant, embedding_size=8, tie_word_embeddings=tie, share_embeddings=share)
     encoder_embed = model.model.encoder.embed_tokens.weight
     decoder_embed = model.model.decoder.embed_tokens.weight
     assert (model.lm_head.weight is decoder_embed) == tie
@@ -687,14 +636,14 @@ def test_save_and_load_give_identical_logits_and_keep_tying(tmp_path, variant, t
 
 
 def test_auto_classes_are_registered():
-    config = AutoConfig.for_model("rnn_seq2seq", vocab_size=VOCAB, hidden_size=8, embedding_size=6)
+    config = AutoConfig.for_model("rnn_seq2seq", vocab_size=RNN_VOCAB, hidden_size=8, embedding_size=6)
     assert isinstance(config, RNNSeq2SeqConfig)
     model = AutoModelForSeq2SeqLM.from_config(config)
     assert isinstance(model, RNNSeq2SeqForConditionalGeneration)
 
 
 def test_padding_embedding_starts_at_zero_and_init_is_uniform():
-    model = make_model("bahdanau-gru", init_range=0.05)
+    model = rnn_model("bahdanau-gru", init_range=0.05)
     assert (model.model.encoder.embed_tokens.weight[PAD] == 0).all()
     for name, param in model.named_parameters():
         assert param.abs().max() <= 0.05, name
@@ -728,8 +677,8 @@ def _word_level_batch(pairs):
             vocab.setdefault(word, len(vocab))
     sources = [[vocab[w] for w in s.split()] + [EOS] for s, _ in pairs]
     targets = [[vocab[w] for w in t.split()] + [EOS] for _, t in pairs]
-    input_ids, attention_mask = _pad(sources)
-    labels, _ = _pad(targets, value=-100)
+    input_ids, attention_mask = pad_rows(sources)
+    labels, _ = pad_rows(targets, value=-100)
     return len(vocab), input_ids, attention_mask, labels
 
 
@@ -760,7 +709,7 @@ def test_data_collator_for_seq2seq_builds_the_decoder_inputs_the_model_would():
     builds must give the same loss as handing the model only the labels."""
     from transformers import DataCollatorForSeq2Seq
 
-    model = make_model("luong-general-feed-gru")
+    model = rnn_model("luong-general-feed-gru")
 
     class _Tok:  # the collator only needs the padding behaviour of a tokenizer
         pad_token_id = PAD
@@ -799,7 +748,7 @@ CELLS = ["gru", "lstm"]
 
 def _ecosystem_model(variant: str, cell_type: str, **overrides):
     # Wide enough for int8 weights to keep the float model's choices; the default init range.
-    return make_model(
+    return rnn_model(
         variant, cell_type=cell_type, **(dict(hidden_size=32, embedding_size=16, init_range=0.1) | overrides)
     )
 
@@ -825,7 +774,7 @@ def test_dynamic_int8_quantization_then_generate_keeps_most_tokens(variant, cell
 @pytest.mark.parametrize("cell_type", CELLS)
 @pytest.mark.parametrize("variant", ALL)
 def test_a_forward_hook_on_the_decoder_rnn_fires_at_every_generate_step(variant, cell_type):
-    model = make_model(variant, cell_type=cell_type)
+    model = rnn_model(variant, cell_type=cell_type)
     input_ids, attention_mask = source_batch()
     kwargs = dict(attention_mask=attention_mask, num_beams=1, min_new_tokens=4, max_new_tokens=4)
     expected = model.generate(input_ids, **kwargs)
@@ -847,7 +796,7 @@ def test_a_hooked_rnn_gives_the_fused_steps_logits_and_gradients(variant, cell_t
     # module instead gives the same numbers, and the same parameters get the same gradients.
     from attention_seq2seq.modeling.modeling_rnn_seq2seq import plain_cell_weights
 
-    model = make_model(variant, cell_type=cell_type, dropout=0.0).train()
+    model = rnn_model(variant, cell_type=cell_type, dropout=0.0).train()
     input_ids, attention_mask = source_batch()
     decoder_input_ids, _ = target_batch()
     kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, labels=decoder_input_ids)
@@ -905,7 +854,7 @@ def test_lora_on_every_attention_and_output_linear_gives_every_adapter_a_gradien
     peft = pytest.importorskip("peft")
     from torch import nn
 
-    model = make_model(variant, cell_type=cell_type, dropout=0.0)
+    model = rnn_model(variant, cell_type=cell_type, dropout=0.0)
     decoder = model.model.decoder
     targets = [f"model.decoder.attention.{name}" for name, m in decoder.attention.named_modules() if name]
     targets = [t for t in targets if isinstance(model.get_submodule(t), nn.Linear)]
@@ -944,7 +893,7 @@ def _loss_and_gradients(model, seed=0):
 def test_gradient_checkpointing_gives_the_plain_backwards_gradients(variant, cell_type, dropout, use_reentrant):
     # Two layers each side so that the RNNs' own dropout between layers is inside the checkpoints;
     # torch's checkpoint restores the RNG state before recomputing, so dropout > 0 must match too.
-    model = make_model(variant, cell_type=cell_type, dropout=dropout, encoder_layers=2, decoder_layers=2).train()
+    model = rnn_model(variant, cell_type=cell_type, dropout=dropout, encoder_layers=2, decoder_layers=2).train()
     decoder = model.model.decoder
     # Counting calls shows the checkpoints at work: backward runs each checkpointed part again.
     calls = []
@@ -972,7 +921,7 @@ def test_gradient_checkpointing_gives_the_plain_backwards_gradients(variant, cel
 
 
 def test_assisted_generation_is_refused_up_front_for_the_stateful_rnn():
-    model, assistant = make_model("luong-general-feed-gru"), make_model("bahdanau-gru")
+    model, assistant = rnn_model("luong-general-feed-gru"), rnn_model("bahdanau-gru")
     input_ids, attention_mask = source_batch()
     encoder_calls = []
     model.model.encoder.register_forward_pre_hook(lambda *args: encoder_calls.append(1))
@@ -984,7 +933,7 @@ def test_assisted_generation_is_refused_up_front_for_the_stateful_rnn():
 @pytest.mark.parametrize("implementation", ["static", "offloaded_static", "sliding_window", "offloaded", "quantized"])
 @pytest.mark.parametrize("num_beams", [1, 3])
 def test_a_key_value_cache_implementation_is_refused_in_one_line_naming_the_supported_route(implementation, num_beams):
-    model = make_model("luong-general-feed-gru")
+    model = rnn_model("luong-general-feed-gru")
     input_ids, attention_mask = source_batch()
     encoder_calls = []
     model.model.encoder.register_forward_pre_hook(lambda *args: encoder_calls.append(1))
@@ -1005,7 +954,7 @@ def test_a_key_value_cache_implementation_is_refused_in_one_line_naming_the_supp
 
 @pytest.mark.parametrize("variant", ["luong-general-feed-gru", "bahdanau-lstm-coverage"])
 def test_cache_implementation_dynamic_is_the_rnns_own_decoding(variant):
-    model = make_model(variant)
+    model = rnn_model(variant)
     input_ids, attention_mask = source_batch()
     kwargs = dict(attention_mask=attention_mask, num_beams=3, max_new_tokens=6)
     expected = model.generate(input_ids, **kwargs)
@@ -1020,7 +969,7 @@ def test_cache_implementation_dynamic_is_the_rnns_own_decoding(variant):
 @pytest.mark.parametrize("variant", ALL)
 def test_decoder_hidden_states_are_on_the_path_to_the_logits(variant):
     # transformers' retain_grad contract: a gradient from the logits reaches the returned states.
-    model = make_model(variant, dropout=0.0).train()
+    model = rnn_model(variant, dropout=0.0).train()
     input_ids, attention_mask = source_batch()
     decoder_input_ids, _ = target_batch()
     out = model(
@@ -1038,10 +987,10 @@ def test_decoder_hidden_states_are_on_the_path_to_the_logits(variant):
     assert (reached.abs().sum(-1) > 0).all()
 
 
-@pytest.mark.parametrize("variant", [v for v in STEPWISE if VARIANTS[v]["attention"] == "luong"])
+@pytest.mark.parametrize("variant", [v for v in STEPWISE if RNN_VARIANTS[v]["attention"] == "luong"])
 def test_luong_logits_depend_on_the_returned_states_through_eq_5(variant):
     # ∂(g · logits_t)/∂h_t along eq. 5 and 6: W_cᵀ [(1 - h̃_t²) ⊙ W_sᵀ g], W_c's columns that read h_t.
-    model = make_model(variant, dropout=0.0)
+    model = rnn_model(variant, dropout=0.0)
     input_ids, attention_mask = source_batch()
     decoder_input_ids, _ = target_batch()
     out = model(
@@ -1062,10 +1011,10 @@ def test_luong_logits_depend_on_the_returned_states_through_eq_5(variant):
     torch.testing.assert_close(got, expected)
 
 
-@pytest.mark.parametrize("variant", [v for v in VARIANTS if VARIANTS[v]["attention"] == "bahdanau"])
+@pytest.mark.parametrize("variant", [v for v in RNN_VARIANTS if RNN_VARIANTS[v]["attention"] == "bahdanau"])
 def test_bahdanau_logits_depend_on_the_returned_states_through_the_deep_output(variant):
     # ∂(g · logits_{i+1})/∂s_i along A.2.2: U_oᵀ of the maxout's winning units of W_oᵀ g.
-    model = make_model(variant, dropout=0.0)
+    model = rnn_model(variant, dropout=0.0)
     decoder = model.model.decoder
     input_ids, attention_mask = source_batch()
     decoder_input_ids, _ = target_batch()
@@ -1112,7 +1061,7 @@ def _marian_warnings(**kwargs):
     from transformers import MarianConfig, MarianMTModel
 
     config = MarianConfig(
-        vocab_size=VOCAB, d_model=8, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        vocab_size=RNN_VOCAB, d_model=8, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
         decoder_attention_heads=2, encoder_ffn_dim=8, decoder_ffn_dim=8, pad_token_id=PAD,
         decoder_start_token_id=BOS, max_position_embeddings=32,
     )  # fmt: skip
@@ -1135,7 +1084,7 @@ def _marian_warnings(**kwargs):
 @pytest.mark.parametrize("both", [False, True])
 @pytest.mark.parametrize("variant", ["luong-general-feed-gru", "bahdanau-lstm-coverage", "none-gru-last"])
 def test_past_key_values_is_accepted_as_the_old_name_of_cache_as_marian_does(variant, both):
-    model = make_model(variant)
+    model = rnn_model(variant)
     input_ids, attention_mask = source_batch()
     decoder_input_ids, _ = target_batch()
     full = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
@@ -1178,7 +1127,7 @@ def _half_precision_model(model, route, tmp_path):
 @pytest.mark.parametrize("variant", ALL)
 def test_half_precision_models_give_float32s_logits_and_tokens(variant, route, tmp_path):
     # init_range 0.3: logits spread wide enough that float32's choices are not near-ties.
-    model = _ecosystem_model(variant, VARIANTS[variant].get("cell_type", "gru"), init_range=0.3)
+    model = _ecosystem_model(variant, RNN_VARIANTS[variant].get("cell_type", "gru"), init_range=0.3)
     input_ids, attention_mask = source_batch()
     decoder_input_ids, _ = target_batch()
     inputs = dict(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)

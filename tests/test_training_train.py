@@ -1,7 +1,7 @@
 """Tests of the Accelerate training script: recipes, the update rule, checkpoints, resume, DDP.
 
 The end-to-end runs use tiny models on slices of a real corpus (``pairs_corpus``: Multi30k from
-../shared/data when present, else the committed Bible pairs; conftest.pairs_corpus_spec).
+../shared/data when present, else the committed Bible pairs; helpers.pairs_corpus_spec).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import yaml
 from safetensors.torch import load_file
 from transformers import PreTrainedTokenizerFast
 
-from conftest import pairs_corpus_spec, pairs_languages, run_process_tree
+from helpers import pairs_corpus_spec, pairs_languages, run_process_tree
 
 from attention_seq2seq.training import build as build_module
 from attention_seq2seq.training import objectives

@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from attention_seq2seq import (
-    TransformerSeq2SeqConfig,
     TransformerSeq2SeqForConditionalGeneration,
     TransformerSeq2SeqModel,
 )
@@ -25,9 +24,8 @@ from attention_seq2seq.modeling.modeling_transformer_seq2seq import (
     shift_tokens_right,
     sinusoidal_position_encoding,
 )
-from conftest import read_pairs
+from helpers import BOS, EOS, PAD, UNK, padded_batch, read_pairs, tiny_model, tiny_model_config
 
-PAD, BOS, EOS, UNK = 0, 1, 2, 3
 VARIANTS = [
     pytest.param(dict(norm_order=norm, position_embedding_type=pos), id=f"{norm}-norm-{pos}")
     for norm in ("post", "pre")
@@ -35,41 +33,6 @@ VARIANTS = [
 ] + [  # Nguyen & Salazar 2019's low-resource setup: pre-norm ScaleNorm with FixNorm embeddings
     pytest.param(dict(norm_order="pre", norm_type="scale_norm", fix_norm=True), id="pre-scalenorm-fixnorm")
 ]
-
-
-def tiny_config(**overrides) -> TransformerSeq2SeqConfig:
-    values = dict(
-        vocab_size=37,
-        d_model=16,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=32,
-        decoder_ffn_dim=32,
-        dropout=0.0,
-        max_position_embeddings=64,
-    )
-    values.update(overrides)
-    return TransformerSeq2SeqConfig(**values)
-
-
-def tiny_model(attn_implementation: str = "sdpa", **overrides) -> TransformerSeq2SeqForConditionalGeneration:
-    config = tiny_config(**overrides)
-    config._attn_implementation = attn_implementation
-    return TransformerSeq2SeqForConditionalGeneration(config).eval()
-
-
-def padded_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Two sources (lengths 7 and 4, right-padded) and decoder inputs of length 6."""
-    input_ids = torch.randint(4, 37, (2, 7))
-    input_ids[0, -1] = EOS
-    input_ids[1, 3] = EOS
-    input_ids[1, 4:] = PAD
-    attention_mask = (input_ids != PAD).long()
-    decoder_input_ids = torch.randint(4, 37, (2, 6))
-    decoder_input_ids[:, 0] = BOS
-    return input_ids, attention_mask, decoder_input_ids
 
 
 # --------------------------------------------------------------------------------------------
@@ -121,7 +84,7 @@ def test_parameter_free_self_attention_softmax_xxt_x():
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
 def test_multi_head_attention_with_identity_projections_is_per_head_softmax_xxt_x(attn_implementation):
     """W^Q = W^K = W^V = W^O = I: head i is softmax(X_i X_iᵀ / √d_k) X_i on its slice of features."""
-    config = tiny_config(d_model=8, encoder_attention_heads=2)
+    config = tiny_model_config(preset="small", d_model=8, encoder_attention_heads=2)
     config._attn_implementation = attn_implementation
     attention = TransformerSeq2SeqAttention(config, num_heads=2).eval()
     with torch.no_grad():
@@ -138,7 +101,7 @@ def test_multi_head_attention_with_identity_projections_is_per_head_softmax_xxt_
 
 
 def test_multi_head_cross_attention_layer_equals_float64_hand_computation():
-    config = tiny_config(d_model=12, decoder_attention_heads=3)
+    config = tiny_model_config(preset="small", d_model=12, decoder_attention_heads=3)
     config._attn_implementation = "eager"
     attention = TransformerSeq2SeqAttention(config, num_heads=3, is_cross_attention=True).eval()
     with torch.no_grad():
@@ -176,7 +139,7 @@ def test_sinusoidal_position_encoding_follows_section_3_5():
 
 
 def test_embeddings_are_scaled_by_sqrt_d_model_and_positions_added():
-    model = tiny_model(scale_embedding=True)
+    model = tiny_model(preset="small", scale_embedding=True)
     ids = torch.tensor([[5, 6, 7]])
     encoder = model.get_encoder()
     expected = encoder.embed_tokens.weight[ids] * 4.0 + sinusoidal_position_encoding(64, 16)[:3]
@@ -192,7 +155,7 @@ def test_scale_norm_projects_onto_the_sphere_of_radius_g():
         norm.weight.fill_(2.0)
     out = norm(torch.tensor([[3.0, 4.0], [0.0, 0.0]]))
     torch.testing.assert_close(out, torch.tensor([[1.2, 1.6], [0.0, 0.0]]))  # a zero vector stays 0, no NaN
-    model = tiny_model(norm_type="scale_norm")
+    model = tiny_model(preset="small", norm_type="scale_norm")
     norms = [m for m in model.modules() if isinstance(m, modeling_transformer_seq2seq.ScaleNorm)]
     assert len(norms) == 2 * 2 + 2 * 3 and not any(isinstance(m, torch.nn.LayerNorm) for m in model.modules())
     assert all(m.weight.item() == pytest.approx(4.0) for m in norms)  # sqrt(16), also after _init_weights
@@ -200,7 +163,7 @@ def test_scale_norm_projects_onto_the_sphere_of_radius_g():
 
 def test_fix_norm_gives_unit_length_input_embeddings_and_cosine_logits():
     # FixNorm (Nguyen & Chiang 2018): logits_w = |h| cos(h, e_w), inputs sqrt(d_model) e_w / |e_w|.
-    model = tiny_model(norm_order="pre", norm_type="scale_norm", fix_norm=True)
+    model = tiny_model(preset="small", norm_order="pre", norm_type="scale_norm", fix_norm=True)
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     out = model(
         input_ids=input_ids,
@@ -228,7 +191,7 @@ def test_fix_norm_leaves_the_zero_padding_row_without_gradient_and_finite_in_hal
     # Dividing the zero padding embedding by its (clamped) length would send ~1e12 x its gradient
     # into it, and in float16 a clamp of 1e-12 rounds to 0 (0/0 = NaN).
     torch.manual_seed(0)
-    model = tiny_model(norm_order="pre", norm_type="scale_norm", fix_norm=True).train().to(dtype)
+    model = tiny_model(preset="small", norm_order="pre", norm_type="scale_norm", fix_norm=True).train().to(dtype)
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     labels = torch.randint(4, 37, decoder_input_ids.shape)
     loss = model(
@@ -253,7 +216,7 @@ def test_fix_norm_unit_rows_keep_float64():
 def test_scale_norm_and_fix_norm_survive_save_and_load(tmp_path):
     from transformers import AutoModelForSeq2SeqLM
 
-    model = tiny_model(norm_order="pre", norm_type="scale_norm", fix_norm=True)
+    model = tiny_model(preset="small", norm_order="pre", norm_type="scale_norm", fix_norm=True)
     with torch.no_grad():  # trained gains, so a re-initialisation on load would show
         for i, m in enumerate(m for m in model.modules() if isinstance(m, modeling_transformer_seq2seq.ScaleNorm)):
             m.weight.fill_(1.5 + i)
@@ -273,7 +236,7 @@ def test_scale_norm_and_fix_norm_survive_save_and_load(tmp_path):
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_decoder_is_causal(variant):
-    model = tiny_model(**variant)
+    model = tiny_model(preset="small", **variant)
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     logits = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
     t = 3
@@ -286,7 +249,7 @@ def test_decoder_is_causal(variant):
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_padded_source_tokens_change_nothing(variant):
-    model = tiny_model(**variant)
+    model = tiny_model(preset="small", **variant)
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     out = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
     garbage = input_ids.clone()
@@ -303,7 +266,7 @@ def test_padded_source_tokens_change_nothing(variant):
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_eager_and_sdpa_agree(variant):
-    model = tiny_model(**variant)
+    model = tiny_model(preset="small", **variant)
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     labels = decoder_input_ids.roll(-1, dims=1)
     kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
@@ -326,7 +289,10 @@ def test_attention_weights_under_sdpa_are_eager_weights_with_one_warning(monkeyp
 
     warnings = []
     monkeypatch.setattr(modeling_transformer_seq2seq.logger, "warning_once", warnings.append)
-    sdpa, eager = tiny_model("sdpa"), tiny_model("eager")
+    sdpa, eager = (
+        tiny_model(preset="small", attn_implementation="sdpa"),
+        tiny_model(preset="small", attn_implementation="eager"),
+    )
     eager.load_state_dict(sdpa.state_dict())
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
@@ -342,7 +308,7 @@ def test_attention_weights_under_sdpa_are_eager_weights_with_one_warning(monkeyp
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_incremental_decoding_with_cache_equals_teacher_forcing(variant):
-    model = tiny_model(**variant)
+    model = tiny_model(preset="small", **variant)
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     full = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
 
@@ -367,7 +333,7 @@ def test_incremental_decoding_with_cache_equals_teacher_forcing(variant):
 def test_multi_token_step_after_cached_positions_is_causal():
     """A chunk of several new positions after cached ones (e.g. assisted decoding) needs the
     bottom-right aligned causal mask."""
-    model = tiny_model()
+    model = tiny_model(preset="small")
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     full = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
     first = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids[:, :2])
@@ -382,7 +348,7 @@ def test_multi_token_step_after_cached_positions_is_causal():
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_batch_equals_each_sentence_alone(variant):
-    model = tiny_model(**variant)
+    model = tiny_model(preset="small", **variant)
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     labels = decoder_input_ids.roll(-1, 1)
     labels[1, 3:] = -100  # the second target is shorter: padded as the collator does
@@ -415,7 +381,7 @@ def _greedy_by_hand(model, input_ids, attention_mask, steps):
 
 
 def test_generate_greedy_and_one_beam_equal_argmax_decoding_by_hand():
-    model = tiny_model(eos_token_id=EOS)
+    model = tiny_model(preset="small", eos_token_id=EOS)
     with torch.no_grad():  # make </s> likely after a few steps so that stopping is exercised too
         model.lm_head.weight[EOS] *= 3.0
     input_ids, attention_mask, _ = padded_batch()
@@ -436,7 +402,7 @@ def test_generate_greedy_and_one_beam_equal_argmax_decoding_by_hand():
 
 @pytest.mark.parametrize("norm_order", ["post", "pre"])
 def test_beam_search_with_and_without_cache_agree(norm_order):
-    model = tiny_model(norm_order=norm_order)
+    model = tiny_model(preset="small", norm_order=norm_order)
     input_ids, attention_mask, _ = padded_batch()
     kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, num_beams=4, max_new_tokens=8)
     with_cache = model.generate(**kwargs, use_cache=True, output_scores=True, return_dict_in_generate=True)
@@ -446,7 +412,7 @@ def test_beam_search_with_and_without_cache_agree(norm_order):
 
 
 def test_generation_defaults_live_in_generation_config():
-    model = tiny_model()
+    model = tiny_model(preset="small")
     generation_config = model.generation_config
     assert (generation_config.num_beams, generation_config.max_new_tokens) == (5, 128)
     assert (generation_config.decoder_start_token_id, generation_config.eos_token_id) == (BOS, EOS)
@@ -459,7 +425,7 @@ def test_generation_defaults_live_in_generation_config():
 def test_an_explicit_max_length_beats_the_default_max_new_tokens():
     """generate(max_length=N) stops at N decoder tokens; before, the model's max_new_tokens=128 won
     (129 tokens). </s> is suppressed so that only the length limit can stop decoding."""
-    model = tiny_model()
+    model = tiny_model(preset="small")
     input_ids, attention_mask, _ = padded_batch()
     kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, suppress_tokens=[EOS])
     assert model.generate(**kwargs, max_length=10).shape == (2, 10)
@@ -475,7 +441,7 @@ def test_default_generation_length_is_capped_at_max_position_embeddings():
     """With max_position_embeddings=8 the default (128 new tokens) stops at 8 decoder tokens instead
     of failing at the step past the position table; an explicit longer request is refused before
     decoding, naming both numbers (8 + 1 tokens still decode: the last token is never fed back)."""
-    model = tiny_model(max_position_embeddings=8)
+    model = tiny_model(preset="small", max_position_embeddings=8)
     input_ids, attention_mask, _ = padded_batch()
     kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, suppress_tokens=[EOS])
     for num_beams in (1, 3):
@@ -488,7 +454,7 @@ def test_default_generation_length_is_capped_at_max_position_embeddings():
 
 
 def test_sampling_is_reproducible_under_a_seed():
-    model = tiny_model()
+    model = tiny_model(preset="small")
     input_ids, attention_mask, _ = padded_batch()
     kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, do_sample=True, num_beams=1, max_new_tokens=10)
     torch.manual_seed(3)
@@ -502,7 +468,10 @@ def test_sampling_is_reproducible_under_a_seed():
 )
 def test_save_and_load_give_identical_logits_and_keep_tying(tmp_path, share, tie):
     model = tiny_model(
-        share_encoder_decoder_embeddings=share, tie_word_embeddings=tie, position_embedding_type="learned"
+        preset="small",
+        share_encoder_decoder_embeddings=share,
+        tie_word_embeddings=tie,
+        position_embedding_type="learned",
     )
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     logits = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
@@ -521,7 +490,7 @@ def test_save_and_load_give_identical_logits_and_keep_tying(tmp_path, share, tie
 
 
 def test_sinusoidal_table_is_not_saved_and_is_rebuilt_on_load(tmp_path):
-    model = tiny_model(position_embedding_type="sinusoidal")
+    model = tiny_model(preset="small", position_embedding_type="sinusoidal")
     assert not any("embed_positions" in name for name in model.state_dict())
     model.save_pretrained(tmp_path)
     loaded = TransformerSeq2SeqForConditionalGeneration.from_pretrained(tmp_path, attn_implementation="eager")
@@ -532,7 +501,7 @@ def test_sinusoidal_table_is_not_saved_and_is_rebuilt_on_load(tmp_path):
 
 
 def test_base_model_returns_decoder_states():
-    config = tiny_config()
+    config = tiny_model_config(preset="small")
     model = TransformerSeq2SeqModel(config).eval()
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     out = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
@@ -541,7 +510,7 @@ def test_base_model_returns_decoder_states():
 
 
 def test_labels_alone_build_shifted_decoder_inputs_and_loss_is_label_smoothed_mean():
-    model = tiny_model(label_smoothing=0.1)
+    model = tiny_model(preset="small", label_smoothing=0.1)
     input_ids, attention_mask, _ = padded_batch()
     labels = torch.randint(4, 37, (2, 5))
     labels[1, 3:] = -100
@@ -562,7 +531,7 @@ def test_labels_alone_build_shifted_decoder_inputs_and_loss_is_label_smoothed_me
 def test_a_source_row_without_real_tokens_is_refused_naming_the_row(attn_implementation):
     """Same error as the RNN's; before, the row was translated silently (eager spread its attention
     uniformly over the padding)."""
-    model = tiny_model(attn_implementation)
+    model = tiny_model(preset="small", attn_implementation=attn_implementation)
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     attention_mask[1] = 0
     message = r"attention_mask row\(s\) \[1\] are all 0: every source sentence needs at least one real token"
@@ -576,7 +545,7 @@ def test_a_source_row_without_real_tokens_is_refused_naming_the_row(attn_impleme
 
 
 def test_exceeding_max_position_embeddings_raises_clearly():
-    model = tiny_model(max_position_embeddings=8)
+    model = tiny_model(preset="small", max_position_embeddings=8)
     with pytest.raises(ValueError, match="longer than max_position_embeddings=8"):
         model(input_ids=torch.randint(4, 37, (1, 9)), decoder_input_ids=torch.tensor([[BOS]]))
     with pytest.raises(ValueError, match="max_position_embeddings=8"):
@@ -585,7 +554,7 @@ def test_exceeding_max_position_embeddings_raises_clearly():
 
 @pytest.mark.parametrize("norm_order", ["post", "pre"])
 def test_gradient_checkpointing_gives_the_same_gradients(norm_order):
-    model = tiny_model(norm_order=norm_order).train()
+    model = tiny_model(preset="small", norm_order=norm_order).train()
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     labels = decoder_input_ids.roll(-1, 1)
 
@@ -611,7 +580,7 @@ def test_cpu_mixed_precision_trains_attention_in_float32_and_matches_float32_tra
     while training (SDPA's bf16 backward is ~5x slower on CPU), through SDPA (longer sentences)
     or plain matmuls (short ones, _TRAIN_STEP_MAX_KEYS); inference keeps the bf16 SDPA kernel."""
     torch.manual_seed(0)
-    model = tiny_model().train()
+    model = tiny_model(preset="small").train()
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     labels = decoder_input_ids.roll(-1, 1)
     seen = []
@@ -656,7 +625,7 @@ def test_cpu_mixed_precision_trains_attention_in_float32_and_matches_float32_tra
 
 
 def test_output_attentions_and_hidden_states_layouts():
-    model = tiny_model("eager", encoder_layers=3, decoder_layers=2)
+    model = tiny_model(preset="small", attn_implementation="eager", encoder_layers=3, decoder_layers=2)
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     out = model(
         input_ids=input_ids,
@@ -691,7 +660,7 @@ def test_output_attentions_and_hidden_states_layouts():
 def test_auto_classes_are_registered():
     from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
-    values = tiny_config().to_dict()
+    values = tiny_model_config(preset="small").to_dict()
     config = AutoConfig.for_model(values.pop("model_type"), **values)
     assert type(AutoModel.from_config(config)) is TransformerSeq2SeqModel
     assert type(AutoModelForSeq2SeqLM.from_config(config)) is TransformerSeq2SeqForConditionalGeneration
@@ -715,6 +684,7 @@ def test_overfits_twenty_training_pairs(norm_order):
     input_ids = _encode([de for de, _ in pairs], vocab, PAD)
     labels = _encode([en for _, en in pairs], vocab, -100)
     model = tiny_model(
+        preset="small",
         vocab_size=len(vocab) + 4,
         d_model=64,
         encoder_attention_heads=4,
@@ -744,7 +714,7 @@ def test_overfits_twenty_training_pairs(norm_order):
 
 @pytest.mark.parametrize("share", [True, False])
 def test_resizing_the_vocabulary_resizes_every_embedding_and_keeps_tying(share):
-    model = tiny_model(share_encoder_decoder_embeddings=share)
+    model = tiny_model(preset="small", share_encoder_decoder_embeddings=share)
     model.resize_token_embeddings(45, mean_resizing=False)
     assert model.config.vocab_size == 45
     assert model.model.encoder.embed_tokens.weight.shape == model.model.decoder.embed_tokens.weight.shape == (45, 16)
@@ -754,7 +724,7 @@ def test_resizing_the_vocabulary_resizes_every_embedding_and_keeps_tying(share):
 
 
 def test_training_forward_builds_no_cache_and_tuples_on_request():
-    model = tiny_model()
+    model = tiny_model(preset="small")
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
     assert model(**kwargs).cache is not None  # eval: ready for the next decoding step
@@ -766,7 +736,7 @@ def test_training_forward_builds_no_cache_and_tuples_on_request():
 
 
 def test_missing_inputs_raise():
-    model = tiny_model()
+    model = tiny_model(preset="small")
     with pytest.raises(ValueError, match="decoder_input_ids"):
         model(input_ids=torch.tensor([[5, EOS]]))
     with pytest.raises(ValueError, match="input_ids or encoder_outputs"):
@@ -774,7 +744,7 @@ def test_missing_inputs_raise():
 
 
 def test_initialisation_gives_each_projection_block_its_own_xavier_scale():
-    model = tiny_model(d_model=64, vocab_size=500, encoder_ffn_dim=256)
+    model = tiny_model(preset="small", d_model=64, vocab_size=500, encoder_ffn_dim=256)
     attention = model.model.encoder.layers[0].self_attn
     for projection in (attention.q_proj, attention.k_proj, attention.v_proj):  # Xavier for 64 × 64 each
         assert projection.weight.std().item() == pytest.approx(64**-0.5, rel=0.1)
@@ -792,7 +762,7 @@ def test_initialisation_gives_each_projection_block_its_own_xavier_scale():
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
 def test_decoder_attention_mask_on_right_padding_changes_no_real_position(attn_implementation):
     """The explicit (padding & causal) mask path agrees with the mask-free causal path."""
-    model = tiny_model(attn_implementation)
+    model = tiny_model(preset="small", attn_implementation=attn_implementation)
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     decoder_attention_mask = torch.ones_like(decoder_input_ids)
     decoder_attention_mask[1, 4:] = 0
@@ -811,7 +781,7 @@ def test_decoder_attention_mask_on_right_padding_changes_no_real_position(attn_i
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
 def test_one_source_serves_several_consecutive_decoder_rows(attn_implementation):
     """Decoder batch = k × source batch (how generate() runs beams) equals repeating each source k times."""
-    model = tiny_model(attn_implementation)
+    model = tiny_model(preset="small", attn_implementation=attn_implementation)
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     decoder_input_ids = torch.cat([decoder_input_ids, decoder_input_ids.flip(1)])[[0, 2, 1, 3]]  # 2 rows per source
     weights = attn_implementation == "eager"
@@ -839,7 +809,7 @@ def test_one_source_serves_several_consecutive_decoder_rows(attn_implementation)
 def test_beam_search_keeps_one_encoder_copy_per_source_and_matches_the_repeated_reference():
     from transformers import GenerationMixin
 
-    model = tiny_model("eager")
+    model = tiny_model(preset="small", attn_implementation="eager")
     input_ids, attention_mask, _ = padded_batch()
     kwargs = dict(
         input_ids=input_ids,

@@ -1,7 +1,7 @@
 """translate for real work (translation/files.py, alignment.py): streaming chunks,
 --resume, truncation, n-best lists with scores, word alignments and their AER, several ranks.
 
-Models are the tiny trained runs of test_cli_helpers.py; the alignment task trains its own."""
+Models are the tiny trained runs of tests/helpers.py; the alignment task trains its own."""
 
 from __future__ import annotations
 
@@ -18,8 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO_ROOT, read_pairs, run_process_tree
-from test_cli_helpers import FAMILIES, build_tiny_run
+from helpers import FAMILIES, REPO_ROOT, build_tiny_run, read_pairs, run_process_tree
 
 from attention_seq2seq.attention.alignment import (
     AERCounts,

@@ -12,7 +12,7 @@ from torch import nn
 
 from attention_seq2seq.modeling import cpu_fast_paths, modeling_transformer_seq2seq
 from attention_seq2seq.modeling.cpu_fast_paths import PaddingFreeLayout
-from test_transformer_seq2seq import padded_batch, tiny_model
+from helpers import padded_batch, tiny_model
 
 
 class _Run:  # stands for the decoding cache of one generate() call
@@ -26,7 +26,7 @@ def projections_fused_for_the_run(model) -> bool:
 
 def test_evaluation_between_training_steps_sees_the_updated_weights():
     torch.manual_seed(0)
-    model = tiny_model()
+    model = tiny_model(preset="small")
     input_ids, attention_mask, _ = padded_batch()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     for _ in range(2):
@@ -58,10 +58,10 @@ def test_evaluation_between_training_steps_sees_the_updated_weights():
 def test_models_built_under_inference_mode_copy_and_pickle_after_generating():
     input_ids, attention_mask, _ = padded_batch()
     with torch.inference_mode():  # parameters are inference tensors: no version counter to read
-        model = tiny_model()
+        model = tiny_model(preset="small")
         out = model.generate(input_ids=input_ids, attention_mask=attention_mask, num_beams=2, max_new_tokens=4)
     assert out.shape[0] == 2
-    model = tiny_model()
+    model = tiny_model(preset="small")
     with torch.no_grad():
         model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=4)
     assert projections_fused_for_the_run(model)  # generate() kept a fused Q/K/V weight for its run
@@ -88,7 +88,7 @@ def test_padding_free_layout_round_trip_puts_zeros_at_padding():
 @pytest.mark.parametrize("norm_order", ["post", "pre"])
 def test_padding_free_encoder_equals_the_padded_encoder_on_real_tokens(norm_order):
     torch.manual_seed(0)
-    model = tiny_model(norm_order=norm_order)
+    model = tiny_model(preset="small", norm_order=norm_order)
     input_ids, attention_mask, _ = padded_batch()
     encoder = model.get_encoder()
     with torch.no_grad():
@@ -117,7 +117,7 @@ def spy_on_matmul_attention(monkeypatch) -> list[int]:
 @pytest.mark.parametrize("num_beams", [1, 3])
 def test_decoding_steps_without_sdpa_give_the_sdpa_results(monkeypatch, num_beams):
     torch.manual_seed(0)
-    model = tiny_model()
+    model = tiny_model(preset="small")
     input_ids, attention_mask, _ = padded_batch()
     kwargs = dict(
         input_ids=input_ids,
@@ -142,7 +142,7 @@ def test_decoding_steps_without_sdpa_give_the_sdpa_results(monkeypatch, num_beam
 @pytest.mark.parametrize("autocast", [False, True])
 def test_short_training_steps_without_sdpa_give_the_sdpa_loss_and_gradients(monkeypatch, autocast):
     torch.manual_seed(0)
-    model = tiny_model(dropout=0.0).train()  # no dropout: both paths see the same numbers
+    model = tiny_model(preset="small", dropout=0.0).train()  # no dropout: both paths see the same numbers
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     labels = decoder_input_ids.roll(-1, dims=1)
     calls = spy_on_matmul_attention(monkeypatch)
@@ -220,6 +220,6 @@ def test_fused_projection_stands_aside_for_layers_that_must_be_called(how):
     for scope in (None, _Run()):
         with torch.no_grad():
             assert cpu_fast_paths.fused_projection(x, tuple(projections), scope) is None
-    config = tiny_model().config
+    config = tiny_model(preset="small").config
     out = modeling_transformer_seq2seq.project(x, tuple(projections), config)
     torch.testing.assert_close(out, torch.cat([p(x) for p in projections], dim=-1))

@@ -7,7 +7,7 @@ The step is the trainer's: logits from the model, the summed loss of the side (`
 ε = 0.1), backward, fused AdamW, under bf16 CPU autocast (`mixed_precision: bf16`). The model is
 the Multi30k Transformer-small candidate shape (3 + 3 layers, d_model 256, 8 heads, FFN 1,024,
 pre-norm, dropout 0.3, 8,000-piece vocabulary). Batches: Multi30k train token-budget batches of at
-most 1,024 padded tokens, the fullest three quarters (`common.load_batches`).
+most 1,024 padded tokens, the fullest three quarters (`harness.data.load_batches`).
 
 All sides train one and the same model (learning rate 1e-4), so they differ only in the loss;
 a fourth side, `no_loss`, replaces the loss by the sum of one logit column, so side − no_loss is
@@ -18,15 +18,22 @@ backward) on one real batch's bf16 logits.
 
 Result on the project's 2-core AMD EPYC (2026-12-01): see benchmarks/README.md ("fourth pass").
 
-    python benchmarks/probe_loss_blocks.py [--quick] [--threads 2] [--batches 40] [--rounds 8]
+    python benchmarks/probes/probe_loss_blocks.py [--quick] [--threads 2] [--batches 40] [--rounds 8]
 """
 
 from __future__ import annotations
 
 import statistics
+import sys
 import time
+from pathlib import Path
 
-from common import TransformerDims, base_argparser, load_batches, log, set_threads, write_result
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the harness, the benchmarks
+
+from harness.machine import base_argparser, log, set_threads
+from harness.data import load_batches
+from harness.peers import TransformerDims
+from harness.results import write_result
 
 SIDES = ("blocks", "one_block", "torch_ce", "no_loss")
 
@@ -71,7 +78,7 @@ def main(argv=None) -> dict:
 
     from attention_seq2seq.configuration.configuration_transformer_seq2seq import TransformerSeq2SeqConfig
     from attention_seq2seq.modeling.modeling_transformer_seq2seq import TransformerSeq2SeqForConditionalGeneration
-    from common import shared_config_kwargs
+    from harness.peers import shared_config_kwargs
 
     _, batches = load_batches(1024, num_batches)
     dims = TransformerDims(ffn=1024, dropout=0.3)

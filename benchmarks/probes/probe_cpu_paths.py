@@ -13,7 +13,7 @@ rotating), so each variant's ratio to Marian is paired within the same moments o
   (`_DECODE_STEP_MAX_QUERIES` = 0);
 - ``none``: all of them off.
 
-    python benchmarks/probe_cpu_paths.py [--threads 2] [--rounds 3] [--sentences 320]
+    python benchmarks/probes/probe_cpu_paths.py [--threads 2] [--rounds 3] [--sentences 320]
 
 Prints the host, each variant's sentences/s and its ratio to Marian (median over rounds of the
 per-round ratios); writes results/probe_cpu_paths_<host>.json.
@@ -22,10 +22,16 @@ per-round ratios); writes results/probe_cpu_paths_<host>.json.
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
+from pathlib import Path
 
-from common import TransformerDims, base_argparser, build_marian, build_ours, cpu_model, log
-from common import set_threads, test2016_translation_setup, write_result
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the harness, the benchmarks
+
+from harness.machine import base_argparser, cpu_model, log, set_threads
+from harness.data import test2016_translation_setup
+from harness.peers import TransformerDims, build_marian, build_ours
+from harness.results import write_result
 
 VARIANTS = ("all", "no-fused-weight", "no-padfree", "no-matmul-step", "none")
 

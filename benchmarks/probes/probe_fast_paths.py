@@ -12,7 +12,7 @@ token-budget batches, benchmark dimensions) and greedy / beam `generate` on Mult
 sources with a fixed number of new tokens (no `</s>`). Reported per round: each side's time, and
 the paired ratios after/before and after/reference (time ratios > 1: `after` is slower).
 
-    python benchmarks/probe_fast_paths.py [--threads 2] [--rounds 5] [--batches 3] [--sentences 64]
+    python benchmarks/probes/probe_fast_paths.py [--threads 2] [--rounds 5] [--batches 3] [--sentences 64]
                                           [--parts train generate]
 """
 
@@ -26,16 +26,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import (
-    REPO_ROOT,
-    TransformerDims,
-    base_argparser,
-    build_ours,
-    load_batches,
-    log,
-    make_train_step,
-    set_threads,
-)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the harness, the benchmarks
+
+from harness.machine import REPO_ROOT, base_argparser, log, set_threads
+from harness.data import load_batches
+from harness.peers import TransformerDims, build_ours, make_train_step
 
 LEGACY = REPO_ROOT / "tests" / "fixtures" / "legacy_exports" / "transformer_seq2seq"
 

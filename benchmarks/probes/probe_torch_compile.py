@@ -6,7 +6,7 @@ loss (`token_loss_sum`, ε = 0.1) divided by the batch's target tokens, backward
 clipping at 1.0, fused AdamW, under bf16 CPU autocast (the Multi30k recipe's `mixed_precision:
 bf16`), dropout 0.2, 6,000-piece vocabulary. Batches: Multi30k train token-budget batches of at
 most 1,024 padded tokens (the recipe's `max_tokens`), the fullest three quarters of them
-(`common.load_batches`).
+(`harness.data.load_batches`).
 Sides, each on its own copy of the same initial weights:
 
 * `eager`: the model as the trainer runs it;
@@ -20,7 +20,7 @@ tokens/s per side (median over rounds) and the ratio to `eager`. Result on the p
 per side and made the step slower, 0.63x (`compile_model`) and 0.67x (`compile_all`), so the
 trainer does not offer it.
 
-    python benchmarks/probe_torch_compile.py [--quick] [--threads 2] [--batches 24] [--rounds 3] \
+    python benchmarks/probes/probe_torch_compile.py [--quick] [--threads 2] [--batches 24] [--rounds 3] \
 [--modes eager,compile_model,compile_all]
 """
 
@@ -28,9 +28,16 @@ from __future__ import annotations
 
 import copy
 import statistics
+import sys
 import time
+from pathlib import Path
 
-from common import TransformerDims, base_argparser, build_ours, load_batches, log, set_threads, write_result
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the harness, the benchmarks
+
+from harness.machine import base_argparser, log, set_threads
+from harness.data import load_batches
+from harness.peers import TransformerDims, build_ours
+from harness.results import write_result
 
 MODES = ("eager", "compile_model", "compile_all")
 

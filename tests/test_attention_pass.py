@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import AutoModelForSeq2SeqLM, GenerationConfig
 
-from test_cli_helpers import FAMILIES, tiny_config, tiny_tokenizer
+from helpers import FAMILIES, tiny_run_config, tiny_tokenizer
 
 from attention_seq2seq.modeling.attention_pass import (
     attention_pass,
@@ -32,7 +32,7 @@ def model(request, tokenizer):
     import attention_seq2seq  # noqa: F401  (registers the Auto classes)
 
     torch.manual_seed(0)
-    model = AutoModelForSeq2SeqLM.from_config(tiny_config(request.param, len(tokenizer))).eval()
+    model = AutoModelForSeq2SeqLM.from_config(tiny_run_config(request.param, len(tokenizer))).eval()
     model.generation_config.max_new_tokens = 6
     return model
 

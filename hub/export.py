@@ -11,6 +11,9 @@
       configuration_<family>.py    the package's code, flattened into one folder: the modeling
       modeling_<family>.py         file's ``from ..configuration.configuration_x import C`` becomes
       pipeline_translation.py      ``from .configuration_x import C``; flat siblings it imports too
+      custom_generate/generate.py  lexically constrained beam search (translation/constraints.py) in
+      custom_generate/requirements.txt  transformers' custom_generate convention: loaded with
+                                   trust_remote_code=True, ``generate(..., constraints=[...])`` works
       README.md                    the model card (``attention_seq2seq.hub.model_card``)
       attention_heatmap.png        the card's image, when the source has one
       metrics.json, recipe.yaml    copied from the source, when it has them (published as they are:
@@ -43,6 +46,7 @@ from pathlib import Path
 
 from ..modeling.registry import BY_MODEL_TYPE, ModelFamily
 from .model_card import ModelCardError, render_model_card
+from ..translation.constraints import write_custom_generate
 
 
 class ExportError(Exception):
@@ -273,8 +277,9 @@ def custom_pipelines() -> dict[str, dict]:
 def write_remote_code(model, save_directory: str | os.PathLike) -> None:
     """Make a folder that ``model.save_pretrained`` has just written load with
     ``trust_remote_code=True`` where this package is not installed: the flattened code of the
-    model's family, and ``auto_map`` / ``custom_pipelines`` in its ``config.json`` (what
-    ``export_model`` ships, without the card, metrics or recipe).
+    model's family, ``custom_generate/`` (constrained beam search, translation/constraints.py) and
+    ``auto_map`` / ``custom_pipelines`` in its ``config.json`` (what ``export_model`` ships, without
+    the card, metrics or recipe).
 
     Installed as ``modeling.saving.REMOTE_CODE_WRITER`` by the package, so that transformers'
     ``register_for_auto_class()`` + ``save_pretrained()`` / ``push_to_hub()`` route (and
@@ -290,6 +295,7 @@ def write_remote_code(model, save_directory: str | os.PathLike) -> None:
     family = FAMILIES[model_type]
     for file_name, text in collect_shipped_code(family).items():
         (folder / file_name).write_text(text, encoding="utf-8")
+    write_custom_generate(folder)
     config_file = folder / "config.json"
     config = json.loads(config_file.read_text(encoding="utf-8"))
     config["auto_map"] = auto_map(family)
@@ -474,6 +480,8 @@ def export_model(
         tokenizer.save_pretrained(staging)
         for file_name, text in shipped.items():
             (staging / file_name).write_text(text, encoding="utf-8")
+        # Terminology constraints travel with the model: transformers' custom_generate convention.
+        write_custom_generate(staging)
         if heatmap_bytes is not None:
             (staging / HEATMAP_NAME).write_bytes(heatmap_bytes)
         if sources.metrics is not None:

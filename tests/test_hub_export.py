@@ -33,6 +33,7 @@ from attention_seq2seq.hub.export import (
     strip_png_metadata,
 )
 from attention_seq2seq.modeling.pipeline_translation import Seq2SeqTranslationPipeline
+from attention_seq2seq.translation.constraints import constrained_decoding
 from helpers import build_tokenizer, read_pairs, tiny_model
 
 FAMILIES = ("rnn_seq2seq", "transformer_seq2seq")
@@ -42,6 +43,8 @@ SOURCES = [
     "Eine Frau liest.",
 ]
 GENERATE = {"num_beams": 2, "max_new_tokens": 6}
+# Per source sentence: target phrases (token ids) that constrained beam search must write.
+CONSTRAINTS = [[[7]], [[8, 9], [10]], []]
 
 
 # ---------------------------------------------------------------------------- fixtures
@@ -237,6 +240,8 @@ with torch.no_grad():
     logits = model(**encoded, decoder_input_ids=decoder_input_ids).logits
     hidden = base(**encoded, decoder_input_ids=decoder_input_ids).last_hidden_state
     generated = model.generate(**encoded, **args["generate"])
+    # custom_generate/ (shipped by the export) made generate take terminology constraints
+    constrained = model.generate(**encoded, num_beams=3, max_new_tokens=8, constraints=args["constraints"])
 translator = pipeline("translation", model=folder, trust_remote_code=True)
 text2text = pipeline("text2text-generation", model=folder, trust_remote_code=True)
 result = {
@@ -247,6 +252,7 @@ result = {
     "logits": logits.tolist(),
     "hidden": hidden.tolist(),
     "generated": generated.tolist(),
+    "constrained": constrained.tolist(),
     "decoded": tokenizer.batch_decode(generated, skip_special_tokens=True),
     "pipe_batched": translator(args["sources"], batch_size=2, **args["generate"]),
     "pipe_single": translator(args["sources"][0]),
@@ -270,6 +276,7 @@ def _run_child(export_dir: Path, tmp_path: Path, decoder_input_ids: list) -> dic
         "sources": SOURCES,
         "decoder_input_ids": decoder_input_ids,
         "generate": GENERATE,
+        "constraints": CONSTRAINTS,
         "resave": str(tmp_path / "resaved"),
         "result": str(tmp_path / "result.json"),
     }
@@ -318,6 +325,15 @@ def test_export_loads_as_remote_code_without_the_package(exported, tokenizer, tm
     assert torch.equal(torch.tensor(child["logits"]), logits)
     assert torch.equal(torch.tensor(child["hidden"]), hidden)
     assert child["generated"] == generated.tolist()
+    # Constrained beam search from the shipped custom_generate/ = the package's, and it keeps its promise.
+    with torch.no_grad():
+        constrained = model.generate(
+            **encoded, num_beams=3, max_new_tokens=8, custom_generate=constrained_decoding, constraints=CONSTRAINTS
+        )
+    assert child["constrained"] == constrained.tolist()
+    for row, phrases in zip(child["constrained"], CONSTRAINTS):
+        for phrase in phrases:
+            assert any(row[i : i + len(phrase)] == phrase for i in range(len(row))), (row, phrase)
     decoded = tokenizer.batch_decode(generated, skip_special_tokens=True)
     assert child["decoded"] == decoded
     assert len(set(decoded)) > 1  # outputs depend on the sentence, so a batch mix-up would show

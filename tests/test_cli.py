@@ -489,9 +489,13 @@ def test_evaluate_two_files_writes_json_and_prints_a_table(run, tmp_path, capsys
     assert result["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
     assert result["chrf_signature"].startswith("nrefs:1|case:mixed|eff:yes|nc:6|nw:0")
     header, rule, row, *signatures = table.splitlines()
-    assert header.split() == ["test", "set", "sentences", "beams", "BLEU", "chrF"]
-    assert row.split() == ["val", "12", "2", f"{result['bleu']:.2f}", f"{result['chrf']:.2f}"]
-    assert signatures == [f"BLEU signature: {result['bleu_signature']}", f"chrF signature: {result['chrf_signature']}"]
+    assert header.split() == ["test", "set", "sentences", "beams", "BLEU", "chrF", "TER"]
+    assert row.split() == ["val", "12", "2", f"{result['bleu']:.2f}", f"{result['chrf']:.2f}", f"{result['ter']:.2f}"]
+    assert signatures == [
+        f"BLEU signature: {result['bleu_signature']}",
+        f"chrF signature: {result['chrf_signature']}",
+        f"TER signature: {result['ter_signature']} (lower is better)",
+    ]
 
 
 def test_evaluate_without_output_writes_into_the_run_folder_never_the_current_one(
@@ -533,6 +537,9 @@ def test_evaluate_bootstrap_interval_reaches_the_json_and_the_table(run, tmp_pat
         f"{result['chrf']:.2f}",
         "±",
         f"{result['chrf_ci95']:.2f}",
+        f"{result['ter']:.2f}",
+        "±",
+        f"{result['ter_ci95']:.2f}",
     ]
 
 
@@ -890,7 +897,7 @@ def test_every_command_takes_both_spellings_of_an_option():
         "a_b --x",
     ]
     args, unknown = build_parser().parse_known_args(dashed(words))
-    assert (args.num_beams, args.max_new_tokens, args.batch_size, args.model, unknown) == (3, 7, 4, "run_1", [])
+    assert (args.num_beams, args.max_new_tokens, args.batch_size, args.model, unknown) == (3, 7, 4, ["run_1"], [])
     args, _ = build_parser().parse_known_args(dashed(["evaluate", "-m", "m", "--target_lang", "zh", "--no_progress"]))
     assert (args.target_lang, args.no_progress) == ("zh", True)
     args, _ = build_parser().parse_known_args(dashed(["evaluate", "-m", "m", "--max_test_samples", "9"]))

@@ -28,6 +28,11 @@ generated tokens including ``</s>``, as the search scored them (`compute_transit
 With several processes (``accelerate launch`` / ``torchrun``), chunk c goes to rank c mod N; after
 each round of N chunks rank 0 gathers the outputs and writes them in order, so the file is the one
 a single process writes (the same chunks give the same batches).
+
+With ``constraints`` (``translate --constraints FILE``) a batch in which some line has constraints
+decodes with lexically constrained beam search (translation/constraints.py, Post & Vilar 2018);
+a batch without any decodes with ``generate`` as before, and inside a constrained batch a line
+without constraints gets what plain beam search gives it.
 """
 
 from __future__ import annotations
@@ -63,6 +68,10 @@ class FileTranslationOptions:
     align: bool = False
     align_layer: int = -1
     align_heads: Sequence[int] | None = None
+    # Terminology constraints: per input line (0-based, the whole input, not one chunk), a list of
+    # target phrases as token ids that its translation must contain (translation/constraints.py);
+    # None: no constraints at all.
+    constraints: Sequence[Sequence[Sequence[int]]] | None = None
 
     @property
     def lines_per_source(self) -> int:
@@ -178,6 +187,20 @@ class ChunkTranslator:
                 "--alignments reads the model's attention weights, which a CTranslate2 folder does not "
                 "return; use the PyTorch model (the training run or a --format remote/native export)"
             )
+        is_ensemble = getattr(self.model.config, "model_type", None) == "attention_seq2seq_ensemble"
+        if is_ensemble and options.align:
+            raise UserError(
+                "--alignments reads one model's attention weights; an ensemble (-m given several times) "
+                "has several: align with one of its models"
+            )
+        if options.constraints is not None:
+            if self.ct2:
+                raise UserError(
+                    "--constraints needs the PyTorch model (constrained beam search runs in this package); "
+                    "a CTranslate2 folder cannot take it: use the training run or a --format remote/native export"
+                )
+            if generate_kwargs.get("do_sample"):
+                raise UserError("--constraints runs a beam search; it does not combine with --do-sample")
         self.device = None if self.ct2 else next(self.model.parameters()).device
         self.limit = options.max_source_length or model_source_limit(self.model, self.tokenizer)
         kwargs = dict(generate_kwargs)
@@ -250,7 +273,27 @@ class ChunkTranslator:
             padded = self.tokenizer.pad({"input_ids": [ids[k] for k in batch]}, return_tensors="pt")
             input_ids = padded["input_ids"].to(self.device)
             attention_mask = padded["attention_mask"].to(self.device)
-            out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **self.kwargs)
+            constraints = None
+            if options.constraints is not None:
+                constraints = [list(options.constraints[first_line - 1 + k]) for k in batch]
+                if not any(constraints):
+                    constraints = None  # no line of this batch has any: plain generate
+            if constraints is None:
+                out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **self.kwargs)
+            else:
+                from .constraints import constrained_decoding
+
+                try:
+                    out = self.model.generate(
+                        input_ids=input_ids,
+                        attention_mask=attention_mask,
+                        custom_generate=constrained_decoding,
+                        constraints=constraints,
+                        **self.kwargs,
+                    )
+                except ValueError as error:  # a phrase longer than the output may be, say
+                    lines = ", ".join(str(first_line + k) for k in batch)
+                    raise UserError(f"--constraints (lines {lines}): {error}") from None
             sequences = out.sequences if options.scores else out  # (batch * n_best, 1 + new_tokens)
             texts = [t.strip() for t in self.tokenizer.batch_decode(sequences, skip_special_tokens=True)]
             logprobs = normalised = None
@@ -315,6 +358,16 @@ class ChunkTranslator:
         including the first ``</s>``; the normalised score is beam search's ``sequences_scores``
         where there is one, else total / length^α.
         """
+        if getattr(out, "scores", None) is None:
+            # Constrained beam search keeps each hypothesis's score only: log p / length^α, with
+            # length the generated tokens up to and including </s>, so the total is score × length^α.
+            generated = out.sequences[:, 1:]
+            lengths = _generated_mask(generated, self.eos_ids, self.pad_id)
+            if self.pad_id is not None and self.pad_id not in self.eos_ids:
+                lengths &= generated != self.pad_id  # a hypothesis cut by the length limit, padded
+            normalised = out.sequences_scores.float()
+            total = normalised * lengths.sum(dim=1).clamp(min=1).float() ** self.length_penalty
+            return total.tolist(), normalised.tolist()
         beam_indices = getattr(out, "beam_indices", None)
         transition = self.model.compute_transition_scores(
             out.sequences, out.scores, beam_indices, normalize_logits=beam_indices is None
@@ -624,6 +677,11 @@ def run_translate_command(parser, args, generate_kwargs: dict, load) -> int:
         align_layer=args.align_layer,
         align_heads=_parse_heads(args.align_heads),
     )
+    constraints_file = getattr(args, "constraints", None)
+    if constraints_file and not (args.input or args.text):
+        parser.error("--constraints pairs its lines with the input's: give --input FILE or the sentences as arguments")
+    if constraints_file and generate_kwargs.get("do_sample"):
+        parser.error("--constraints runs a beam search; it does not combine with --do-sample")
     if args.input:
         source = Path(args.input)
         if not source.is_file():
@@ -636,6 +694,11 @@ def run_translate_command(parser, args, generate_kwargs: dict, load) -> int:
     elif world > 1 and args.device is None:
         args.device = "cpu"
     loaded = load(args)
+    if constraints_file:
+        from .constraints import read_constraints_file
+
+        n_lines = len(args.text) if args.text else count_lines(Path(args.input))
+        options.constraints = read_constraints_file(constraints_file, loaded.tokenizer, n_lines)
     if world > 1 and rank == 0:
         print(
             f"{parser.prog}: translating with {world} processes (chunk c on rank c mod {world}; rank 0 writes)",

@@ -36,7 +36,7 @@ class ModelLocation:
     """Where a model was found and what kind of folder it is."""
 
     model_path: str  # what from_pretrained receives: a local folder or a Hub id
-    kind: str  # "training-run" | "export" | "model-folder" | "hub" | "ctranslate2"
+    kind: str  # "training-run" | "export" | "model-folder" | "hub" | "ctranslate2" | "ensemble"
     run_dir: Path | None = None  # the training output folder, for kind == "training-run"
 
 
@@ -165,6 +165,75 @@ def load_for_inference(
     if location.run_dir is not None and (location.run_dir / "metrics.json").is_file():
         info = json.loads((location.run_dir / "metrics.json").read_text(encoding="utf-8"))
     return LoadedModel(model=model, tokenizer=tokenizer, location=location, info=info)
+
+
+def load_ensemble(
+    paths_or_ids: Sequence[str | Path],
+    *,
+    weights: Sequence[float] | None = None,
+    device: str | torch.device | None = None,
+    trust_remote_code: bool = False,
+    revision: str | None = None,
+) -> LoadedModel:
+    """Load several models as one :class:`~attention_seq2seq.modeling.ensemble.EnsembleForConditionalGeneration`
+    (``translate -m A -m B``): each step decodes with the weighted mean of the members'
+    log-probabilities.
+
+    Members load as :func:`load_for_inference` loads one model (any of its four forms, either
+    family); the tokenizer is the first member's, and every member must have the same one.
+
+    Args:
+        paths_or_ids: two or more models.
+        weights: one non-negative weight per member (normalised to sum 1); None: equal weights.
+        device, trust_remote_code, revision: as :func:`load_for_inference`, for every member.
+
+    Returns:
+        LoadedModel with ``location.kind == "ensemble"`` and no ``run_dir`` (an ensemble's scores
+        belong to no single training run, so nothing is written into a member's folder).
+
+    Raises:
+        UserError: a member that does not load (naming it), a CTranslate2 member, members with
+            different vocabularies or tokenizers (one line naming both), or weights that do not fit.
+    """
+    from ..modeling.ensemble import EnsembleForConditionalGeneration
+
+    names = [str(p) for p in paths_or_ids]
+    if len(names) < 2:
+        raise UserError(f"an ensemble needs at least two models (-m A -m B); got {len(names)}")
+    if weights is not None and len(weights) != len(names):
+        raise UserError(f"--ensemble-weights gives {len(weights)} weight(s) for {len(names)} models; give one per -m")
+    target_device = device if isinstance(device, torch.device) else pick_device(device)
+    members: list[LoadedModel] = []
+    for number, name in enumerate(names, start=1):
+        try:
+            if locate_model(name).kind == "ctranslate2":
+                raise UserError(
+                    "it is a CTranslate2 folder; an ensemble decodes with PyTorch models (give the "
+                    "training run or a --format remote/native export)"
+                )
+            members.append(
+                load_for_inference(name, device=target_device, trust_remote_code=trust_remote_code, revision=revision)
+            )
+        except UserError as error:
+            raise UserError(f"ensemble member {number} (-m {name}): {error}") from None
+    first_vocab = members[0].tokenizer.get_vocab()
+    for name, member in zip(names[1:], members[1:]):
+        if member.tokenizer.get_vocab() != first_vocab:
+            raise UserError(
+                f"ensemble members must share one tokenizer: {names[0]} and {name} have different "
+                f"vocabularies ({len(first_vocab)} and {len(member.tokenizer.get_vocab())} tokens)"
+            )
+    try:
+        ensemble = EnsembleForConditionalGeneration([m.model for m in members], weights=weights, names=names)
+    except ValueError as error:
+        raise UserError(str(error)) from None
+    ensemble.to(target_device)
+    ensemble.eval()
+    return LoadedModel(
+        model=ensemble,
+        tokenizer=members[0].tokenizer,
+        location=ModelLocation(" + ".join(names), "ensemble"),
+    )
 
 
 def generation_kwargs(

@@ -91,6 +91,37 @@ def sentence_scores(
     return _scores.sentence_scores(hypotheses, references, target_lang=target_lang)
 
 
+#: The columns of :func:`write_sentence_scores`' file (its first line).
+SENTENCE_SCORE_COLUMNS = ("line", "bleu", "chrf", "ter", "hypothesis", "reference")
+
+
+def write_sentence_scores(
+    path, hypotheses: Sequence[str], references: Sequence[str], target_lang: str | None = None
+) -> dict:
+    """Write ``evaluate --per-sentence FILE``: a header, then one tab-separated row per sentence:
+    its 1-based line in the test set, sentence BLEU, chrF and TER (4 decimals, the numbers of
+    ``sacrebleu REF -i HYP -sl -m bleu -w 4`` and likewise for ``chrf`` and ``ter``), the
+    hypothesis and the reference (a tab inside either becomes a space, so every row has six fields).
+
+    Returns:
+        The signatures (``bleu_signature``, ``chrf_signature``, ``ter_signature``).
+
+    Raises:
+        ValueError: as :func:`corpus_scores`.
+    """
+    from pathlib import Path
+
+    rows, signatures = sentence_scores(hypotheses, references, target_lang=target_lang)
+    lines = ["\t".join(SENTENCE_SCORE_COLUMNS)]
+    for number, (row, hyp, ref) in enumerate(zip(rows, hypotheses, references), start=1):
+        texts = (hyp.replace("\t", " "), ref.replace("\t", " "))
+        lines.append("\t".join([str(number), *(f"{row[m]:.4f}" for m in ("bleu", "chrf", "ter")), *texts]))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return signatures
+
+
 def format_score(result: dict, metric: str, digits: int = 2) -> str:
     """``"41.59"``, or ``"41.59 ± 1.62"`` when ``result`` (from `corpus_scores` with ``n_bootstrap > 1``)
     holds the 95% half-width ``<metric>_ci95`` (a None half-width counts as absent); ``metric`` is

@@ -51,14 +51,44 @@ def _float_in(low: float, high: float, *, low_open: bool = False) -> Callable[[s
     return parse
 
 
-def _add_model_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "-m",
-        "--model",
-        required=True,
-        metavar="MODEL",
-        help="training output folder, export folder, model folder or Hub id",
-    )
+def _weights(text: str) -> list[float]:
+    """argparse type for --ensemble-weights: comma-separated non-negative numbers, not all 0."""
+    try:
+        values = [float(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be comma-separated numbers, one per -m, e.g. 0.6,0.4; got {text!r}")
+    if any(not (v >= 0) or v == float("inf") for v in values) or sum(values) <= 0:
+        raise argparse.ArgumentTypeError(f"must be finite numbers >= 0, not all 0; got {text!r}")
+    return values
+
+
+def _add_model_argument(parser: argparse.ArgumentParser, *, ensemble: bool = False) -> None:
+    """-m MODEL and the loading options; with ``ensemble``, -m may be repeated (an ensemble of
+    the models, ``args.model`` a list) and --ensemble-weights weighs them."""
+    if ensemble:
+        parser.add_argument(
+            "-m",
+            "--model",
+            required=True,
+            action="append",
+            metavar="MODEL",
+            help="training output folder, export folder, model folder or Hub id; give -m several "
+            "times to decode with an ensemble (the mean of the models' log-probabilities per step)",
+        )
+        parser.add_argument(
+            "--ensemble-weights",
+            metavar="W[,W...]",
+            type=_weights,
+            help="one weight per -m, comma-separated (normalised to sum 1; default: equal)",
+        )
+    else:
+        parser.add_argument(
+            "-m",
+            "--model",
+            required=True,
+            metavar="MODEL",
+            help="training output folder, export folder, model folder or Hub id",
+        )
     parser.add_argument("--device", help="cpu, cuda, cuda:1, mps (default: the first accelerator, else cpu)")
     parser.add_argument(
         "--trust-remote-code",
@@ -154,13 +184,26 @@ def _quiet_library_progress() -> None:
     datasets.disable_progress_bars()
 
 
+def _model_names(args: argparse.Namespace) -> list[str]:
+    """The -m values as a list (one for a single model, several for an ensemble)."""
+    return list(args.model) if isinstance(args.model, list) else [args.model]
+
+
 def _load(args: argparse.Namespace, **kwargs):
-    from ..translation.loading import load_for_inference
+    """Load -m (or, given several times, the ensemble of the -m models) as every command does."""
+    from ..translation.loading import load_ensemble, load_for_inference
 
     _quiet_library_progress()
-
+    names = _model_names(args)
+    weights = getattr(args, "ensemble_weights", None)
+    if len(names) > 1:
+        return load_ensemble(
+            names, weights=weights, device=args.device, trust_remote_code=args.trust_remote_code, revision=args.revision
+        )
+    if weights is not None:
+        raise UserError("--ensemble-weights needs two or more models (-m A -m B)")
     return load_for_inference(
-        args.model, device=args.device, trust_remote_code=args.trust_remote_code, revision=args.revision, **kwargs
+        names[0], device=args.device, trust_remote_code=args.trust_remote_code, revision=args.revision, **kwargs
     )
 
 

@@ -13,6 +13,7 @@ from .common import (
     _add_model_argument,
     _generation_kwargs,
     _load,
+    _model_names,
     _positive_int,
     _quiet_library_progress,
     _read_text_file,
@@ -31,11 +32,14 @@ examples:
   attention-seq2seq translate -m export/ --do-sample --top-p 0.9 --temperature 0.8 --seed 1 "Hallo!"
   attention-seq2seq translate -m export-ct2/ --input test.de --num-beams 5 --batch-tokens 2048
   attention-seq2seq translate -m export-ct2/ --n-best 3 "Ein Hund läuft im Schnee."
+  attention-seq2seq translate -m runs/a -m runs/b --input test.de --num-beams 5       # an ensemble
+  attention-seq2seq translate -m runs/a -m runs/b --ensemble-weights 0.7,0.3 "Hallo!"
+  attention-seq2seq translate -m runs/multi30k --input test.de --constraints terms.tsv --num-beams 5
 """
 
 _EVALUATE_EPILOG = """\
 The test set is a corpus spec and a split (--corpus/--split) or two line-aligned files
-(--src/--ref). Scores are sacreBLEU's BLEU and chrF on detokenized output, with signatures;
+(--src/--ref). Scores are sacreBLEU's BLEU, chrF and TER on detokenized output, with signatures;
 --bootstrap adds a 95% confidence interval (Koehn 2004). To test whether two systems differ, give
 both translation files to sacreBLEU's paired bootstrap: sacrebleu REF -i A B --paired-bs.
 
@@ -45,6 +49,8 @@ examples:
       --output eval.json --hypotheses test2016.hyp.en
   attention-seq2seq evaluate -m runs/tatoeba --src test.zh --ref test.en --update-metrics
   attention-seq2seq evaluate -m runs/multi30k --corpus multi30k:../shared/data/multi30k --bootstrap 1000
+  attention-seq2seq evaluate -m runs/a -m runs/b --src test.de --ref test.en --output ensemble.json
+  attention-seq2seq evaluate -m runs/multi30k --src test.de --ref test.en --per-sentence scores.tsv
 """
 
 
@@ -82,6 +88,12 @@ def _add_file_translation_arguments(parser: argparse.ArgumentParser) -> None:
         "--format",
         choices=["text", "tsv", "jsonl"],
         help="output format (default: text; tsv with --n-best > 1 or --scores)",
+    )
+    group.add_argument(
+        "--constraints",
+        metavar="FILE",
+        help="terminology constraints: line i lists, tab-separated, target phrases that the translation of "
+        "input line i must contain (an empty line: none); lexically constrained beam search (Post & Vilar 2018)",
     )
     group.add_argument(
         "--alignments",
@@ -153,9 +165,11 @@ def format_score_table(results: dict[str, dict]) -> str:
     """A plain-text table of test-set scores (score ± 95% half-width if bootstrapped), then the signatures."""
     from ..translation.scores import format_score
 
-    header = ("test set", "sentences", "beams", "BLEU", "chrF")
+    with_ter = all("ter" in r for r in results.values())
+    header = ("test set", "sentences", "beams", "BLEU", "chrF") + (("TER",) if with_ter else ())
     rows = [
         (name, str(r["num_sentences"]), str(r.get("num_beams", "-")), format_score(r, "bleu"), format_score(r, "chrf"))
+        + ((format_score(r, "ter"),) if with_ter else ())
         for name, r in results.items()
     ]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
@@ -167,12 +181,21 @@ def format_score_table(results: dict[str, dict]) -> str:
     for name, r in results.items():
         lines.append(f"BLEU signature: {r['bleu_signature']}")
         lines.append(f"chrF signature: {r['chrf_signature']}")
+        if with_ter:
+            lines.append(f"TER signature: {r['ter_signature']} (lower is better)")
     return "\n".join(lines)
 
 
 def cmd_evaluate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    if args.update_metrics and len(_model_names(args)) > 1:
+        parser.error(
+            "--update-metrics writes into one training run's metrics.json; an ensemble (-m given "
+            "several times) belongs to none: use --output FILE"
+        )
     generate_kwargs = _generation_kwargs(parser, args)
     name, sources, references, target_lang = _test_set(parser, args)
+    if args.per_sentence and args.hypotheses and Path(args.per_sentence).resolve() == Path(args.hypotheses).resolve():
+        parser.error("--per-sentence and --hypotheses name the same file; choose two files")
     loaded = _load(args)
     if args.update_metrics and loaded.location.run_dir is None:
         parser.error("--update-metrics needs a training output folder as --model (one with metrics.json)")
@@ -200,7 +223,8 @@ def cmd_evaluate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
             "length_penalty", 1.0 if generation_config.length_penalty is None else generation_config.length_penalty
         ),
         **scores,
-        "model": str(args.model),
+        "model": " + ".join(_model_names(args)),
+        **({"ensemble_weights": loaded.model.config.weights} if loaded.location.kind == "ensemble" else {}),
         "source": args.corpus or str(args.src),
         "reference": args.corpus or str(args.ref),
     }
@@ -214,6 +238,10 @@ def cmd_evaluate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
         output.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     if args.hypotheses:
         Path(args.hypotheses).write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
+    if args.per_sentence:
+        from ..translation.scores import write_sentence_scores
+
+        write_sentence_scores(args.per_sentence, hypotheses, references, target_lang=target_lang)
     if args.update_metrics:
         metrics_file = loaded.location.run_dir / "metrics.json"
         metrics = json.loads(metrics_file.read_text(encoding="utf-8")) if metrics_file.is_file() else {}
@@ -231,7 +259,7 @@ def cmd_evaluate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
 def add_commands(add) -> None:
     """Add this module's commands; ``add(name, help, epilog, handler)`` returns the subparser."""
     p = add("translate", "translate sentences from arguments, a file or stdin", _TRANSLATE_EPILOG, cmd_translate)
-    _add_model_argument(p)
+    _add_model_argument(p, ensemble=True)
     p.add_argument(
         "text", nargs="*", metavar="TEXT", help="sentences to translate (default: --input or stdin, one per line)"
     )
@@ -241,8 +269,8 @@ def add_commands(add) -> None:
     _add_generation_arguments(p)
     _add_file_translation_arguments(p)
 
-    p = add("evaluate", "BLEU and chrF (sacreBLEU) of a model on a test set", _EVALUATE_EPILOG, cmd_evaluate)
-    _add_model_argument(p)
+    p = add("evaluate", "BLEU, chrF and TER (sacreBLEU) of a model on a test set", _EVALUATE_EPILOG, cmd_evaluate)
+    _add_model_argument(p, ensemble=True)
     test = p.add_argument_group("test set")
     test.add_argument("--corpus", help="corpus spec, e.g. multi30k:../shared/data/multi30k or tsv:test.tsv")
     test.add_argument(
@@ -267,6 +295,12 @@ def add_commands(add) -> None:
         help="JSON file (default: <run>/eval_<name>.json for a training output folder; none for other models)",
     )
     out.add_argument("--hypotheses", help="also write the translations to this file")
+    out.add_argument(
+        "--per-sentence",
+        metavar="FILE",
+        help="also write one TSV row per test sentence: index, sentence BLEU, chrF, TER, hypothesis, "
+        "reference (as sacrebleu REF -i HYP -sl -m bleu chrf ter; for error analysis and filtering)",
+    )
     out.add_argument(
         "--update-metrics",
         action="store_true",

@@ -1250,3 +1250,17 @@ def test_every_file_of_a_run_gets_the_mode_the_umask_gives(pairs_corpus, tmp_pat
         if p.is_dir() and p.stat().st_mode & 0o777 != 0o750
     }
     assert not folders
+
+
+@pytest.mark.parametrize("recipe", TRAIN_RECIPES)
+def test_shipped_recipes_do_fixed_work_and_carry_no_wall_clock_budget(recipe):
+    """A shipped recipe gives the same model on a slow, busy or fast machine: it ends after a fixed
+    number of updates (or epochs), its schedule decays by updates, and precision is measured
+    (``auto``); a time budget is only ever an explicit --max_time_minutes."""
+    config = config_from_dict(TrainConfig, load_recipe(RECIPES / recipe))
+    assert config.max_time_minutes is None, f"{recipe}: max_time_minutes {config.max_time_minutes}"
+    assert config.max_steps or config.max_epochs, f"{recipe}: neither max_steps nor max_epochs"
+    assert config.schedule != "linear_time", f"{recipe}: the linear_time schedule follows the clock"
+    assert config.mixed_precision == "auto", f"{recipe}: mixed_precision {config.mixed_precision!r}"
+    text = (RECIPES / recipe).read_text(encoding="utf-8")
+    assert not re.search(r"\bissue[- ]?\d", text, re.IGNORECASE), f"{recipe} names an issue number"

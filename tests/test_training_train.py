@@ -599,6 +599,11 @@ def test_output_folder_follows_the_design_contract(pairs_corpus, tmp_path):
     assert metrics["train"]["steps"] == 6 and metrics["train"]["world_size"] == 1
     assert metrics["train"]["target_tokens_per_s"] > 0
     assert [v["step"] for v in metrics["validation"]] == [3, 6]
+    # What produced the run, for a results row: the checkout's commit, the host, the versions.
+    head = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    assert metrics["run"]["commit"] == (head.stdout.strip() if head.returncode == 0 else None)
+    assert metrics["run"]["host"]["logical_cpus"] == os.cpu_count() and metrics["run"]["host"]["cpu"]
+    assert metrics["run"]["versions"]["torch"] == torch.__version__ and metrics["run"]["finished_utc"][:2] == "20"
     (test,) = metrics["test"].values()
     assert test["num_sentences"] == 8 and test["num_beams"] == 2 and "tok:13a" in test["bleu_signature"]
     assert len((run / "test_translations.txt").read_text().splitlines()) == 8

@@ -116,6 +116,61 @@ def plot_attention(model, tokenizer, sources: list[str], out_dir: Path, prefix: 
         model.train(was_training)
 
 
+def run_provenance(device) -> dict:
+    """metrics.json's ``run`` section: what produced the run, so that a results row can name it.
+
+    ``commit``: the package checkout's ``git rev-parse HEAD`` (None outside a git checkout, e.g. a
+    pip install), ``dirty``: whether tracked files differed from it; ``package_version``; ``host``:
+    the CPU's model name and its logical CPU count, and the GPU's name when training ran on one;
+    library versions; ``command``: the process's arguments; ``finished_utc``: ISO 8601 time.
+    """
+    import datetime
+    import os
+    import platform
+    import subprocess
+    import sys
+
+    import transformers
+
+    from importlib import metadata
+
+    from ..data.host_measurements import cpu_name
+
+    source = Path(__file__).resolve().parents[1]
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(source), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    try:
+        version = metadata.version("attention-seq2seq")
+    except metadata.PackageNotFoundError:
+        version = None
+    device = torch.device(device)
+    return {
+        "commit": commit,
+        "dirty": bool(git("status", "--porcelain", "--untracked-files=no")) if commit else None,
+        "package_version": version,
+        "host": {
+            "cpu": cpu_name(),
+            "logical_cpus": os.cpu_count(),
+            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+            "platform": platform.platform(),
+        },
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+        },
+        "command": [Path(sys.argv[0]).name, *sys.argv[1:]],
+        "finished_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
 def metrics_test_section(config, n_test: int, test: dict, greedy: dict | None) -> dict:
     """metrics.json's ``test`` section: ``"<corpus kind>-test"`` (beam) and, with ``test_greedy``,
     ``"<corpus kind>-test-greedy"``, each with its scores, signatures and (with

@@ -78,7 +78,7 @@ from .checkpoints import (
     update_best,
 )
 from .config import RecipeError, dump_recipe, parse_command_line
-from .evaluation import evaluate, metrics_test_section, plot_attention, write_run_report
+from .evaluation import evaluate, metrics_test_section, plot_attention, run_provenance, write_run_report
 from .file_modes import give_ordinary_modes
 from .objectives import optimizer_update, source_word_dropout, symmetric_kl_sum, token_loss_sum  # noqa: F401
 from .train_config import CHOICES, TrainConfig, validate_config  # noqa: F401
@@ -447,6 +447,7 @@ def train(config: TrainConfig) -> Path:
             },
             "validation": state.validation,
             "test": metrics_test_section(config, n_test, test, greedy),
+            "run": run_provenance(device),
         }
         write_run_report(output_dir, metrics, test, greedy, config.test_num_beams, logger)
     accelerator.wait_for_everyone()

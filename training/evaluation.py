@@ -122,7 +122,9 @@ def run_provenance(device) -> dict:
     ``commit``: the package checkout's ``git rev-parse HEAD`` (None outside a git checkout, e.g. a
     pip install), ``dirty``: whether tracked files differed from it; ``package_version``; ``host``:
     the CPU's model name and its logical CPU count, and the GPU's name when training ran on one;
-    library versions; ``command``: the process's arguments; ``finished_utc``: ISO 8601 time.
+    library versions; ``command``: the process's arguments; ``started_utc``: now, ISO 8601.
+    ``train`` calls it when a session starts (a resumed run records its last session's code) and
+    adds ``finished_utc`` at the end.
     """
     import datetime
     import os
@@ -167,7 +169,7 @@ def run_provenance(device) -> dict:
             "transformers": transformers.__version__,
         },
         "command": [Path(sys.argv[0]).name, *sys.argv[1:]],
-        "finished_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "started_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 
 

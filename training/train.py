@@ -41,6 +41,8 @@ hyperparameters), ``build.py`` (accelerator, data, model, optimizer, schedule), 
 
 from __future__ import annotations
 
+import datetime
+
 import dataclasses
 import json
 import math
@@ -117,6 +119,7 @@ def train(config: TrainConfig) -> Path:
     if is_main:
         output_dir.mkdir(parents=True, exist_ok=True)
         dump_recipe(config, output_dir / "recipe.yaml")
+    provenance = run_provenance(device)  # at the start: the code this session trains with
     set_seed(config.seed)
 
     data, info, tokenizer = load_data(config, accelerator, output_dir)
@@ -447,7 +450,7 @@ def train(config: TrainConfig) -> Path:
             },
             "validation": state.validation,
             "test": metrics_test_section(config, n_test, test, greedy),
-            "run": run_provenance(device),
+            "run": {**provenance, "finished_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")},
         }
         write_run_report(output_dir, metrics, test, greedy, config.test_num_beams, logger)
     accelerator.wait_for_everyone()

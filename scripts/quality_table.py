@@ -6,6 +6,7 @@ Usage (from the repository root, after ``attention-seq2seq train --recipe traini
     python scripts/quality_table.py --style full RUN_DIR...             # print docs/results.md's table
     python scripts/quality_table.py --write README.md RUN_DIR...        # replace the README's table
     python scripts/quality_table.py --style full --write docs/results.md RUN_DIR...
+    python scripts/quality_table.py --earlier multi30k-rnn-luong=41.6 RUN_DIR...   # a column: then and now
 
 Every cell is read from the run folder: ``metrics.json`` (its ``run`` section names the commit, the
 host and the command that produced the run; ``train`` the updates and the time; ``test`` the
@@ -129,8 +130,9 @@ def _test_entries(metrics: dict) -> tuple[str, dict, dict | None]:
     return name, tests[name], tests.get(f"{name}-greedy")
 
 
-def row(run_dir: Path, style: str = "readme") -> str:
-    """One Markdown row for a finished run folder.
+def row(run_dir: Path, style: str = "readme", earlier: dict | None = None) -> str:
+    """One Markdown row for a finished run folder; with ``earlier`` (recipe name -> the BLEU reported
+    for it before), a last column with that figure and the difference.
 
     Raises:
         FileNotFoundError: ``run_dir`` has no metrics.json or recipe.yaml (the run did not finish).
@@ -175,13 +177,35 @@ def row(run_dir: Path, style: str = "readme") -> str:
             _score(beam, "chrf"),
             _score(beam, "ter"),
         ]
+    if earlier is not None:
+        name = recipe_cell(Path(run_dir), metrics).split("`")[1]
+        before = earlier.get(name)
+        cells.append("-" if before is None else f"{before:.1f} ({beam['bleu'] - before:+.1f})")
     return "| " + " | ".join(cells) + " |"
 
 
-def table(run_dirs, style: str = "readme") -> str:
+def table(run_dirs, style: str = "readme", earlier: dict | None = None) -> str:
     """The whole Markdown table (header, separator, one row per run folder, in the order given)."""
     header, rule = STYLES[style]
-    return "\n".join([header, rule, *(row(Path(d), style) for d in run_dirs)])
+    if earlier is not None:
+        header, rule = header + " earlier BLEU (change) |", rule + "---:|"
+    return "\n".join([header, rule, *(row(Path(d), style, earlier) for d in run_dirs)])
+
+
+def parse_earlier(values) -> dict:
+    """``--earlier NAME=BLEU`` values as {recipe name: BLEU}.
+
+    Raises:
+        ValueError: a value without ``=`` or whose BLEU is not a number (naming the value).
+    """
+    earlier = {}
+    for value in values or ():
+        name, _, number = value.partition("=")
+        try:
+            earlier[name.strip()] = float(number)
+        except ValueError:
+            raise ValueError(f"--earlier {value!r}: give RECIPE=BLEU, e.g. multi30k-rnn-luong=41.6") from None
+    return earlier
 
 
 def replace_block(text: str, style: str, new_table: str, path: str = "the file") -> str:
@@ -203,9 +227,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("runs", nargs="+", type=Path, help="finished training run folders, in table order")
     parser.add_argument("--style", choices=sorted(STYLES), default="readme")
     parser.add_argument("--write", type=Path, help="replace the table between the file's quality-table markers")
+    parser.add_argument(
+        "--earlier",
+        action="append",
+        metavar="RECIPE=BLEU",
+        help="the BLEU reported for a recipe before (repeatable): adds a column with it and the change",
+    )
     args = parser.parse_args(argv)
     try:
-        new_table = table(args.runs, args.style)
+        new_table = table(args.runs, args.style, parse_earlier(args.earlier) if args.earlier else None)
         if args.write is None:
             print(new_table)
             return 0

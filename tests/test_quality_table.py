@@ -127,3 +127,13 @@ def test_unfinished_run_folder_is_named_in_the_error(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match=r"empty/metrics.json is missing: is .*empty a finished training run\?"):
         _load_script().row(tmp_path / "empty")
+
+
+def test_earlier_figures_get_a_column_with_the_change(tmp_path):
+    module = _load_script()
+    run = _fake_run(tmp_path / "run-a")
+    text = module.table([run], earlier=module.parse_earlier(["multi30k-rnn-luong=41.6", "other=3"]))
+    header, _, line = text.splitlines()
+    assert header.endswith("| earlier BLEU (change) |") and line.endswith("| 41.6 (-0.4) |")
+    with pytest.raises(ValueError, match=r"--earlier 'luong': give RECIPE=BLEU"):
+        module.parse_earlier(["luong"])

@@ -31,7 +31,8 @@ from attention_seq2seq.hub.export_native import (
     native_layout,
     sin_first_permutation,
 )
-from attention_seq2seq.translation.loading import LoadedModel, ModelLocation, token_budget_batches, translate_n_best
+from attention_seq2seq.translation.engine import token_budget_batches
+from attention_seq2seq.translation.loading import LoadedModel, ModelLocation, translate_n_best
 from attention_seq2seq.modeling.modeling_transformer_seq2seq import sinusoidal_position_encoding
 from helpers import build_tokenizer, read_pairs
 

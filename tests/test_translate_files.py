@@ -101,7 +101,7 @@ def test_chunks_and_token_budget_do_not_change_greedy_output_and_empty_lines_sta
 
 
 def test_resume_writes_only_what_is_missing_and_gives_the_same_bytes(runs_root, tmp_path, monkeypatch):
-    from attention_seq2seq.translation import files as translate_files
+    from attention_seq2seq.translation import engine
 
     run = build_tiny_run("transformer_seq2seq", runs_root)
     sources = _sources(20)
@@ -112,13 +112,13 @@ def test_resume_writes_only_what_is_missing_and_gives_the_same_bytes(runs_root, 
     expected = full.read_bytes()
 
     translated = []
-    original = translate_files.ChunkTranslator.translate
+    original = engine.Translator.translate
 
-    def counting(self, sentences, first_line, stats):
+    def counting(self, sentences, first_line=1, stats=None, progress=None):
         translated.append(first_line)
-        return original(self, sentences, first_line, stats)
+        return original(self, sentences, first_line, stats, progress)
 
-    monkeypatch.setattr(translate_files.ChunkTranslator, "translate", counting)
+    monkeypatch.setattr(engine.Translator, "translate", counting)
     lines = expected.split(b"\n")
     partial = tmp_path / "partial.txt"
     # 12 complete lines (chunks 1-2 and 2 lines of chunk 3) and half of the 13th line.
@@ -599,3 +599,60 @@ def test_alignment_error_rate_of_a_model_scores_each_layer_by_teacher_forcing(ru
     with pytest.raises(SystemExit) as exit_info:
         main(["alignment-error-rate", "--gold", str(gold)])
     assert exit_info.value.code == 2 and "HYPOTHESIS" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------
+# One engine: evaluate, translate and the library calls decode the same way
+
+
+@pytest.mark.parametrize("decoding", [["--greedy"], ["--num-beams", "3"]], ids=["greedy", "beam3"])
+def test_evaluate_and_translate_write_the_same_lines(run, tmp_path, decoding):
+    """The same options give the same bytes through ``evaluate --hypotheses`` and ``translate``:
+    one engine encodes, truncates (here 6 tokens, so most lines are cut), batches by tokens and
+    decodes for both; empty lines stay empty."""
+    pairs = read_pairs(23, split="test")
+    sources = ["" if k % 7 == 3 else s for k, (s, _) in enumerate(pairs)]
+    src = _write(tmp_path / "src.txt", sources)
+    ref = _write(tmp_path / "ref.txt", [t for _, t in pairs])
+    options = [*decoding, "--max-new-tokens", "12", "--no-progress", "--batch-size", "4", "--batch-tokens", "30"]
+    options += ["--max-source-length", "6"]
+    hypotheses, translated = tmp_path / "evaluate.txt", tmp_path / "translate.txt"
+    evaluate = ["evaluate", "-m", str(run), "--src", str(src), "--ref", str(ref), "--hypotheses", str(hypotheses)]
+    assert main([*evaluate, "--output", str(tmp_path / "scores.json"), *options]) == 0
+    assert main(["translate", "-m", str(run), "-i", str(src), "-o", str(translated), *options]) == 0
+    assert hypotheses.read_bytes() == translated.read_bytes()
+    lines = translated.read_text(encoding="utf-8").split("\n")[:-1]
+    assert len(lines) == len(sources) and all(line == "" for s, line in zip(sources, lines) if not s)
+
+
+def test_library_n_best_scores_are_the_translate_commands(run, tmp_path, caplog):
+    """``translate_n_best`` (what evaluate and the benchmarks call) returns the hypotheses and
+    length-normalised scores the translate command writes with ``--n-best 3 --scores``, best first,
+    and warns once about the sentences it truncated."""
+    from attention_seq2seq.translation.loading import load_for_inference, translate_n_best
+
+    sources = _sources(11)
+    loaded = load_for_inference(run, device="cpu")
+    with caplog.at_level("WARNING", logger="attention_seq2seq.translation.loading"):
+        found = translate_n_best(
+            loaded, sources, num_beams=4, num_return_sequences=3, max_new_tokens=12, max_source_length=6
+        )
+    non_empty = [s for s in sources if s]
+    long_ones = [s for s in non_empty if len(loaded.tokenizer(s)["input_ids"]) > 6]
+    assert long_ones and f"{len(long_ones)} sentence(s) longer than 6 tokens were truncated" in caplog.text
+    src = _write(tmp_path / "src.txt", sources)
+    out = tmp_path / "nbest.tsv"
+    common = ["translate", "-m", str(run), "-i", str(src), "-o", str(out), "--no-progress"]
+    flags = ["--num-beams", "4", "--n-best", "3", "--scores", "--max-new-tokens", "12", "--max-source-length", "6"]
+    assert main([*common, *flags]) == 0
+    rows = [line.split("\t") for line in out.read_text(encoding="utf-8").splitlines()]
+    assert len(rows) == 3 * len(sources)
+    for index, hypotheses in enumerate(found):
+        mine = rows[3 * index : 3 * index + 3]
+        assert [h for h, _ in hypotheses] == [r[2] for r in mine]
+        if sources[index]:
+            scores = [score for _, score in hypotheses]
+            assert scores == sorted(scores, reverse=True)
+            assert scores == pytest.approx([float(r[4]) for r in mine], abs=2e-6)
+        else:
+            assert hypotheses == [("", None)] * 3

@@ -369,6 +369,55 @@ def ct2_options(model: CT2Model, **generate_kwargs) -> dict:
     return options
 
 
+def _translate_ids(
+    model: CT2Model, tokenizer, ids: list[list[int]], options: dict, max_batch_size: int, batch_type: str
+):
+    """Per row of token ids, (text, score) pairs best first, from CTranslate2's ``translate_batch``
+    (which sorts by length, batches and restores the order itself)."""
+    tokens = [tokenizer.convert_ids_to_tokens(row) for row in ids]
+    results = model.translator.translate_batch(tokens, max_batch_size=max_batch_size, batch_type=batch_type, **options)
+    found = []
+    for result in results:
+        hypotheses = []
+        for hypothesis, score in zip(result.hypotheses, result.scores):
+            row = tokenizer.convert_tokens_to_ids(hypothesis)
+            hypotheses.append((tokenizer.decode(row, skip_special_tokens=True).strip(), float(score)))
+        found.append(hypotheses)
+    return found
+
+
+class CTranslate2Backend:
+    """The translation engine's backend for a CTranslate2 folder (`translation.engine.TorchBackend`
+    describes the interface). CTranslate2 sorts and batches the whole list itself (``batch_size``
+    sentences, or ``batch_tokens`` source tokens); its score is log p(y | x) / |y|^α only, so a
+    hypothesis's total log-probability is nan."""
+
+    sorts_and_batches = True
+    attention_weights = False
+
+    def __init__(self, model: CT2Model, tokenizer, generate_kwargs: dict, options):
+        if options.constraints is not None:
+            raise UserError(
+                "--constraints needs the PyTorch model (constrained beam search runs in this package); "
+                "a CTranslate2 folder cannot take it: use the training run or a --format remote/native export"
+            )
+        self.model, self.tokenizer, self.scores = model, tokenizer, options.scores
+        kwargs = {k: v for k, v in generate_kwargs.items() if k not in ("output_scores", "return_dict_in_generate")}
+        self.ct2_options = ct2_options(model, **kwargs)
+        self.max_batch_size = options.batch_tokens or options.batch_size or 32
+        self.batch_type = "tokens" if options.batch_tokens else "examples"
+
+    def translate_batch(self, ids: list[list[int]], constraints=None, lines=()):
+        from .engine import Hypothesis
+
+        found = _translate_ids(self.model, self.tokenizer, ids, self.ct2_options, self.max_batch_size, self.batch_type)
+        nan = float("nan")
+        return [
+            [Hypothesis(text, nan if self.scores else None, score if self.scores else None) for text, score in row]
+            for row in found
+        ]
+
+
 def translate_ct2(
     model: CT2Model,
     tokenizer,
@@ -377,45 +426,38 @@ def translate_ct2(
     batch_size: int = 32,
     max_batch_tokens: int | None = None,
     max_source_length: int | None = None,
-    progress: bool = False,
-    scores: bool = True,
     **generate_kwargs,
 ) -> list[list[tuple[str, float]]]:
-    """Translate ``sentences``; per sentence, ``num_return_sequences`` (text, score) pairs, best first.
-
-    CTranslate2 sorts the sentences by length, batches them (``batch_size`` sentences, or
-    ``max_batch_tokens`` source tokens when given) and restores the input order. Scores are
-    CTranslate2's: the log-probability divided by length^length_penalty. Empty lines give "".
-    ``progress`` and ``scores`` are accepted for the PyTorch path's signature (CTranslate2
-    translates the whole list in one call and always scores).
+    """Translate ``sentences`` with CTranslate2 alone (no engine: for checks that compare the
+    runtime with ``generate``); per sentence, ``num_return_sequences`` (text, score) pairs, best
+    first. Scores are CTranslate2's: the log-probability divided by length^length_penalty. Empty
+    lines give "". The commands translate through `translation.engine.Translator`, which uses
+    `CTranslate2Backend`.
     """
     options = ct2_options(model, **generate_kwargs)
     keep = [i for i, sentence in enumerate(sentences) if sentence.strip()]
-    n_best = options["num_hypotheses"]
-    outputs: list[list[tuple[str, float]]] = [[("", 0.0)] * n_best for _ in sentences]
+    outputs: list[list[tuple[str, float]]] = [[("", 0.0)] * options["num_hypotheses"] for _ in sentences]
     if not keep:
         return outputs
     encoded = tokenizer(
         [sentences[i] for i in keep], truncation=max_source_length is not None, max_length=max_source_length
     )["input_ids"]
-    tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in encoded]
-    results = model.translator.translate_batch(
-        tokens,
-        max_batch_size=max_batch_tokens or batch_size,
-        batch_type="tokens" if max_batch_tokens else "examples",
-        **options,
+    found = _translate_ids(
+        model,
+        tokenizer,
+        encoded,
+        options,
+        max_batch_tokens or batch_size,
+        "tokens" if max_batch_tokens else "examples",
     )
-    for i, result in zip(keep, results):
-        hypotheses = []
-        for hypothesis, score in zip(result.hypotheses, result.scores):
-            ids = tokenizer.convert_tokens_to_ids(hypothesis)
-            hypotheses.append((tokenizer.decode(ids, skip_special_tokens=True).strip(), float(score)))
+    for i, hypotheses in zip(keep, found):
         outputs[i] = hypotheses
     return outputs
 
 
 __all__ = [
     "CT2Model",
+    "CTranslate2Backend",
     "ThreadLayout",
     "choose_thread_layout",
     "ct2_options",

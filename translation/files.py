@@ -40,60 +40,30 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence, TextIO
 
 import torch
 
 from ..errors import UserError
-from .loading import token_budget_batches
+from .engine import Hypothesis, RunStats, TranslationOptions, Translator, model_source_limit, token_budget_batches  # noqa: F401  (public names of this module)
 
 FORMATS = ("text", "tsv", "jsonl")
 DEFAULT_CHUNK_LINES = 10_000
 
 
 @dataclass
-class FileTranslationOptions:
-    """What `translate_stream` does besides decoding (the ``generate`` kwargs go separately)."""
+class FileTranslationOptions(TranslationOptions):
+    """What `translate_stream` does besides decoding: the engine's options (batching, truncation,
+    n-best, scores, alignments, constraints) and the file's (chunks, output format)."""
 
-    batch_size: int = 32
-    batch_tokens: int | None = None  # padded source tokens per batch
     chunk_lines: int = DEFAULT_CHUNK_LINES
-    max_source_length: int | None = None  # None: the model's limit
-    truncate: bool = True  # False: an over-long line is an error
-    n_best: int = 1
-    scores: bool = False
     format: str = "text"
-    align: bool = False
-    align_layer: int = -1
-    align_heads: Sequence[int] | None = None
-    # Terminology constraints: per input line (0-based, the whole input, not one chunk), a list of
-    # target phrases as token ids that its translation must contain (translation/constraints.py);
-    # None: no constraints at all.
-    constraints: Sequence[Sequence[Sequence[int]]] | None = None
 
     @property
     def lines_per_source(self) -> int:
         return self.n_best if self.format == "tsv" else 1
-
-
-@dataclass
-class Hypothesis:
-    text: str
-    logprob: float | None = None
-    score: float | None = None
-    alignment: str | None = None  # Pharaoh line
-
-
-@dataclass
-class RunStats:
-    sources: int = 0  # sources handled in this run (written or already there)
-    skipped: int = 0  # sources found complete in the output by --resume
-    truncated: int = 0
-    first_truncated: int | None = None  # 1-based input line
-    empty: int = 0
-    extra: dict = field(default_factory=dict)
 
 
 def resolve_format(n_best: int, scores: bool, fmt: str | None) -> str:
@@ -107,10 +77,6 @@ def resolve_format(n_best: int, scores: bool, fmt: str | None) -> str:
             "--format text holds one translation per line; --n-best > 1 and --scores need --format tsv or jsonl"
         )
     return fmt
-
-
-# ---------------------------------------------------------------------------------------------
-# Batching
 
 
 # ---------------------------------------------------------------------------------------------
@@ -149,258 +115,6 @@ def count_lines(path: Path) -> int:
             count += block.count(b"\n")
             last = block[-1:]
     return count + (last != b"\n")
-
-
-# ---------------------------------------------------------------------------------------------
-# Translating one chunk
-
-
-def model_source_limit(model, tokenizer) -> int | None:
-    """The longest source the model takes: ``max_position_embeddings`` (Transformer) or the
-    tokenizer's ``model_max_length`` when that is a real limit; None when there is none."""
-    limit = getattr(model.config, "max_position_embeddings", None)
-    tok_limit = getattr(tokenizer, "model_max_length", None)
-    if tok_limit is not None and tok_limit < 1_000_000:
-        limit = min(limit, tok_limit) if limit else tok_limit
-    return limit
-
-
-def _generated_mask(generated: torch.Tensor, eos_ids: set[int], pad_id: int | None) -> torch.Tensor:
-    """(rows, new_tokens) bool: the generated tokens up to and including the first ``</s>``."""
-    is_eos = torch.zeros_like(generated, dtype=torch.bool)
-    for eos in eos_ids:
-        is_eos |= generated == eos
-    before = torch.cumsum(is_eos.int(), dim=1) - is_eos.int()  # </s> seen before this position
-    return before == 0
-
-
-class ChunkTranslator:
-    """Translates lists of sentences into `Hypothesis` lists (``n_best`` per sentence)."""
-
-    def __init__(self, loaded, options: FileTranslationOptions, generate_kwargs: dict):
-        self.model, self.tokenizer = loaded.model, loaded.tokenizer
-        self.options = options
-        # A CTranslate2 folder (export --format ct2) translates through CTranslate2's own batching.
-        self.ct2 = getattr(self.model.config, "model_type", None) == "ctranslate2"
-        if self.ct2 and options.align:
-            raise UserError(
-                "--alignments reads the model's attention weights, which a CTranslate2 folder does not "
-                "return; use the PyTorch model (the training run or a --format remote/native export)"
-            )
-        is_ensemble = getattr(self.model.config, "model_type", None) == "attention_seq2seq_ensemble"
-        if is_ensemble and options.align:
-            raise UserError(
-                "--alignments reads one model's attention weights; an ensemble (-m given several times) "
-                "has several: align with one of its models"
-            )
-        if options.constraints is not None:
-            if self.ct2:
-                raise UserError(
-                    "--constraints needs the PyTorch model (constrained beam search runs in this package); "
-                    "a CTranslate2 folder cannot take it: use the training run or a --format remote/native export"
-                )
-            if generate_kwargs.get("do_sample"):
-                raise UserError("--constraints runs a beam search; it does not combine with --do-sample")
-        self.device = None if self.ct2 else next(self.model.parameters()).device
-        self.limit = options.max_source_length or model_source_limit(self.model, self.tokenizer)
-        kwargs = dict(generate_kwargs)
-        config = self.model.generation_config
-        if options.n_best > 1:
-            beams = kwargs.get("num_beams") or config.num_beams or 1
-            if kwargs.get("do_sample"):
-                kwargs["num_return_sequences"] = options.n_best  # K samples (not necessarily distinct)
-            else:
-                if beams < options.n_best:
-                    if "num_beams" in generate_kwargs:
-                        raise UserError(
-                            f"--n-best {options.n_best} needs --num-beams >= {options.n_best}; got --num-beams {beams}"
-                        )
-                    kwargs["num_beams"] = options.n_best
-                kwargs["num_return_sequences"] = options.n_best
-        if options.scores:
-            kwargs.update(output_scores=True, return_dict_in_generate=True)
-        self.kwargs = kwargs
-        eos = config.eos_token_id
-        self.eos_ids = set(eos if isinstance(eos, list) else ([eos] if eos is not None else []))
-        self.pad_id = config.pad_token_id
-        alpha = kwargs.get("length_penalty", config.length_penalty)
-        self.length_penalty = 1.0 if alpha is None else float(alpha)
-
-    def encode(self, sentences: Sequence[str], first_line: int, stats: RunStats) -> list[list[int]]:
-        """Token ids of each sentence ([] for an empty one), truncated to the model's limit."""
-        ids: list[list[int]] = [[] for _ in sentences]
-        texts = [(k, s) for k, s in enumerate(sentences) if s.strip()]
-        if texts:
-            encoded = self.tokenizer([s for _, s in texts], add_special_tokens=True)["input_ids"]
-            for (k, _), row in zip(texts, encoded):
-                ids[k] = row
-        for k, row in enumerate(ids):
-            if not row:
-                stats.empty += 1
-            elif self.limit is not None and len(row) > self.limit:
-                line = first_line + k
-                if not self.options.truncate:
-                    raise UserError(
-                        f"line {line}: {len(row)} tokens, more than the limit of {self.limit} "
-                        "(--max-source-length or the model's); drop --no-truncate to truncate such lines"
-                    )
-                stats.truncated += 1
-                if stats.first_truncated is None:
-                    stats.first_truncated = line
-                # Keep the sentence end: the last piece of a tokenized sentence is </s>.
-                keeps_eos = self.eos_ids and row[-1] in self.eos_ids
-                ids[k] = row[: self.limit - 1] + row[-1:] if keeps_eos else row[: self.limit]
-        return ids
-
-    @torch.inference_mode()
-    def translate(self, sentences: Sequence[str], first_line: int, stats: RunStats) -> list[list[Hypothesis]]:
-        """``n_best`` hypotheses for each sentence (empty sentences get empty hypotheses);
-        ``first_line`` is the 1-based input line of ``sentences[0]``, for messages."""
-        options = self.options
-        ids = self.encode(sentences, first_line, stats)
-        result: list[list[Hypothesis]] = [
-            [
-                Hypothesis(
-                    "", 0.0 if options.scores else None, 0.0 if options.scores else None, "" if options.align else None
-                )
-            ]
-            * options.n_best
-            for _ in sentences
-        ]
-        if self.ct2:
-            return self._translate_ct2(sentences, ids, result)
-        for batch in token_budget_batches([len(row) for row in ids], options.batch_size, options.batch_tokens):
-            padded = self.tokenizer.pad({"input_ids": [ids[k] for k in batch]}, return_tensors="pt")
-            input_ids = padded["input_ids"].to(self.device)
-            attention_mask = padded["attention_mask"].to(self.device)
-            constraints = None
-            if options.constraints is not None:
-                constraints = [list(options.constraints[first_line - 1 + k]) for k in batch]
-                if not any(constraints):
-                    constraints = None  # no line of this batch has any: plain generate
-            if constraints is None:
-                out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **self.kwargs)
-            else:
-                from .constraints import constrained_decoding
-
-                try:
-                    out = self.model.generate(
-                        input_ids=input_ids,
-                        attention_mask=attention_mask,
-                        custom_generate=constrained_decoding,
-                        constraints=constraints,
-                        **self.kwargs,
-                    )
-                except ValueError as error:  # a phrase longer than the output may be, say
-                    lines = ", ".join(str(first_line + k) for k in batch)
-                    raise UserError(f"--constraints (lines {lines}): {error}") from None
-            sequences = out.sequences if options.scores else out  # (batch * n_best, 1 + new_tokens)
-            texts = [t.strip() for t in self.tokenizer.batch_decode(sequences, skip_special_tokens=True)]
-            logprobs = normalised = None
-            if options.scores:
-                logprobs, normalised = self.sequence_scores(out)
-            alignments = None
-            if options.align:
-                sources = [sentences[k] for k in batch for _ in range(options.n_best)]
-                links = self._align(sources, texts)
-                from ..attention.alignment import format_pharaoh
-
-                alignments = [format_pharaoh(x) for x in links]
-            for row, k in enumerate(batch):
-                hyps = []
-                for r in range(options.n_best):
-                    flat = row * options.n_best + r
-                    hyps.append(
-                        Hypothesis(
-                            texts[flat],
-                            None if logprobs is None else logprobs[flat],
-                            None if normalised is None else normalised[flat],
-                            None if alignments is None else alignments[flat],
-                        )
-                    )
-                result[k] = hyps
-        return result
-
-    def _translate_ct2(self, sentences, ids, result):
-        """The CTranslate2 path: its scores are the beam's normalised log p(y | x) / |y|^α only, so
-        the total log-probability column is nan."""
-        from .ct2 import translate_ct2
-
-        keep = [k for k, row in enumerate(ids) if row]
-        if not keep:
-            return result
-        kwargs = {k: v for k, v in self.kwargs.items() if k not in ("output_scores", "return_dict_in_generate")}
-        found = translate_ct2(
-            self.model,
-            self.tokenizer,
-            [sentences[k] for k in keep],
-            batch_size=self.options.batch_size,
-            max_batch_tokens=self.options.batch_tokens,
-            max_source_length=self.limit,
-            **kwargs,
-        )
-        for k, hyps in zip(keep, found):
-            result[k] = [
-                Hypothesis(
-                    text.strip(),
-                    float("nan") if self.options.scores else None,
-                    score if self.options.scores else None,
-                    None,
-                )
-                for text, score in hyps
-            ]
-        return result
-
-    def sequence_scores(self, out) -> tuple[list[float], list[float]]:
-        """(total log-probability, length-normalised score) of each returned sequence.
-
-        The total is the sum of `compute_transition_scores` over the generated tokens up to and
-        including the first ``</s>``; the normalised score is beam search's ``sequences_scores``
-        where there is one, else total / length^α.
-        """
-        if getattr(out, "scores", None) is None:
-            # Constrained beam search keeps each hypothesis's score only: log p / length^α, with
-            # length the generated tokens up to and including </s>, so the total is score × length^α.
-            generated = out.sequences[:, 1:]
-            lengths = _generated_mask(generated, self.eos_ids, self.pad_id)
-            if self.pad_id is not None and self.pad_id not in self.eos_ids:
-                lengths &= generated != self.pad_id  # a hypothesis cut by the length limit, padded
-            normalised = out.sequences_scores.float()
-            total = normalised * lengths.sum(dim=1).clamp(min=1).float() ** self.length_penalty
-            return total.tolist(), normalised.tolist()
-        beam_indices = getattr(out, "beam_indices", None)
-        transition = self.model.compute_transition_scores(
-            out.sequences, out.scores, beam_indices, normalize_logits=beam_indices is None
-        )  # (rows, new_tokens)
-        generated = out.sequences[:, -transition.size(1) :]
-        mask = _generated_mask(generated, self.eos_ids, self.pad_id)
-        if beam_indices is not None:
-            mask &= beam_indices[:, : transition.size(1)] >= 0
-        total = (transition.float() * mask).sum(dim=1)
-        if getattr(out, "sequences_scores", None) is not None:
-            normalised = out.sequences_scores.float()
-        else:
-            normalised = total / mask.sum(dim=1).clamp(min=1).float() ** self.length_penalty
-        return total.tolist(), normalised.tolist()
-
-    def _align(self, sources: list[str], targets: list[str]):
-        from ..attention.alignment import attention_alignments
-
-        links = [set() for _ in sources]
-        keep = [k for k, t in enumerate(targets) if t]
-        if keep:
-            found = attention_alignments(
-                self.model,
-                self.tokenizer,
-                [sources[k] for k in keep],
-                [targets[k] for k in keep],
-                layer=self.options.align_layer,
-                heads=self.options.align_heads,
-                max_source_length=self.limit,
-            )
-            for k, x in zip(keep, found):
-                links[k] = x
-        return links
 
 
 # ---------------------------------------------------------------------------------------------
@@ -536,7 +250,7 @@ def translate_stream(
     first_chunk = done // options.chunk_lines  # the chunk being written when the run stopped
     sink = _Sink(output, stream) if rank == 0 else None
     align_sink = _Sink(alignments) if (rank == 0 and alignments is not None) else None
-    translator = ChunkTranslator(loaded, options, generate_kwargs)
+    translator = Translator(loaded, options, generate_kwargs)
     bar = tqdm(
         total=total,
         initial=min(done, total or done),

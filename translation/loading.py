@@ -13,14 +13,17 @@ The commands ``translate``, ``evaluate`` and ``plot-attention`` all go through
 from __future__ import annotations
 
 import json
+import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Sequence
 
 import torch
 
 from ..errors import UserError
+
+logger = logging.getLogger(__name__)
 
 # "owner/name" or "name": what huggingface_hub accepts as a repo id.
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
@@ -271,34 +274,6 @@ def generation_kwargs(
     return kwargs
 
 
-def _batches(indices: Sequence[int], batch_size: int) -> Iterator[list[int]]:
-    for start in range(0, len(indices), batch_size):
-        yield list(indices[start : start + batch_size])
-
-
-def token_budget_batches(lengths: Sequence[int], batch_size: int | None, batch_tokens: int | None) -> list[list[int]]:
-    """Indices of ``lengths`` grouped into batches, longest sentences first.
-
-    Each batch has at most ``batch_size`` sentences (None: no cap) and, with ``batch_tokens``, at most that many
-    padded tokens (sentences × the longest's length); a sentence longer than ``batch_tokens`` goes
-    alone. Empty sentences (length 0) are left out.
-    """
-    order = sorted((i for i, n in enumerate(lengths) if n > 0), key=lambda i: (-lengths[i], i))
-    batches: list[list[int]] = []
-    current: list[int] = []
-    for i in order:
-        longest = lengths[current[0]] if current else lengths[i]  # sorted: the first is the longest
-        too_many = batch_size is not None and len(current) >= batch_size
-        too_big = batch_tokens is not None and current and (len(current) + 1) * longest > batch_tokens
-        if current and (too_many or too_big):
-            batches.append(current)
-            current = []
-        current.append(i)
-    if current:
-        batches.append(current)
-    return batches
-
-
 @torch.inference_mode()
 def translate(
     loaded: LoadedModel,
@@ -310,13 +285,14 @@ def translate(
     progress: bool = False,
     **generate_kwargs,
 ) -> list[str]:
-    """Translate ``sentences`` in batches; the output keeps the input order.
+    """The best translation of each sentence, in input order ("" for an empty one).
 
-    Sentences are sorted by length before batching so each batch carries little padding
-    (as every NMT toolkit does at inference), then put back in their original order. Batches
-    hold ``batch_size`` sentences, or with ``max_batch_tokens`` as many as fit in that many
-    padded source tokens (``token_budget_batches``). A CTranslate2 model translates through
-    ``inference_ct2.translate_ct2``.
+    One call of the engine (`translation.engine.Translator`, which the ``translate`` command
+    uses too): sentences sorted by length in tokens, batches of at most ``batch_size``
+    sentences (None: no cap) and, with ``max_batch_tokens``, at most that many padded source
+    tokens; a sentence
+    longer than ``max_source_length`` (default: the model's limit) is cut keeping its ``</s>``.
+    A CTranslate2 folder translates through CTranslate2.
     """
     n_best = translate_n_best(
         loaded,
@@ -345,66 +321,44 @@ def translate_n_best(
 ) -> list[list[tuple[str, float | None]]]:
     """Per sentence, ``num_return_sequences`` (default 1) translations with their scores, best first.
 
-    The score is the beam search's: log p(y | x) / |y|^length_penalty (``sequences_scores``);
-    None for greedy search and sampling, and for every hypothesis with ``scores=False`` (which
-    spares ``generate`` keeping each step's scores). Empty lines give [("", None)] * n.
-    Batching as in ``translate``.
+    The score is the one search ranks by: log p(y | x) / |y|^length_penalty (beam search's
+    ``sequences_scores``; CTranslate2's own score for a CTranslate2 folder); None for greedy
+    search and sampling, and for every hypothesis with ``scores=False`` (which spares
+    ``generate`` keeping each step's scores). Empty lines give [("", None)] * n. Batching and
+    truncation as in ``translate`` (the engine, `translation.engine.Translator`).
     """
     from tqdm.auto import tqdm
 
-    from .ct2 import CT2Model, translate_ct2
+    from .engine import RunStats, TranslationOptions, Translator, is_ct2
 
-    model, tokenizer = loaded.model, loaded.tokenizer
-    if isinstance(model, CT2Model):
-        return translate_ct2(
-            model,
-            tokenizer,
-            sentences,
-            batch_size=batch_size,
-            max_batch_tokens=max_batch_tokens,
-            max_source_length=max_source_length,
-            **generate_kwargs,
+    kwargs = dict(generate_kwargs)
+    n = kwargs.pop("num_return_sequences", 1) or 1
+    beams = kwargs.get("num_beams") or loaded.model.generation_config.num_beams or 1
+    with_scores = scores and (is_ct2(loaded.model) or (beams > 1 and not kwargs.get("do_sample", False)))
+    options = TranslationOptions(
+        batch_size=batch_size,
+        batch_tokens=max_batch_tokens,
+        max_source_length=max_source_length,
+        n_best=n,
+        scores=with_scores,
+    )
+    translator = Translator(loaded, options, kwargs)
+    non_empty = sum(1 for s in sentences if s.strip())
+    stats = RunStats()
+    with tqdm(total=non_empty, unit="sent", disable=not progress, dynamic_ncols=True) as bar:
+        found = translator.translate(sentences, stats=stats, progress=bar.update)
+    if stats.truncated:
+        logger.warning(
+            "%d sentence(s) longer than %s tokens were truncated (first: sentence %d); "
+            "max_source_length sets the limit",
+            stats.truncated,
+            translator.limit,
+            stats.first_truncated,
         )
-    n = generate_kwargs.get("num_return_sequences", 1)
-    beams = generate_kwargs.get("num_beams") or model.generation_config.num_beams or 1
-    with_scores = scores and beams > 1 and not generate_kwargs.get("do_sample", False)
-    # Empty lines stay empty (and keep the output line-aligned) without a trip through the model.
-    order = sorted((i for i, s in enumerate(sentences) if s.strip()), key=lambda i: len(sentences[i]), reverse=True)
-    outputs: list[list[tuple[str, float | None]]] = [[("", None)] * n for _ in sentences]
-    if max_batch_tokens is not None:
-        ids = tokenizer(
-            [sentences[i] for i in order], truncation=max_source_length is not None, max_length=max_source_length
-        )["input_ids"]
-        lengths = dict(zip(order, (len(x) for x in ids)))
-        batches = token_budget_batches([lengths.get(i, 0) for i in range(len(sentences))], None, max_batch_tokens)
-    else:
-        batches = _batches(order, batch_size)
-    bar = tqdm(total=len(order), unit="sent", disable=not progress, dynamic_ncols=True)
-    device = next(model.parameters()).device
-    for batch in batches:
-        texts = [sentences[i] for i in batch]
-        encoded = tokenizer(
-            texts,
-            padding=True,
-            truncation=max_source_length is not None,
-            max_length=max_source_length,
-            return_tensors="pt",
-        ).to(device)
-        generated = model.generate(
-            input_ids=encoded["input_ids"],
-            attention_mask=encoded["attention_mask"],
-            return_dict_in_generate=True,
-            output_scores=with_scores,
-            **generate_kwargs,
-        )
-        texts = [text.strip() for text in tokenizer.batch_decode(generated.sequences, skip_special_tokens=True)]
-        sequence_scores = getattr(generated, "sequences_scores", None) if with_scores else None
-        sequence_scores = sequence_scores.tolist() if sequence_scores is not None else [None] * len(texts)
-        for row, i in enumerate(batch):
-            outputs[i] = list(zip(texts[row * n : (row + 1) * n], sequence_scores[row * n : (row + 1) * n]))
-        bar.update(len(batch))
-    bar.close()
-    return outputs
+    return [
+        [(h.text, h.score if (with_scores and sentence.strip()) else None) for h in hypotheses]
+        for sentence, hypotheses in zip(sentences, found)
+    ]
 
 
 def read_lines(lines: Iterable[str]) -> list[str]:

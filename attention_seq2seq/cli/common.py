@@ -141,7 +141,10 @@ def _add_generation_arguments(parser: argparse.ArgumentParser, *, sampling: bool
         help="batch by size instead: as many sentences as fit in N padded source tokens",
     )
     group.add_argument(
-        "--max-source-length", metavar="N", type=_positive_int, help="truncate longer inputs to this many tokens"
+        "--max-source-length",
+        metavar="N",
+        type=_positive_int,
+        help="cut longer inputs to this many tokens, keeping </s> (default: the model's limit)",
     )
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -161,31 +160,6 @@ def _test_set(
     return name, sources, references, target_lang
 
 
-def format_score_table(results: dict[str, dict]) -> str:
-    """A plain-text table of test-set scores (score ± 95% half-width if bootstrapped), then the signatures."""
-    from ..translation.scores import format_score
-
-    with_ter = all("ter" in r for r in results.values())
-    header = ("test set", "sentences", "beams", "BLEU", "chrF") + (("TER",) if with_ter else ())
-    rows = [
-        (name, str(r["num_sentences"]), str(r.get("num_beams", "-")), format_score(r, "bleu"), format_score(r, "chrf"))
-        + ((format_score(r, "ter"),) if with_ter else ())
-        for name, r in results.items()
-    ]
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    lines = [
-        "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
-        for row in [header, *rows]
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    for name, r in results.items():
-        lines.append(f"BLEU signature: {r['bleu_signature']}")
-        lines.append(f"chrF signature: {r['chrf_signature']}")
-        if with_ter:
-            lines.append(f"TER signature: {r['ter_signature']} (lower is better)")
-    return "\n".join(lines)
-
-
 def cmd_evaluate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.update_metrics and len(_model_names(args)) > 1:
         parser.error(
@@ -200,28 +174,22 @@ def cmd_evaluate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
     if args.update_metrics and loaded.location.run_dir is None:
         parser.error("--update-metrics needs a training output folder as --model (one with metrics.json)")
 
-    from ..translation.loading import translate
-    from ..translation.scores import corpus_scores
+    from ..translation.evaluate import evaluate_model, format_score_table, update_run_metrics, write_results
 
-    hypotheses = translate(
+    scores, hypotheses = evaluate_model(
         loaded,
         sources,
+        references,
+        target_lang=target_lang,
+        n_bootstrap=args.bootstrap or 1,
         batch_size=args.batch_size,
         max_batch_tokens=args.batch_tokens,
         max_source_length=args.max_source_length,
         progress=not args.no_progress,
         **generate_kwargs,
     )
-    scores = corpus_scores(hypotheses, references, target_lang=target_lang, n_bootstrap=args.bootstrap or 1)
-    generation_config = loaded.model.generation_config
     result = {
         "split": args.split if args.corpus else "files",
-        "num_sentences": len(sources),
-        "num_beams": generate_kwargs.get("num_beams", generation_config.num_beams or 1),
-        "max_new_tokens": generate_kwargs.get("max_new_tokens", generation_config.max_new_tokens),
-        "length_penalty": generate_kwargs.get(
-            "length_penalty", 1.0 if generation_config.length_penalty is None else generation_config.length_penalty
-        ),
         **scores,
         "model": " + ".join(_model_names(args)),
         **({"ensemble_weights": loaded.model.config.weights} if loaded.location.kind == "ensemble" else {}),
@@ -234,8 +202,7 @@ def cmd_evaluate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
     run_dir = loaded.location.run_dir
     output = Path(args.output) if args.output else (run_dir / f"eval_{name}.json" if run_dir is not None else None)
     if output is not None:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        write_results(output, results)
     if args.hypotheses:
         Path(args.hypotheses).write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
     if args.per_sentence:
@@ -243,11 +210,7 @@ def cmd_evaluate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
 
         write_sentence_scores(args.per_sentence, hypotheses, references, target_lang=target_lang)
     if args.update_metrics:
-        metrics_file = loaded.location.run_dir / "metrics.json"
-        metrics = json.loads(metrics_file.read_text(encoding="utf-8")) if metrics_file.is_file() else {}
-        entry = {k: v for k, v in result.items() if k not in ("model", "source", "reference")}
-        metrics.setdefault("test", {})[name] = entry
-        metrics_file.write_text(json.dumps(metrics, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        update_run_metrics(run_dir, name, result)
     print(format_score_table(results))
     if output is not None:
         print(f"scores written to {output}", file=sys.stderr)

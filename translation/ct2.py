@@ -402,8 +402,7 @@ class CTranslate2Backend:
                 "a CTranslate2 folder cannot take it: use the training run or a --format remote/native export"
             )
         self.model, self.tokenizer, self.scores = model, tokenizer, options.scores
-        kwargs = {k: v for k, v in generate_kwargs.items() if k not in ("output_scores", "return_dict_in_generate")}
-        self.ct2_options = ct2_options(model, **kwargs)
+        self.ct2_options = ct2_options(model, **generate_kwargs)
         self.max_batch_size = options.batch_tokens or options.batch_size or 32
         self.batch_type = "tokens" if options.batch_tokens else "examples"
 

@@ -136,18 +136,10 @@ class TorchBackend:
         self, ids: list[list[int]], constraints: list | None = None, lines: Sequence[int] = ()
     ) -> list[list[Hypothesis]]:
         padded = self.tokenizer.pad({"input_ids": ids}, return_tensors="pt")
-        return self.translate_padded(padded["input_ids"], padded["attention_mask"], constraints, lines)
-
-    def translate_padded(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        constraints: list | None = None,
-        lines: Sequence[int] = (),
-    ) -> list[list[Hypothesis]]:
-        """`translate_batch` for a batch already padded: ``input_ids`` / ``attention_mask``
-        (batch, src_len), as training's validation and test batches come (training/evaluation.py)."""
-        inputs = {"input_ids": input_ids.to(self.device), "attention_mask": attention_mask.to(self.device)}
+        inputs = {
+            "input_ids": padded["input_ids"].to(self.device),
+            "attention_mask": padded["attention_mask"].to(self.device),
+        }
         if constraints is None or not any(constraints):
             out = self.model.generate(**inputs, **self.kwargs)  # no line of this batch has any: plain generate
         else:
@@ -167,7 +159,7 @@ class TorchBackend:
         n = self.options.n_best
         return [
             [Hypothesis(texts[flat], logprobs[flat], normalised[flat]) for flat in range(row * n, row * n + n)]
-            for row in range(input_ids.size(0))
+            for row in range(len(ids))
         ]
 
     def sequence_scores(self, out) -> tuple[list[float], list[float]]:

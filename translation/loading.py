@@ -290,8 +290,8 @@ def translate(
     One call of the engine (`translation.engine.Translator`, which the ``translate`` command
     uses too): sentences sorted by length in tokens, batches of at most ``batch_size``
     sentences (None: no cap) and, with ``max_batch_tokens``, at most that many padded source
-    tokens; a sentence
-    longer than ``max_source_length`` (default: the model's limit) is cut keeping its ``</s>``.
+    tokens; a sentence longer than ``max_source_length`` (default: the model's limit) is cut
+    keeping its ``</s>``.
     A CTranslate2 folder translates through CTranslate2.
     """
     n_best = translate_n_best(
@@ -356,7 +356,7 @@ def translate_n_best(
             stats.first_truncated,
         )
     return [
-        [(h.text, h.score if (with_scores and sentence.strip()) else None) for h in hypotheses]
+        [(h.text, h.score if sentence.strip() else None) for h in hypotheses]  # the engine scores "" 0.0
         for sentence, hypotheses in zip(sentences, found)
     ]
 

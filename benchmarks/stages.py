@@ -15,7 +15,7 @@ dry run), ``{precision}`` (bf16, or "no" in a dry run on a CPU without bf16 arit
 and ``{accelerate_cpu}`` (a list: ``--cpu`` in a dry run).
 
 Scripts of benchmarks/ that are in no stage run alone (their docstrings say how): bench_compile,
-bench_ct2, bench_data, bench_ensembles_constraints, bench_explorer, check_deploy_exports,
+bench_ct2, bench_data, bench_ensembles_constraints, bench_explorer, bench_onnx, check_deploy_exports,
 compare_data_paths; the one-off probes in benchmarks/probes/ are in none either. This module
 imports nothing outside the standard library: scripts/gpu_check.py reads it on a GPU machine
 before anything is installed.

@@ -140,6 +140,12 @@ def gaussian_weights(centers: torch.Tensor, sigma: float, src_len: int) -> torch
     return torch.exp(-((source_positions - centers.unsqueeze(-1)) ** 2) / (2 * sigma**2))
 
 
+def one_hot_argmax(weights: torch.Tensor) -> torch.Tensor:
+    """1 at the argmax of the last axis, 0 elsewhere: hard attention's forward pass."""
+    index = weights.argmax(dim=-1, keepdim=True)
+    return torch.zeros_like(weights).scatter_(-1, index, 1.0)
+
+
 class StraightThroughArgmax(torch.autograd.Function):
     """Hard attention: forward puts all weight on the argmax; backward is the identity.
 
@@ -151,8 +157,7 @@ class StraightThroughArgmax(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, weights: torch.Tensor) -> torch.Tensor:
-        index = weights.argmax(dim=-1, keepdim=True)
-        return torch.zeros_like(weights).scatter_(-1, index, 1.0)
+        return one_hot_argmax(weights)
 
     @staticmethod
     def backward(ctx, grad_output: torch.Tensor) -> torch.Tensor:
@@ -186,7 +191,8 @@ def attend(
     if window_weights is not None:
         weights = weights * window_weights
     if hard:
-        weights = StraightThroughArgmax.apply(weights)
+        # Without a gradient to pass on, the one-hot itself (what a traced/exported graph records).
+        weights = StraightThroughArgmax.apply(weights) if weights.requires_grad else one_hot_argmax(weights)
     return weights @ values, weights
 
 

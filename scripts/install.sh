@@ -5,7 +5,7 @@
 #      (attention/fonts.py); chromium, the browser the attention explorer's test drives
 #      headless (Debian's build: nothing downloads a browser at run time);
 #   2. a virtual environment .venv with the package (editable), its test tools, the explorer
-#      and the CTranslate2 runtime and peft (the dev, demo, ct2 and lora extras, so that their tests run).
+#      and the CTranslate2 runtime and peft (the dev, demo, ct2, lora and onnx extras, so that their tests run).
 # torch is pinned to 2.13.0 in pyproject.toml on purpose: on this kind of machine pip takes the
 # CPU wheel; an open range could pull a multi-GB CUDA build.
 # Usage: bash scripts/install.sh [VENV_DIR]     (default: .venv in the repository)
@@ -40,6 +40,6 @@ pip_quietly() {
 }
 : >"$LOG"
 pip_quietly install -q --upgrade pip
-echo "[install] pip install -e .[dev,demo,ct2,lora] (torch 2.13.0 CPU wheel, transformers 5.24, accelerate 1.15, gradio, ctranslate2 4.x; log: $LOG)"
-pip_quietly install -q -e ".[dev,demo,ct2,lora]"
+echo "[install] pip install -e .[dev,demo,ct2,lora,onnx] (torch 2.13.0 CPU wheel, transformers 5.24, accelerate 1.15, gradio, ctranslate2 4.x; log: $LOG)"
+pip_quietly install -q -e ".[dev,demo,ct2,lora,onnx]"
 "$VENV/bin/python" -c "import torch, transformers, accelerate, ctranslate2, peft, attention_seq2seq; print('[install] ok: torch', torch.__version__, '| transformers', transformers.__version__, '| accelerate', accelerate.__version__, '| ctranslate2', ctranslate2.__version__)"

@@ -209,6 +209,18 @@ def padded_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return input_ids, attention_mask, decoder_input_ids
 
 
+# The Transformer layouts every export and ecosystem test covers (position table × norm order ×
+# norm type, shared or separate embeddings).
+TRANSFORMER_LAYOUTS = {
+    "post-sinusoidal": dict(norm_order="post"),
+    "pre-sinusoidal": dict(norm_order="pre"),
+    "pre-learned": dict(norm_order="pre", position_embedding_type="learned"),
+    "post-learned-unshared": dict(
+        norm_order="post", position_embedding_type="learned", share_encoder_decoder_embeddings=False
+    ),
+    "pre-scalenorm-fixnorm": dict(norm_order="pre", norm_type="scale_norm", fix_norm=True),
+}
+
 RNN_VOCAB = 23
 
 # The RNN tests' grid over cell × attention × score × window × input feeding × mode (+ layers,

@@ -21,22 +21,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import tiny_model
+from helpers import TRANSFORMER_LAYOUTS, tiny_model
 from torch import nn
 from transformers import AutoModelForSeq2SeqLM, MarianConfig, MarianMTModel
 
 PAD, BOS, EOS = 0, 1, 2
 VOCAB = 40
 
-TRANSFORMER_LAYOUTS = {
-    "post-sinusoidal": dict(norm_order="post"),
-    "pre-sinusoidal": dict(norm_order="pre"),
-    "pre-learned": dict(norm_order="pre", position_embedding_type="learned"),
-    "post-learned-unshared": dict(
-        norm_order="post", position_embedding_type="learned", share_encoder_decoder_embeddings=False
-    ),
-    "pre-scalenorm-fixnorm": dict(norm_order="pre", norm_type="scale_norm", fix_norm=True),
-}
 RNN_VARIANTS = {
     "none-gru": dict(attention="none"),
     "bahdanau-lstm-coverage": dict(attention="bahdanau", cell_type="lstm", coverage=True),

@@ -13,7 +13,8 @@ translation/files.py), ``evaluate`` and the benchmarks (``translation.loading.tr
   input order;
 - decode: the model's own ``generate`` (every generation option; an ensemble is a model too),
   lexically constrained beam search for lines with terminology constraints
-  (translation/constraints.py), or CTranslate2's translator for an ``export --format ct2`` folder;
+  (translation/constraints.py), CTranslate2's translator for an ``export --format ct2`` folder, or
+  onnxruntime for an ``export --format onnx`` folder (translation/onnx_runtime.py);
 - score: per hypothesis the total log-probability Σₜ log p(yₜ | y<ₜ, x) over the generated tokens
   including ``</s>`` and the length-normalised score search ranks by (log p / length^α), and
   Pharaoh word alignments from the attention weights (attention/alignment.py).
@@ -73,6 +74,11 @@ class RunStats:
 def is_ct2(model) -> bool:
     """Whether ``model`` is a CTranslate2 folder loaded by translation/ct2.py (``export --format ct2``)."""
     return getattr(getattr(model, "config", None), "model_type", None) == "ctranslate2"
+
+
+def is_onnx(model) -> bool:
+    """Whether ``model`` is an ONNX export loaded by translation/onnx_backend.py (``export --format onnx``)."""
+    return getattr(getattr(model, "config", None), "model_type", None) == "onnx"
 
 
 def model_source_limit(model, tokenizer) -> int | None:
@@ -197,11 +203,16 @@ class TorchBackend:
 
 def backend_for(model) -> type:
     """The backend class that decodes ``model``: CTranslate2 for an ``export --format ct2`` folder
-    (translation/ct2.py), else the model's own ``generate``."""
+    (translation/ct2.py), onnxruntime for an ``export --format onnx`` folder
+    (translation/onnx_backend.py), else the model's own ``generate``."""
     if is_ct2(model):
         from .ct2 import CTranslate2Backend
 
         return CTranslate2Backend
+    if is_onnx(model):
+        from .onnx_backend import OnnxBackend
+
+        return OnnxBackend
     return TorchBackend
 
 
@@ -227,8 +238,9 @@ class Translator:
         self.options = options
         backend_class = backend_for(self.model)
         if options.align and not backend_class.attention_weights:
+            runtime = "a CTranslate2 folder" if is_ct2(self.model) else "an ONNX export"
             raise UserError(
-                "--alignments reads the model's attention weights, which a CTranslate2 folder does not "
+                f"--alignments reads the model's attention weights, which {runtime} does not "
                 "return; use the PyTorch model (the training run or a --format remote/native export)"
             )
         is_ensemble = getattr(self.model.config, "model_type", None) == "attention_seq2seq_ensemble"

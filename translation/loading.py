@@ -39,7 +39,7 @@ class ModelLocation:
     """Where a model was found and what kind of folder it is."""
 
     model_path: str  # what from_pretrained receives: a local folder or a Hub id
-    kind: str  # "training-run" | "export" | "model-folder" | "hub" | "ctranslate2" | "ensemble"
+    kind: str  # "training-run" | "export" | "model-folder" | "hub" | "ctranslate2" | "onnx" | "ensemble"
     run_dir: Path | None = None  # the training output folder, for kind == "training-run"
 
 
@@ -69,8 +69,19 @@ def locate_model(path_or_id: str | Path) -> ModelLocation:
     if path.is_dir():
         from .ct2 import is_ct2_folder
 
+        from .onnx_folder import is_onnx_folder, looks_like_foreign_onnx
+
         if is_ct2_folder(path):
             return ModelLocation(str(path), "ctranslate2")
+        if is_onnx_folder(path):
+            return ModelLocation(str(path), "onnx")
+        has_weights = any((path / name).is_file() for name in ("model.safetensors", "pytorch_model.bin"))
+        if looks_like_foreign_onnx(path) and not has_weights and not (path / "model").is_dir():
+            raise UserError(
+                f"{path} holds .onnx files but no attention_seq2seq_onnx.json: it is not an export of "
+                "`attention-seq2seq export --format onnx` (Optimum's and other tools' ONNX folders are not "
+                "read here); export the training run with --format onnx"
+            )
         if (path / "model" / "config.json").is_file():
             return ModelLocation(str(path / "model"), "training-run", run_dir=path)
         config_file = path / "config.json"
@@ -147,6 +158,13 @@ def load_for_inference(
         device_name = str(device) if device is not None else None
         model, tokenizer = load_ct2(location.model_path, device=device_name)
         return LoadedModel(model=model, tokenizer=tokenizer, location=location)
+    if location.kind == "onnx":
+        from .onnx_backend import load_onnx
+
+        if device is not None and str(device) != "cpu":
+            raise UserError(f"--device {device}: an ONNX export runs on the CPU here (onnxruntime's CPU provider)")
+        model, tokenizer = load_onnx(location.model_path)
+        return LoadedModel(model=model, tokenizer=tokenizer, location=location)
     target_device = device if isinstance(device, torch.device) else pick_device(device)
     kwargs = {"trust_remote_code": trust_remote_code}
     if revision is not None:
@@ -209,9 +227,11 @@ def load_ensemble(
     members: list[LoadedModel] = []
     for number, name in enumerate(names, start=1):
         try:
-            if locate_model(name).kind == "ctranslate2":
+            kind = locate_model(name).kind
+            if kind in ("ctranslate2", "onnx"):
+                runtime = "a CTranslate2 folder" if kind == "ctranslate2" else "an ONNX export"
                 raise UserError(
-                    "it is a CTranslate2 folder; an ensemble decodes with PyTorch models (give the "
+                    f"it is {runtime}; an ensemble decodes with PyTorch models (give the "
                     "training run or a --format remote/native export)"
                 )
             members.append(
@@ -329,12 +349,13 @@ def translate_n_best(
     """
     from tqdm.auto import tqdm
 
-    from .engine import RunStats, TranslationOptions, Translator, is_ct2
+    from .engine import RunStats, TranslationOptions, Translator, is_ct2, is_onnx
 
     kwargs = dict(generate_kwargs)
     n = kwargs.pop("num_return_sequences", 1) or 1
     beams = kwargs.get("num_beams") or loaded.model.generation_config.num_beams or 1
-    with_scores = scores and (is_ct2(loaded.model) or (beams > 1 and not kwargs.get("do_sample", False)))
+    own_search = is_ct2(loaded.model) or is_onnx(loaded.model)  # runtimes that score every hypothesis
+    with_scores = scores and (own_search or (beams > 1 and not kwargs.get("do_sample", False)))
     options = TranslationOptions(
         batch_size=batch_size,
         batch_tokens=max_batch_tokens,

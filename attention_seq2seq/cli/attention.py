@@ -69,9 +69,11 @@ def cmd_plot_attention(parser: argparse.ArgumentParser, args: argparse.Namespace
     # Attention weights come from the eager attention path (SDPA does not return them).
     from ..translation.loading import locate_model
 
-    if locate_model(args.model).kind == "ctranslate2":
+    kind = locate_model(args.model).kind
+    if kind in ("ctranslate2", "onnx"):
+        runtime = "a CTranslate2 folder" if kind == "ctranslate2" else "an ONNX export"
         raise UserError(
-            f"-m {args.model} is a CTranslate2 folder, which returns no attention weights; "
+            f"-m {args.model} is {runtime}, which returns no attention weights; "
             "plot with the training folder or a remote/native export of the same model"
         )
     loaded = _load(args, attn_implementation="eager")

@@ -19,6 +19,7 @@ examples:
   attention-seq2seq export runs/ft-multi30k --output export/ft --repo-id me/transformer-de-en-ft
   attention-seq2seq export runs/multi30k --output export/native --format native
   attention-seq2seq export runs/multi30k --output export/ct2 --format ct2 --quantization int8
+  attention-seq2seq export runs/bible-rnn --output export/onnx --format onnx --check-sentences test.es
 """
 
 _PUSH_EPILOG = """\
@@ -36,8 +37,10 @@ def cmd_export(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
     run = Path(args.run)
     if not run.is_dir():
         raise UserError(f"RUN: folder not found: {run}")
-    if args.quantization is not None and args.format != "ct2":
-        parser.error(f"--quantization only applies to --format ct2; got --format {args.format}")
+    if args.quantization is not None and args.format not in ("ct2", "onnx"):
+        parser.error(f"--quantization only applies to --format ct2 and onnx; got --format {args.format}")
+    if args.check_sentences is not None and args.format != "onnx":
+        parser.error(f"--check-sentences only applies to --format onnx; got --format {args.format}")
     if args.format != "remote":
         for option in ("base_model", "license"):
             if getattr(args, option) is not None:
@@ -47,6 +50,27 @@ def cmd_export(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
                 from ..hub.export_native import export_native
 
                 out = export_native(run, Path(args.output), repo_id=args.repo_id, overwrite=args.overwrite)
+            elif args.format == "onnx":
+                from ..hub.export_onnx import export_onnx
+
+                if args.repo_id is not None:
+                    parser.error("--repo-id only applies to --format remote and native (the card)")
+                sentences = None
+                if args.check_sentences is not None:
+                    from .common import _read_text_file
+
+                    sentences = [
+                        line for line in _read_text_file(args.check_sentences, "--check-sentences") if line.strip()
+                    ]
+                    if not sentences:
+                        raise UserError(f"--check-sentences {args.check_sentences}: the file has no sentence")
+                out = export_onnx(
+                    run,
+                    Path(args.output),
+                    quantization=args.quantization or "float32",
+                    sentences=sentences[:16] if sentences else None,
+                    overwrite=args.overwrite,
+                )
             else:
                 from ..hub.export_ct2 import export_ct2
 
@@ -117,16 +141,23 @@ def add_commands(add) -> None:
     )
     p.add_argument(
         "--format",
-        choices=("remote", "native", "ct2"),
+        choices=("remote", "native", "ct2", "onnx"),
         default="remote",
         help="remote: our code shipped, loaded with trust_remote_code=True (default); native: a "
-        "transformers class (Marian, Pegasus or Blenderbot), no code; ct2: a CTranslate2 model "
-        "(docs/deploy.md)",
+        "transformers class (Marian, Pegasus or Blenderbot), no code; ct2: a CTranslate2 model; "
+        "onnx: encoder and decoder-step ONNX graphs for onnxruntime, both families (docs/deploy.md)",
     )
     p.add_argument(
         "--quantization",
         choices=("int8", "int16", "float32", "bfloat16"),
-        help="--format ct2: the stored weight type (default: int8)",
+        help="--format ct2: the stored weight type (default: int8); --format onnx: float32 (default) "
+        "or int8 (onnxruntime's dynamic quantization)",
+    )
+    p.add_argument(
+        "--check-sentences",
+        metavar="FILE",
+        help="--format onnx: source sentences (one per line, the first 16) the export checks the ONNX "
+        "graphs on against the PyTorch model (default: sentences made of the vocabulary)",
     )
 
     p = add("push", "upload an export folder to the Hugging Face Hub", _PUSH_EPILOG, cmd_push)

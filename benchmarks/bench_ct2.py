@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import math
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -46,6 +47,7 @@ from harness.machine import base_argparser, cpu_model, log, set_threads
 from harness.data import read_pairs
 from harness.peers import TransformerDims, build_marian
 from harness.timing import paired_ratio_summary, summarize
+from harness.workers import WorkerSide, serve
 from harness.results import fmt, print_table, spread, write_result
 
 SIDES = ("ours", "marian", "ct2-float32", "ct2-int8")
@@ -104,8 +106,6 @@ WORKER_ARGS = ("run", "folder", "threads", "batch_size", "sentences", "new_token
 def _worker(args) -> None:
     """One side in its own process: load it, then answer "BEAMS INDEX" lines with the seconds that
     translating batch INDEX took (one JSON line each); "quit" ends it."""
-    import json
-    import sys
 
     import torch
 
@@ -159,46 +159,15 @@ def _worker(args) -> None:
 
         info.update(intra_threads=layout.intra_threads, inter_threads=layout.inter_threads, layout=layout.reason,
                     sub_batch=sub_batch)  # fmt: skip
-    for beams in (1, 5):
-        translate(0, beams)  # warm-up
-    print(json.dumps(info), flush=True)
-    for line in sys.stdin:
-        if line.strip() == "quit":
-            break
-        beams, index = map(int, line.split())
-        start = time.perf_counter()
-        translate(index, beams)
-        print(json.dumps(time.perf_counter() - start), flush=True)
+    serve(translate, info)
 
 
-class _Side:
-    """A worker process serving one side."""
-
-    def __init__(self, name: str, args, folder: Path, new_tokens: int, n_sentences: int) -> None:
-        import json
-        import subprocess
-        import sys
-
-        command = [sys.executable, str(Path(__file__).resolve()), "--worker", name, "--run", str(args.run),
-                   "--folder", str(folder), "--threads", str(args.threads), "--batch-size", str(args.batch_size),
-                   "--sentences", str(n_sentences), "--new-tokens", str(new_tokens)]  # fmt: skip
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        ready = self.process.stdout.readline()
-        if not ready:
-            raise SystemExit(f"the {name} worker did not start (see its error above)")
-        self.info = json.loads(ready)
-
-    def translate(self, beams: int, index: int) -> float:
-        import json
-
-        self.process.stdin.write(f"{beams} {index}\n")
-        self.process.stdin.flush()
-        return float(json.loads(self.process.stdout.readline()))
-
-    def close(self) -> None:
-        self.process.stdin.write("quit\n")
-        self.process.stdin.close()
-        self.process.wait(timeout=60)
+def _side(name: str, args, folder: Path, new_tokens: int, n_sentences: int) -> WorkerSide:
+    """A worker process serving side ``name`` (this script with ``--worker NAME``)."""
+    command = [sys.executable, str(Path(__file__).resolve()), "--worker", name, "--run", str(args.run),
+               "--folder", str(folder), "--threads", str(args.threads), "--batch-size", str(args.batch_size),
+               "--sentences", str(n_sentences), "--new-tokens", str(new_tokens)]  # fmt: skip
+    return WorkerSide(name, command)
 
 
 def main(argv=None) -> dict:
@@ -240,7 +209,7 @@ def main(argv=None) -> dict:
     n_batches = math.ceil(len(sources) / batch_size)
     folder = Path(tempfile.mkdtemp(prefix="bench_ct2_"))
     paths = _exports(run, folder)
-    sides = {name: _Side(name, args, folder, new_tokens, len(sources)) for name in SIDES}
+    sides = {name: _side(name, args, folder, new_tokens, len(sources)) for name in SIDES}
     log(
         f"{len(sources)} sentences in batches of {batch_size}, {new_tokens} new tokens each; threads={threads}; "
         f"host {cpu_model()}; one process per side: {[s.info for s in sides.values()]}"

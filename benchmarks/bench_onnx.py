@@ -26,10 +26,8 @@ Writes results/onnx_<model_type>.json.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,6 +36,7 @@ from pathlib import Path
 from harness.machine import base_argparser, cpu_model, log, set_threads
 from harness.results import fmt, print_table, spread, write_result
 from harness.timing import paired_ratio_summary, summarize
+from harness.workers import WorkerSide, serve
 
 
 def _lines(path: str) -> list[str]:
@@ -118,39 +117,16 @@ def _worker(args) -> None:
             assert all(len(r.hypotheses[0]) == n for r in out), side
 
         info.update(layout=layout.reason, sub_batch=sub)
-    for beams in (1, 5):
-        translate(0, beams)  # warm-up
-    print(json.dumps(info), flush=True)
-    for line in sys.stdin:
-        if line.strip() == "quit":
-            break
-        beams, index = map(int, line.split())
-        start = time.perf_counter()
-        translate(index, beams)
-        print(json.dumps(time.perf_counter() - start), flush=True)
+    serve(translate, info)
 
 
-class _Side:
-    def __init__(self, name: str, args, folder: Path, new_tokens: int, n_sentences: int) -> None:
-        command = [sys.executable, str(Path(__file__).resolve()), "--worker", name, "--run", str(args.run),
-                   "--folder", str(folder), "--threads", str(args.threads), "--batch-size", str(args.batch_size),
-                   "--sentences", str(n_sentences), "--new-tokens", str(new_tokens), "--src", args.src,
-                   "--ref", args.ref]  # fmt: skip
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        ready = self.process.stdout.readline()
-        if not ready:
-            raise SystemExit(f"the {name} worker did not start (see its error above)")
-        self.info = json.loads(ready)
-
-    def translate(self, beams: int, index: int) -> float:
-        self.process.stdin.write(f"{beams} {index}\n")
-        self.process.stdin.flush()
-        return float(json.loads(self.process.stdout.readline()))
-
-    def close(self) -> None:
-        self.process.stdin.write("quit\n")
-        self.process.stdin.close()
-        self.process.wait(timeout=60)
+def _side(name: str, args, folder: Path, new_tokens: int, n_sentences: int) -> WorkerSide:
+    """A worker process serving side ``name`` (this script with ``--worker NAME``)."""
+    command = [sys.executable, str(Path(__file__).resolve()), "--worker", name, "--run", str(args.run),
+               "--folder", str(folder), "--threads", str(args.threads), "--batch-size", str(args.batch_size),
+               "--sentences", str(n_sentences), "--new-tokens", str(new_tokens), "--src", args.src,
+               "--ref", args.ref]  # fmt: skip
+    return WorkerSide(name, command)
 
 
 def quality(run: Path, folder: Path, sides, sources, references, beams_list, batch_size: int) -> dict:
@@ -210,7 +186,7 @@ def main(argv=None) -> dict:
     n_batches = math.ceil(n_sentences / args.batch_size)
     folder = Path(tempfile.mkdtemp(prefix="bench_onnx_"))
     _exports(run, folder, sides, sources[:16])
-    workers = {name: _Side(name, args, folder, new_tokens, n_sentences) for name in sides}
+    workers = {name: _side(name, args, folder, new_tokens, n_sentences) for name in sides}
     log(
         f"{n_sentences} sentences in batches of {args.batch_size}, {new_tokens} new tokens each; threads="
         f"{args.threads}; host {cpu_model()}; workers: {[w.info for w in workers.values()]}"

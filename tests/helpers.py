@@ -221,6 +221,33 @@ TRANSFORMER_LAYOUTS = {
     "pre-scalenorm-fixnorm": dict(norm_order="pre", norm_type="scale_norm", fix_norm=True),
 }
 
+
+def layout_transformer(vocab_size: int, layout: str, seed: int = 0, **overrides):
+    """The export and ecosystem tests' Transformer of :data:`TRANSFORMER_LAYOUTS` ``[layout]``:
+    2 + 2 layers, d_model 16, 2 heads, no dropout, a wide init (distinct logits), eval mode."""
+    sizes = dict(
+        d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=2,
+        encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64, dropout=0.0, init_std=0.3,
+    )  # fmt: skip
+    sizes.update(TRANSFORMER_LAYOUTS[layout])
+    sizes.update(overrides)
+    return tiny_model("transformer_seq2seq", vocab_size, seed=seed, eval=True, **sizes)
+
+
+def one_line_error(capsys, main, argv: list[str]) -> str:
+    """Run the command line ``main(argv)``, expecting exit status 2 and exactly one line on stderr
+    (no traceback); returns that line."""
+    import pytest
+
+    with pytest.raises(SystemExit) as exit_info:
+        raise SystemExit(main(argv))
+    assert exit_info.value.code == 2
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in captured.err, captured.err
+    return lines[0]
+
+
 RNN_VOCAB = 23
 
 # The RNN tests' grid over cell × attention × score × window × input feeding × mode (+ layers,

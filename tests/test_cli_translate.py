@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import FAMILIES, build_tiny_run, build_tokenizer, read_pairs
+from helpers import FAMILIES, build_tiny_run, build_tokenizer, one_line_error, read_pairs
 
 from attention_seq2seq.cli import main
 
@@ -45,14 +45,7 @@ def _translate(tmp_path: Path, name: str, models: list[Path], source: Path, *opt
 
 
 def _one_line_error(capsys, argv: list[str]) -> str:
-    """Run ``main(argv)``, expecting exit status 2 and exactly one line on stderr."""
-    with pytest.raises(SystemExit) as exit_info:
-        raise SystemExit(main(argv))
-    assert exit_info.value.code == 2
-    captured = capsys.readouterr()
-    lines = [line for line in captured.err.splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in captured.err, captured.err
-    return lines[0]
+    return one_line_error(capsys, main, argv)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import TRANSFORMER_LAYOUTS, tiny_model
+from helpers import TRANSFORMER_LAYOUTS, layout_transformer, tiny_model
 from torch import nn
 from transformers import AutoModelForSeq2SeqLM, MarianConfig, MarianMTModel
 
@@ -68,22 +68,7 @@ def build(name: str, seed: int = 0) -> nn.Module:
         )
         model = MarianMTModel(config)
     elif family == "transformer":
-        model = tiny_model(
-            "transformer_seq2seq",
-            VOCAB,
-            seed=seed,
-            d_model=16,
-            encoder_layers=2,
-            decoder_layers=2,
-            encoder_attention_heads=2,
-            decoder_attention_heads=2,
-            encoder_ffn_dim=32,
-            decoder_ffn_dim=32,
-            max_position_embeddings=64,
-            dropout=0.0,
-            init_std=0.3,
-            **TRANSFORMER_LAYOUTS[variant],
-        )
+        model = layout_transformer(VOCAB, variant, seed=seed)
     else:
         model = tiny_model(
             "rnn_seq2seq",

@@ -18,7 +18,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import RNN_VARIANTS, TRANSFORMER_LAYOUTS, read_pairs, rnn_model, tiny_model, tiny_tokenizer
+from helpers import (
+    RNN_VARIANTS,
+    TRANSFORMER_LAYOUTS,
+    layout_transformer,
+    one_line_error,
+    read_pairs,
+    rnn_model,
+    tiny_tokenizer,
+)
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
@@ -40,23 +48,7 @@ def build(name: str, vocab_size: int):
     family, _, variant = name.partition(":")
     if family == "rnn":
         return rnn_model(variant, vocab_size=vocab_size, hidden_size=16, embedding_size=12)
-    return tiny_model(
-        "transformer_seq2seq",
-        vocab_size,
-        seed=0,
-        d_model=16,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=32,
-        decoder_ffn_dim=32,
-        max_position_embeddings=160,
-        dropout=0.0,
-        init_std=0.3,
-        eval=True,
-        **TRANSFORMER_LAYOUTS[variant],
-    )
+    return layout_transformer(vocab_size, variant, max_position_embeddings=160)
 
 
 def saved(model, tokenizer, folder: Path) -> Path:
@@ -306,13 +298,7 @@ def test_evaluate_with_an_export_scores_what_the_pytorch_model_scores(exported, 
 
 
 def _one_line_error(capsys, argv: list[str]) -> str:
-    with pytest.raises(SystemExit) as exit_info:
-        raise SystemExit(main(argv))
-    assert exit_info.value.code == 2
-    captured = capsys.readouterr()
-    lines = [line for line in captured.err.splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in captured.err, captured.err
-    return lines[0]
+    return one_line_error(capsys, main, argv)
 
 
 def test_what_an_export_cannot_do_is_refused_in_one_line(exported, tmp_path, capsys):

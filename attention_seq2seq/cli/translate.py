@@ -31,6 +31,7 @@ examples:
   attention-seq2seq translate -m export/ --do-sample --top-p 0.9 --temperature 0.8 --seed 1 "Hallo!"
   attention-seq2seq translate -m export-ct2/ --input test.de --num-beams 5 --batch-tokens 2048
   attention-seq2seq translate -m export-ct2/ --n-best 3 "Ein Hund läuft im Schnee."
+  attention-seq2seq translate -m export-onnx/ --input test.de --num-beams 5      # export --format onnx
   attention-seq2seq translate -m runs/a -m runs/b --input test.de --num-beams 5       # an ensemble
   attention-seq2seq translate -m runs/a -m runs/b --ensemble-weights 0.7,0.3 "Hallo!"
   attention-seq2seq translate -m runs/multi30k --input test.de --constraints terms.tsv --num-beams 5

@@ -41,7 +41,6 @@ from .export import (
     ExportError,
     _check_destination,
     _load_model_and_tokenizer,
-    _read_config_json,
     _read_metrics,
     _replace_folder,
     family_of,
@@ -97,7 +96,7 @@ def check_generation_config(generation_config) -> None:
     """
     for name, off in _UNSUPPORTED_GENERATION:
         value = getattr(generation_config, name, off)
-        if value not in (off, None) and not (off == 0 and value == 0):
+        if value is not None and value != off and value != []:
             raise OnnxExportRefused(
                 f"generation_config.json sets {name}={value!r}, which the ONNX runtime does not implement "
                 "(it runs greedy and beam search with a length penalty); unset it, or translate with the "
@@ -278,11 +277,19 @@ def _quantize(folder: Path) -> None:
     """Replace both graphs by their int8 dynamic quantization (onnxruntime.quantization)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    for name in ("encoder", "decoder"):
-        source = folder / f"{name}.onnx"
-        target = folder / f"{name}.int8.onnx"
-        quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8)
-        os.replace(target, source)
+    import logging
+
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # its advice to run shape pre-processing first, on the root logger
+    try:
+        for name in ("encoder", "decoder"):
+            source = folder / f"{name}.onnx"
+            target = folder / f"{name}.int8.onnx"
+            quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8)
+            os.replace(target, source)
+    finally:
+        root.setLevel(level)
 
 
 def export_onnx(
@@ -316,7 +323,6 @@ def export_onnx(
     sources = resolve_sources(src)
     _check_destination(export_dir, src, overwrite)
     family = family_of(sources.model_dir)
-    _read_config_json(sources.model_dir)
     onnxruntime = _import_onnx()
     model, tokenizer = _load_model_and_tokenizer(family, sources.model_dir)
     check_generation_config(model.generation_config)

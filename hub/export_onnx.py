@@ -394,18 +394,20 @@ def render_onnx_card(config, quantization: str, check: dict, metrics: dict | Non
     """The folder's README.md: what it holds and how to run it."""
     family = "RNN encoder-decoder" if config.model_type == "rnn_seq2seq" else "Transformer"
     scores = ""
-    if metrics:
-        test = (metrics.get("test") or {}) if isinstance(metrics, dict) else {}
-        if isinstance(test, dict) and test.get("bleu") is not None:
-            scores = f"\nThe PyTorch model scored BLEU {test['bleu']:.1f} on its test set (metrics.json of the run).\n"
+    tests = (metrics or {}).get("test") if isinstance(metrics, dict) else None
+    if isinstance(tests, dict):
+        found = [(name, r["bleu"]) for name, r in tests.items() if isinstance(r, dict) and r.get("bleu") is not None]
+        if found:
+            listed = ", ".join(f"{bleu:.1f} on {name}" for name, bleu in found)
+            scores = f"\nThe PyTorch model's test BLEU (the run's metrics.json): {listed}.\n"
     return f"""# ONNX export ({family}, {quantization})
 
 Two ONNX graphs written by `attention-seq2seq export --format onnx`: `encoder.onnx` (the source
 once) and `decoder.onnx` (one target token per call, with the decoder's state as inputs and
 outputs), plus the tokenizer and `attention_seq2seq_onnx.json` (the graphs' interface and the
-decoding defaults: {json.dumps({k: v for k, v in check.items() if k in ("encoder", "decoder")})}
-is the largest logit difference from the PyTorch model found by the export's check, on
-{check["sentences"]} sentences and {check["steps"]} decoder steps, float32 graphs).
+decoding defaults). Before writing, the export compared the float32 graphs with the PyTorch model
+on {check["sentences"]} sentences over {check["steps"]} decoder steps: the largest logit difference
+was {check["encoder"]:.2g} (encoder) and {check["decoder"]:.2g} (decoder).
 {scores}
 ## With attention-seq2seq
 

@@ -76,6 +76,11 @@ def is_ct2(model) -> bool:
     return getattr(getattr(model, "config", None), "model_type", None) == "ctranslate2"
 
 
+#: What the message of a refused option calls a model decoded by its own runtime, by its
+#: ``config.model_type`` (also its ``ModelLocation.kind``).
+RUNTIME_NAMES = {"ctranslate2": "a CTranslate2 folder", "onnx": "an ONNX export"}
+
+
 def is_onnx(model) -> bool:
     """Whether ``model`` is an ONNX export loaded by translation/onnx_backend.py (``export --format onnx``)."""
     return getattr(getattr(model, "config", None), "model_type", None) == "onnx"
@@ -238,7 +243,7 @@ class Translator:
         self.options = options
         backend_class = backend_for(self.model)
         if options.align and not backend_class.attention_weights:
-            runtime = "a CTranslate2 folder" if is_ct2(self.model) else "an ONNX export"
+            runtime = RUNTIME_NAMES[self.model.config.model_type]
             raise UserError(
                 f"--alignments reads the model's attention weights, which {runtime} does not "
                 "return; use the PyTorch model (the training run or a --format remote/native export)"

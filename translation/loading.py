@@ -227,11 +227,12 @@ def load_ensemble(
     members: list[LoadedModel] = []
     for number, name in enumerate(names, start=1):
         try:
+            from .engine import RUNTIME_NAMES
+
             kind = locate_model(name).kind
-            if kind in ("ctranslate2", "onnx"):
-                runtime = "a CTranslate2 folder" if kind == "ctranslate2" else "an ONNX export"
+            if kind in RUNTIME_NAMES:
                 raise UserError(
-                    f"it is {runtime}; an ensemble decodes with PyTorch models (give the "
+                    f"it is {RUNTIME_NAMES[kind]}; an ensemble decodes with PyTorch models (give the "
                     "training run or a --format remote/native export)"
                 )
             members.append(

@@ -67,13 +67,13 @@ def cmd_plot_attention(parser: argparse.ArgumentParser, args: argparse.Namespace
         parser.error(f"--output must be a .png file; got {args.output}")
     generate_kwargs = _generation_kwargs(parser, args)
     # Attention weights come from the eager attention path (SDPA does not return them).
+    from ..translation.engine import RUNTIME_NAMES
     from ..translation.loading import locate_model
 
     kind = locate_model(args.model).kind
-    if kind in ("ctranslate2", "onnx"):
-        runtime = "a CTranslate2 folder" if kind == "ctranslate2" else "an ONNX export"
+    if kind in RUNTIME_NAMES:
         raise UserError(
-            f"-m {args.model} is {runtime}, which returns no attention weights; "
+            f"-m {args.model} is {RUNTIME_NAMES[kind]}, which returns no attention weights; "
             "plot with the training folder or a remote/native export of the same model"
         )
     loaded = _load(args, attn_implementation="eager")

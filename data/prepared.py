@@ -26,7 +26,8 @@ modification time of every file the spec names, and the tokenizer settings; the 
 the tokenizer file actually used and the length limits. A changed file or option therefore
 builds a new entry; an unchanged one is reused. Entries are built in a temporary folder and
 renamed into place under a file lock, so concurrent runs and ranks neither corrupt nor duplicate
-them.
+them. Each entry carries a ``MANIFEST.json`` (every file's size and SHA-256), checked before the
+entry is used: a truncated, bit-flipped or incomplete entry is rebuilt with one warning.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .durability import check_manifest, crash_point, write_manifest, writing
 from .host_measurements import cache_root as measurements_root
 
 logger = logging.getLogger(__name__)
@@ -464,20 +466,38 @@ def file_digest(path: str | os.PathLike) -> str:
 
 
 def build_once(final: Path, build: Callable[[Path], None]) -> bool:
-    """Make sure ``final`` exists: under a file lock beside it, build it (if it is still missing)
-    in a temporary sibling folder and rename that into place, so no reader ever sees a half-built
-    entry and concurrent processes build it once. Returns True if this call built it."""
+    """Make sure ``final`` exists and is whole: under a file lock beside it, check the entry's
+    manifest (:func:`~.durability.check_manifest`: every file's size and SHA-256); build it when
+    it is missing or damaged (one warning saying what was wrong) in a temporary sibling folder,
+    write its manifest, and rename that into place. No reader ever sees a half-built entry,
+    concurrent processes build it once, and a builder killed at any moment leaves only a
+    temporary folder, which the next builder removes. Returns True if this call built it.
+
+    Raises:
+        DiskFullError: the disk filled while building (one line naming the entry and the space
+            free there; nothing is left in the cache).
+    """
     from filelock import FileLock
 
     final.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(final) + ".lock"):
         if final.exists():
-            return False
+            problem = check_manifest(final)
+            if problem is None:
+                return False
+            logger.warning("corpus cache entry %s is damaged (%s): building it again", final, problem)
+            doomed = final.parent / f".{final.name}.damaged-{os.getpid()}"
+            os.replace(final, doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
+        for leftover in final.parent.glob(f".{final.name}.*"):  # a killed builder's (we hold the lock)
+            shutil.rmtree(leftover, ignore_errors=True)
         tmp = final.parent / f".{final.name}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         try:
-            build(tmp)
+            with writing(final.parent, "the corpus cache entry", kept="nothing half-built is left in the cache"):
+                build(tmp)
+                write_manifest(tmp)
+            crash_point(f"corpus cache {final.name} built, not yet renamed")
             os.replace(tmp, final)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -126,6 +126,7 @@ def load_data(config: TrainConfig, accelerator: Accelerator, output_dir: Path):
     """
     from transformers import PreTrainedTokenizerFast
 
+    from ..data.durability import unwritable
     from ..data.prepared import cache_root, prepare_corpus
 
     import datasets
@@ -133,6 +134,16 @@ def load_data(config: TrainConfig, accelerator: Accelerator, output_dir: Path):
     datasets.disable_progress_bars()  # seconds of work per split: the log states what matters
     tokenizer_dir = output_dir / "model"
     root = output_dir / "corpus_cache" if config.no_cache else cache_root()
+    problem = None if config.no_cache else unwritable(root)
+    if problem is not None:  # a read-only HOME or cache mount: this run keeps its data to itself
+        logger.warning(
+            "the corpus cache %s cannot be written (%s): preparing the data in %s for this run only "
+            "(set ATTENTION_SEQ2SEQ_CACHE to a writable folder to share it between runs)",
+            root,
+            problem,
+            output_dir / "corpus_cache",
+        )
+        root = output_dir / "corpus_cache"
     if config.no_cache and accelerator.is_main_process:
         import shutil
 
@@ -163,9 +174,12 @@ def load_data(config: TrainConfig, accelerator: Accelerator, output_dir: Path):
         # the bytes as they are, so a resumed run's hash of model/tokenizer.json finds this entry;
         # copyfile, not copytree/copy2: the run's files get the mode of the run's umask
         tokenizer_dir.mkdir(parents=True, exist_ok=True)
-        for path in sorted(prepared.tokenizer_dir.iterdir()):
-            if path.is_file():
-                shutil.copyfile(path, tokenizer_dir / path.name)
+        # tokenizer.json last: its presence is what says the copy is complete
+        for path in sorted(prepared.tokenizer_dir.iterdir(), key=lambda p: (p.name == "tokenizer.json", p.name)):
+            if path.is_file():  # whole or absent: a kill mid-copy must not leave a cut tokenizer.json
+                partial = tokenizer_dir / f".{path.name}.partial"
+                shutil.copyfile(path, partial)
+                os.replace(partial, tokenizer_dir / path.name)
     accelerator.wait_for_everyone()
     tokenizer = PreTrainedTokenizerFast.from_pretrained(tokenizer_dir)
     data = {"train": prepared.train, **prepared.splits}

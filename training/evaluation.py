@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import torch
 from accelerate.utils import gather_object
 
+from ..data.durability import crash_point
 from ..data.pairs import Collate, eval_batches
 from ..modeling.attention_pass import attention_pass
 from ..translation.scores import corpus_scores, format_score
@@ -196,8 +198,16 @@ def write_run_report(output_dir: Path, metrics: dict, test: dict, greedy: dict |
     """Write ``metrics.json``, ``test_translations.txt`` (the beam output behind the test scores,
     one line per test sentence) and, with greedy scores, ``test_translations_greedy.txt``; log the
     test scores."""
-    (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, ensure_ascii=False), encoding="utf-8")
     (output_dir / "test_translations.txt").write_text("".join(h + "\n" for h in test["hypotheses"]), encoding="utf-8")
+    if greedy is not None:
+        (output_dir / "test_translations_greedy.txt").write_text(
+            "".join(h + "\n" for h in greedy["hypotheses"]), encoding="utf-8"
+        )
+    # metrics.json last, whole or absent: its presence says the run finished.
+    temporary = output_dir / ".metrics.json.tmp"
+    temporary.write_text(json.dumps(metrics, indent=2, ensure_ascii=False), encoding="utf-8")
+    crash_point("metrics.json written, not yet renamed")
+    os.replace(temporary, output_dir / "metrics.json")
     logger.info(
         "test (beam %d): BLEU %s, lower-cased BLEU %s, chrF %s (%s)",
         num_beams,
@@ -207,9 +217,6 @@ def write_run_report(output_dir: Path, metrics: dict, test: dict, greedy: dict |
         test["bleu_signature"],
     )
     if greedy is not None:
-        (output_dir / "test_translations_greedy.txt").write_text(
-            "".join(h + "\n" for h in greedy["hypotheses"]), encoding="utf-8"
-        )
         logger.info(
             "test (greedy): BLEU %s, lower-cased BLEU %s, chrF %s (%s)",
             format_score(greedy, "bleu"),

@@ -70,11 +70,15 @@ from .build import (  # noqa: F401  (re-exported: the trainer's public pieces)
     resolve_precision,
     setup_logging,
 )
+from ..data.durability import DiskFullError, LockedError, crash_point, exclusive
 from .checkpoints import (
     TrainerState,
+    atomic_write,
     drop_lost_best,
+    restore_replaced,
     final_weight_sources,
     load_checkpoint,
+    prune_checkpoints,
     save_checkpoint,
     step_dirs,
     update_best,
@@ -89,6 +93,9 @@ from .train_config import CHOICES, TrainConfig, validate_config  # noqa: F401
 def train(config: TrainConfig) -> Path:
     """Run a whole training (or resume one) and return the output folder.
 
+    The main process holds ``output_dir/.train.lock`` for the whole run: a second training into
+    the same folder stops at once with one line naming the first (its pid, host and command).
+
     Writes ``model/``, ``metrics.json``, ``recipe.yaml``, ``plots/``, ``checkpoints/``, ``best/``
     and ``logs/`` under ``config.output_dir`` (docs/DESIGN.md). Safe to call in-process, several
     times; Accelerate keeps one state per process, so those calls must share ``mixed_precision``.
@@ -98,11 +105,24 @@ def train(config: TrainConfig) -> Path:
         FileExistsError: ``output_dir`` holds checkpoints and ``resume`` is off.
         FloatingPointError: the training loss became NaN or infinite (names the first bad update;
             the checkpoints written before it are kept).
+        LockedError: another live process trains into ``output_dir``.
+        DiskFullError: the disk filled while writing a checkpoint or the final model (names the
+            folder and the space it needs; the previous checkpoint is intact, ``--resume`` goes on).
     """
-    # ==== build ====================================================================================
     validate_config(config)
     output_dir = Path(config.output_dir).resolve()
+    if int(os.environ.get("RANK", "0")) != 0:  # one lock per run, held by its global rank 0
+        return _train(config, output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    with exclusive(output_dir / ".train.lock", f"output folder {output_dir}"):
+        return _train(config, output_dir)
+
+
+def _train(config: TrainConfig, output_dir: Path) -> Path:
+    # ==== build ====================================================================================
     ckpt_root, best_root, plots_dir = output_dir / "checkpoints", output_dir / "best", output_dir / "plots"
+    if int(os.environ.get("RANK", "0")) == 0:
+        restore_replaced(output_dir / "model")  # a kill while the final model replaced model/
     if config.num_threads is not None:
         torch.set_num_threads(config.num_threads)
     precision = resolve_precision(config)  # None unless mixed_precision is "auto"
@@ -167,6 +187,7 @@ def train(config: TrainConfig) -> Path:
             )
         if is_main:  # best/ folders written after that checkpoint belong to the lost future
             drop_lost_best(best_root, state)
+            prune_checkpoints(ckpt_root, config.keep_last_checkpoints)
 
     if config.log_with != "none":
         flat = {k: (json.dumps(v) if isinstance(v, dict) else v) for k, v in dataclasses.asdict(config).items()}
@@ -289,6 +310,7 @@ def train(config: TrainConfig) -> Path:
         )
         first_bad = torch.where((first_bad < 0) & ~torch.isfinite(update_loss), state.step + 1, first_bad)
         state.step += 1
+        crash_point(f"update {state.step}")
         loss_acc += update_loss
         tokens_acc += num_tokens
         progress.update(1)
@@ -389,10 +411,14 @@ def train(config: TrainConfig) -> Path:
     )
     load_averaged_weights(unwrapped, average_checkpoints(sources))
     logger.info("final model: %s", final_desc)
-    if is_main:
-        unwrapped.save_pretrained(output_dir / "model")
-        tokenizer.save_pretrained(output_dir / "model")
-    accelerator.wait_for_everyone()
+
+    def write_model(folder: Path) -> None:
+        if is_main:
+            unwrapped.save_pretrained(folder)
+            crash_point("model weights written")
+            tokenizer.save_pretrained(folder)
+
+    atomic_write(accelerator, output_dir / "model", write_model)  # model/ is whole or absent
 
     # ---- test set, the card's heat-map and metrics.json
     # Scored as users will load the saved model: float32, without the mixed-precision autocast
@@ -466,7 +492,13 @@ def main(argv: list[str] | None = None) -> None:
     except RecipeError as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
-    train(config)
+    try:
+        train(config)
+    except (FileExistsError, LockedError, DiskFullError) as err:
+        if os.environ.get("ATTENTION_SEQ2SEQ_DEBUG"):
+            raise
+        tqdm.write(f"error: {str(err).splitlines()[0]}", file=sys.stderr)  # on a line of its own, below the bar
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

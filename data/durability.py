@@ -1,0 +1,316 @@
+"""Surviving faults: crash points, full disks, one writer per place, and checked cache entries.
+
+What a long training run or a translation job meets besides its happy path (tests/test_faults.py
+tries each of these):
+
+- **Crash points** (:func:`crash_point`): named places in the writers of checkpoints, best-k
+  folders, the final model and cache entries. They cost one environment lookup. The fault tests
+  set ``ATTENTION_SEQ2SEQ_FAULT_TRACE=FILE`` to list the points a run passes, then
+  ``ATTENTION_SEQ2SEQ_FAULT_KILL_AT=NAME`` to have the process SIGKILL itself at one of them, and
+  check that resuming loses nothing.
+- **A full disk** (:func:`out_of_space`, :func:`writing`): ENOSPC, EDQUOT and EFBIG (a file-size
+  limit) surface from Python as ``OSError`` but from torch's and safetensors' writers as
+  ``RuntimeError`` text; both become one :class:`DiskFullError` line naming the path, the space
+  left there and what was kept.
+- **One writer per place** (:func:`exclusive`): an advisory ``flock`` on a lock file that records
+  its holder (pid, host, command, start time). The kernel releases it when the holder dies, even by
+  SIGKILL, so a stale lock file never blocks anyone; a live holder makes a second writer stop
+  with one line naming it.
+- **Checked cache entries** (:func:`write_manifest`, :func:`check_manifest`): a ``MANIFEST.json``
+  listing every file's size and SHA-256, written last into an entry before it is renamed into
+  place and compared before the entry is used.
+
+The standard library only, like ``host_measurements.py``: every layer from ``data/`` up uses it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import errno
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+from pathlib import Path
+
+KILL_AT_ENV = "ATTENTION_SEQ2SEQ_FAULT_KILL_AT"
+TRACE_ENV = "ATTENTION_SEQ2SEQ_FAULT_TRACE"
+STOP_AT_ENV = "ATTENTION_SEQ2SEQ_FAULT_STOP_AT"
+MANIFEST = "MANIFEST.json"
+MANIFEST_VERSION = 1
+
+
+# --------------------------------------------------------------------------------------------
+# Crash points
+# --------------------------------------------------------------------------------------------
+
+
+def crash_point(name: str) -> None:
+    """A place where the fault tests may kill this process (SIGKILL: no handler, no cleanup).
+
+    Does nothing unless ``$ATTENTION_SEQ2SEQ_FAULT_TRACE`` (append ``name`` to that file),
+    ``$ATTENTION_SEQ2SEQ_FAULT_KILL_AT`` (kill at the first point of that name) or
+    ``$ATTENTION_SEQ2SEQ_FAULT_STOP_AT`` (SIGSTOP there, so a test can act on a process caught in
+    the middle, holding its locks, then continue or kill it) is set. Names
+    carry the update or step they belong to ("update 5", "checkpoint step_6 renamed"), so one
+    name is one moment of a run, and a resumed run that replays to it dies there again.
+    """
+    trace, kill_at, stop_at = (os.environ.get(key) for key in (TRACE_ENV, KILL_AT_ENV, STOP_AT_ENV))
+    if trace:
+        with open(trace, "a", encoding="utf-8") as handle:  # one write(2): survives the kill below
+            handle.write(name + "\n")
+    if kill_at and kill_at == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if stop_at and stop_at == name:
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
+# --------------------------------------------------------------------------------------------
+# A full disk
+# --------------------------------------------------------------------------------------------
+
+_SPACE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+# How torch's zip writer, safetensors (Rust) and numpy word the same errors.
+_SPACE_TEXT = ("no space left", "file too large", "disk quota", "os error 28", "os error 27", "os error 122")
+# torch.save's zip writer loses the errno ("unexpected pos 576 vs 534", "iostream error"): its
+# failures count as a full disk when the place is nearly full or a file-size limit is set.
+_TORCH_WRITER_TEXT = ("inline_container", "iostream error", "pytorchstreamwriter", "file write failed")
+
+
+def _file_size_limit() -> int | None:
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        return None if soft == resource.RLIM_INFINITY else soft
+    except (ImportError, ValueError, OSError):  # pragma: no cover - not POSIX
+        return None
+
+
+def out_of_space(err: BaseException | None, path: str | os.PathLike | None = None) -> bool:
+    """Whether ``err`` (or an exception it was raised from) is a full disk, a quota or a file-size
+    limit. With ``path``, a torch writer failure that says nothing counts when fewer than 16 MB are
+    free there or a file-size limit is set."""
+    if path is not None and _torch_writer_failed(err):
+        free = free_bytes(path)
+        if _file_size_limit() is not None or (free is not None and free < 16_000_000):
+            return True
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in _SPACE_ERRNOS:
+            return True
+        if any(text in str(err).lower() for text in _SPACE_TEXT):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def _torch_writer_failed(err: BaseException | None) -> bool:
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if any(text in str(err).lower() for text in _TORCH_WRITER_TEXT):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def free_bytes(path: str | os.PathLike) -> int | None:
+    """Bytes free to this user on the file system holding ``path`` (its nearest existing parent)."""
+    path = Path(path).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None
+
+
+def size_text(count: int | None) -> str:
+    """``12.3 MB``-style size (decimal units)."""
+    if count is None:
+        return "unknown"
+    for unit in ("B", "kB", "MB", "GB"):
+        if count < 1000 or unit == "GB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1000
+    return f"{count:.1f} TB"
+
+
+class DiskFullError(OSError):
+    """No space (or a quota, or a file-size limit) while writing; the message is one line naming
+    the path, what is free there, what is needed where known, and what was kept."""
+
+
+@contextlib.contextmanager
+def writing(path: str | os.PathLike, what: str, *, needed: int | None = None, kept: str = ""):
+    """Turn a full disk inside the block into one :class:`DiskFullError` line.
+
+    Args:
+        path: the file or folder being written.
+        what: what it is ("checkpoint", "the translations"), the start of the message.
+        needed: bytes the write needs, where known (the size of the previous checkpoint, say).
+        kept: what is still intact, appended to the message ("the previous checkpoint step_4 is
+            intact").
+    """
+    try:
+        yield
+    except DiskFullError:
+        raise
+    except BaseException as err:
+        if not out_of_space(err, path):
+            raise
+        free, soft = free_bytes(path), _file_size_limit()
+        limit = f", and a file-size limit of {size_text(soft)} (ulimit -f)" if soft is not None else ""
+        need = f"; it needs about {size_text(needed)}" if needed else ""
+        tail = f"; {kept}" if kept else ""
+        full = DiskFullError(f"no space left writing {what} ({path}: {size_text(free)} free there{limit}{need}){tail}")
+        full.errno = errno.ENOSPC
+        raise full from err
+
+
+def tree_bytes(path: str | os.PathLike) -> int:
+    """Total size of the files under ``path`` (0 where it does not exist)."""
+    path = Path(path)
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
+
+
+def unwritable(folder: str | os.PathLike) -> str | None:
+    """None when files can be created in ``folder`` (made if missing); else why not, in a few
+    words ("Read-only file system", "Permission denied"). Root passes permission bits, so
+    this tries for real rather than reading them."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".write-probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        return err.strerror or type(err).__name__
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# One writer per place
+# --------------------------------------------------------------------------------------------
+
+
+class LockedError(RuntimeError):
+    """Another live process holds the lock; the message names it."""
+
+
+@contextlib.contextmanager
+def exclusive(lock_file: str | os.PathLike, what: str):
+    """Hold ``lock_file`` (an ``flock``, released by the kernel when this process ends however it
+    ends) for the block, or raise :class:`LockedError` at once naming the holder.
+
+    ``what`` names the place in the message ("output folder runs/x", say). The lock file stays on
+    disk (removing it would race with a second process opening it); its content is the last
+    holder's description. On a system without ``fcntl`` nothing is locked.
+    """
+    lock_file = Path(lock_file)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 4096, 0).decode("utf-8", "replace")
+            try:
+                info = json.loads(holder)
+                by = f"process {info['pid']} on {info['host']} (since {info['since']}: {info['command']})"
+            except (ValueError, KeyError, TypeError):
+                by = "another process"
+            raise LockedError(f"{what} is in use by {by}; wait for it to finish or stop it ({lock_file})") from None
+        record = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "since": datetime.datetime.now().isoformat(timespec="seconds"),
+            "command": " ".join(sys.argv)[:300],
+        }
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(record).encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+# --------------------------------------------------------------------------------------------
+# Checked cache entries
+# --------------------------------------------------------------------------------------------
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _entry_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST)
+
+
+def write_manifest(folder: str | os.PathLike) -> None:
+    """Write ``folder/MANIFEST.json``: every file's relative path, size and SHA-256. Call it last,
+    on the complete (still temporary) folder."""
+    folder = Path(folder)
+    files = {str(p.relative_to(folder)): [p.stat().st_size, file_sha256(p)] for p in _entry_files(folder)}
+    (folder / MANIFEST).write_text(json.dumps({"version": MANIFEST_VERSION, "files": files}, indent=0) + "\n")
+
+
+def check_manifest(folder: str | os.PathLike) -> str | None:
+    """None when ``folder`` holds exactly the files of its manifest, with their sizes and
+    checksums; else what is wrong, in a few words naming the file."""
+    folder = Path(folder)
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+        files = manifest["files"]
+        if manifest.get("version") != MANIFEST_VERSION or not isinstance(files, dict):
+            return f"{MANIFEST} of another version"
+    except FileNotFoundError:
+        return f"no {MANIFEST} (written before entries were checked, or never completed)"
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        return f"an unreadable {MANIFEST} ({type(err).__name__})"
+    present = {str(p.relative_to(folder)) for p in _entry_files(folder)}
+    for name, (size, sha) in sorted(files.items()):
+        path = folder / name
+        if name not in present:
+            return f"{name} is missing"
+        if path.stat().st_size != size:
+            return f"{name} has {path.stat().st_size} bytes, not {size}"
+        if file_sha256(path) != sha:
+            return f"{name} does not match its checksum"
+    extra = sorted(present - set(files))
+    if extra:
+        return f"{extra[0]} is not in {MANIFEST}"
+    return None
+
+
+__all__ = [
+    "DiskFullError",
+    "LockedError",
+    "check_manifest",
+    "crash_point",
+    "exclusive",
+    "free_bytes",
+    "out_of_space",
+    "size_text",
+    "tree_bytes",
+    "unwritable",
+    "write_manifest",
+    "writing",
+]

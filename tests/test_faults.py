@@ -1,0 +1,463 @@
+"""Fault injection (issue 43): what a long training run meets besides its happy path.
+
+Each test makes one fault happen for real to a training process started as a user starts it
+(``python -m attention_seq2seq.training.train --recipe ...``) and checks what survives:
+
+- kill -9 at every crash point of a tiny run (:func:`~attention_seq2seq.data.durability.crash_point`:
+  updates, inside checkpoint and best-k writes, best-k pruning, the final model, metrics.json, the
+  corpus cache build), each followed by ``--resume``: the final weights are bit-identical to an
+  uninterrupted run and no partial checkpoint is ever in place;
+- two trainings into one output folder (the second refused naming the first), a lock holder
+  killed -9 (its lock goes with it), two builders of one cache entry with the first killed -9;
+- a full disk (a file-size limit set on the running process) during a checkpoint: one line, the
+  previous checkpoint intact, the run resumes to the same weights;
+- damaged corpus-cache entries (truncated, bit-flipped, a file missing): rebuilt with one warning;
+- a read-only cache directory: the run still trains, with one warning.
+
+The reference runs are module-scoped (one per family, a few seconds each); the kill chains are
+``slow`` (a minute or two per family) and still run in CI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from helpers import REPO_ROOT, pairs_corpus_spec
+
+from attention_seq2seq.data.durability import (
+    KILL_AT_ENV,
+    MANIFEST,
+    STOP_AT_ENV,
+    TRACE_ENV,
+    LockedError,
+    check_manifest,
+    exclusive,
+)
+from attention_seq2seq.training.config import config_from_dict, dump_recipe
+from attention_seq2seq.training.train_config import TrainConfig
+
+FAMILIES = ("transformer", "rnn")
+MODEL_CONFIGS = {
+    "transformer": {
+        "d_model": 32,
+        "encoder_layers": 1,
+        "decoder_layers": 1,
+        "encoder_attention_heads": 2,
+        "decoder_attention_heads": 2,
+        "encoder_ffn_dim": 64,
+        "decoder_ffn_dim": 64,
+        "dropout": 0.1,
+    },
+    "rnn": {
+        "embedding_size": 32,
+        "hidden_size": 32,
+        "attention": "luong",
+        "score": "general",
+        "input_feeding": True,
+        "dropout": 0.1,
+    },
+}
+TIMEOUT_S = 300
+STEP = re.compile(r"step_\d+")
+
+
+def write_recipe(path: Path, family: str, output_dir: Path, **overrides) -> Path:
+    """A run of a few seconds that passes every kind of crash point: 6 updates of 2 accumulated
+    micro-batches (dropout on, so the RNG state matters), a checkpoint and a validation every 2
+    updates, 2 best kept and averaged (so best-k pruning happens), one thread (bit-identical
+    between processes)."""
+    values = dict(
+        model_family=family,
+        model_config=MODEL_CONFIGS[family],
+        corpus=pairs_corpus_spec(),
+        max_train_samples=120,
+        vocab_size=500,
+        max_source_length=48,
+        max_target_length=48,
+        max_tokens=400,
+        gradient_accumulation_steps=2,
+        learning_rate=3e-3,
+        warmup_steps=2,
+        max_steps=6,
+        eval_every=2,
+        save_every=2,
+        keep_best_k=2,
+        average_best_k=2,
+        max_eval_samples=8,
+        eval_num_beams=2,
+        eval_batch_size=8,
+        max_test_samples=8,
+        test_num_beams=2,
+        num_plot_sentences=1,
+        log_every=1,
+        log_with="none",
+        num_threads=1,
+        mixed_precision="no",
+        output_dir=str(output_dir),
+    )
+    values.update(overrides)
+    dump_recipe(config_from_dict(TrainConfig, values), path)
+    return path
+
+
+def child_env(cache: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in (KILL_AT_ENV, STOP_AT_ENV, TRACE_ENV)}
+    env.update(ATTENTION_SEQ2SEQ_CACHE=str(cache), OMP_NUM_THREADS="1", **extra)
+    env.pop("ATTENTION_SEQ2SEQ_DEBUG", None)
+    return env
+
+
+def train_command(recipe: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "attention_seq2seq.training.train", "--recipe", str(recipe), *args]
+
+
+def run_train(recipe: Path, cache: Path, *args: str, **extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        train_command(recipe, *args),
+        cwd=REPO_ROOT,
+        env=child_env(cache, **extra),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+
+
+def start_train(recipe: Path, cache: Path, *args: str, **extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        train_command(recipe, *args),
+        cwd=REPO_ROOT,
+        env=child_env(cache, **extra),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_stopped(proc: subprocess.Popen, timeout: float = TIMEOUT_S) -> None:
+    """Wait until ``proc`` has stopped itself (SIGSTOP at its ``STOP_AT`` crash point)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            state = "gone"
+        if state == "T":
+            return
+        if proc.poll() is not None:
+            tail = proc.stderr.read()[-3000:]
+            raise AssertionError(f"the run ended ({proc.returncode}) before its stop point: {tail}")
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError("the run never reached its stop point")
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("error:")]
+
+
+class Reference:
+    """An uninterrupted run of one family, its crash points in order, and the tokenizer every
+    other run of the family reuses (subword training is not bitwise reproducible)."""
+
+    def __init__(self, root: Path, family: str):
+        self.family = family
+        first = run_train(write_recipe(root / "first.yaml", family, root / "first"), root / "cache-first")
+        assert first.returncode == 0, first.stderr[-3000:]
+        self.tokenizer = root / "tokenizer"
+        shutil.copytree(root / "first" / "model", self.tokenizer, ignore=shutil.ignore_patterns("*.safetensors"))
+        self.dir = root / "ref" / "run"
+        trace = root / "trace.txt"
+        recipe = write_recipe(root / "ref.yaml", family, self.dir, tokenizer_path=str(self.tokenizer))
+        done = run_train(recipe, root / "cache-ref", **{TRACE_ENV: str(trace)})
+        assert done.returncode == 0, done.stderr[-3000:]
+        self.points = trace.read_text().splitlines()
+
+    def recipe(self, path: Path, output_dir: Path) -> Path:
+        """The reference's recipe for another output folder (named ``run`` too: crash points name
+        the folder they write in)."""
+        assert output_dir.name == "run"
+        return write_recipe(path, self.family, output_dir, tokenizer_path=str(self.tokenizer))
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    made: dict[str, Reference] = {}
+
+    def get(family: str) -> Reference:
+        if family not in made:
+            made[family] = Reference(tmp_path_factory.mktemp(f"reference-{family}"), family)
+        return made[family]
+
+    return get
+
+
+def bytes_of(path: Path) -> bytes:
+    return path.read_bytes()
+
+
+def assert_nothing_partial(run: Path, ref: Path) -> None:
+    """Every folder under a final name is whole: checkpoints and best-k folders (and model/, and
+    metrics.json) either absent or equal to the uninterrupted run's where it kept them, and
+    readable where it pruned them."""
+    for sub, files in (("checkpoints", ("model.safetensors", "optimizer.bin")), ("best", ("model.safetensors",))):
+        for folder in sorted((run / sub).glob("step_*")) if (run / sub).is_dir() else []:
+            assert STEP.fullmatch(folder.name), folder
+            twin = ref / sub / folder.name
+            for name in files:
+                if twin.is_dir():
+                    assert bytes_of(folder / name) == bytes_of(twin / name), f"{folder / name} differs"
+                elif name.endswith(".safetensors"):
+                    load_file(str(folder / name))
+                else:
+                    torch.load(folder / name, weights_only=False)
+            if sub == "checkpoints":
+                state = torch.load(folder / "training_state.pt", weights_only=False)
+                assert state["trainer"]["step"] == int(folder.name.split("_")[1])
+    if (run / "model" / "model.safetensors").exists():
+        assert bytes_of(run / "model" / "model.safetensors") == bytes_of(ref / "model" / "model.safetensors")
+    if (run / "model").is_dir():
+        assert (run / "model" / "tokenizer.json").exists(), "model/ without its tokenizer"
+    if (run / "metrics.json").exists():
+        ours, theirs = (json.loads((r / "metrics.json").read_text()) for r in (run, ref))
+        assert ours["test"] == theirs["test"]
+
+
+def assert_same_run(run: Path, ref: Path) -> None:
+    """The finished run equals the uninterrupted one: final model, kept checkpoints and best-k
+    folders byte for byte, validation and test scores."""
+    assert bytes_of(run / "model" / "model.safetensors") == bytes_of(ref / "model" / "model.safetensors")
+    for sub in ("checkpoints", "best"):
+        names = sorted(p.name for p in (run / sub).iterdir() if not p.name.startswith("."))
+        assert names == sorted(p.name for p in (ref / sub).iterdir() if not p.name.startswith("."))
+        for name in names:
+            assert bytes_of(run / sub / name / "model.safetensors") == bytes_of(ref / sub / name / "model.safetensors")
+    ours, theirs = (json.loads((r / "metrics.json").read_text()) for r in (run, ref))
+    assert ours["validation"] == theirs["validation"]
+    assert ours["test"] == theirs["test"]
+    assert ours["train"]["steps"] == theirs["train"]["steps"] == 6
+    assert not [p for sub in ("checkpoints", "best") for p in (run / sub).iterdir() if p.name.startswith(".")]
+
+
+# ------------------------------------------------------------------------------ kill -9, resume
+@pytest.mark.slow
+@pytest.mark.parametrize("family", FAMILIES)
+def test_kill_9_at_every_crash_point_and_resume_gives_the_uninterrupted_weights(family, reference, tmp_path):
+    ref = reference(family)
+    points = ref.points
+    kinds = {
+        "updates": [p for p in points if p.startswith("update ")],
+        "checkpoint writes": [p for p in points if p.startswith("checkpoints/") and "deleted" not in p],
+        "best-k writes": [p for p in points if p.startswith("best/") and "deleted" not in p],
+        "pruning": [p for p in points if p.endswith("being deleted")],
+        "final model": [p for p in points if p.startswith("run/model") or p == "model weights written"],
+        "metrics.json": [p for p in points if p.startswith("metrics.json")],
+        "corpus cache": [p for p in points if p.startswith("corpus cache")],
+    }
+    assert len(points) >= 20 and all(kinds.values()), kinds
+    run, cache = tmp_path / "chain" / "run", tmp_path / "cache"
+    recipe = ref.recipe(tmp_path / "recipe.yaml", run)
+    for point in points:  # each run resumes the killed one and dies at the next point
+        killed = run_train(recipe, cache, "--resume", **{KILL_AT_ENV: point})
+        assert killed.returncode == -signal.SIGKILL, f"{point!r} not reached: {killed.stderr[-3000:]}"
+        assert_nothing_partial(run, ref.dir)
+    done = run_train(recipe, cache, "--resume")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert_same_run(run, ref.dir)
+
+
+# ------------------------------------------------------------------------ two processes, one place
+def test_a_second_training_into_the_same_folder_is_refused_naming_the_first(reference, tmp_path):
+    ref = reference("transformer")
+    run, cache = tmp_path / "one" / "run", tmp_path / "cache"
+    recipe = ref.recipe(tmp_path / "recipe.yaml", run)
+    first = start_train(recipe, cache, **{STOP_AT_ENV: "checkpoints/step_2 renamed"})
+    try:
+        wait_stopped(first)
+        second = run_train(recipe, cache, "--resume")
+        assert second.returncode == 2
+        (line,) = error_lines(second.stderr)
+        assert f"process {first.pid} on " in line and "train" in line and str(run) in line, line
+        assert [p.name for p in (run / "checkpoints").glob("step_*")] == ["step_2"]  # nothing touched
+    finally:
+        first.kill()  # kill -9 while holding the lock: the kernel drops it
+        first.communicate()
+    assert (run / ".train.lock").exists()  # the stale lock file blocks nobody
+    done = run_train(recipe, cache, "--resume")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert_same_run(run, ref.dir)
+
+
+def test_exclusive_refuses_a_live_holder_and_not_a_dead_one(tmp_path):
+    lock = tmp_path / "x.lock"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from attention_seq2seq.data.durability import exclusive\n"
+            f"with exclusive({str(lock)!r}, 'the place'):\n    print('held', flush=True); time.sleep(600)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(LockedError, match=rf"the place is in use by process {holder.pid} on .* \(since "):
+            with exclusive(lock, "the place"):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with exclusive(lock, "the place"):  # the dead holder's lock is gone
+        assert json.loads(lock.read_text())["pid"] == os.getpid()
+
+
+def test_two_builders_of_one_cache_entry_build_it_once_when_the_first_is_killed(tmp_path):
+    from attention_seq2seq.data.prepared import build_once
+
+    final = tmp_path / "cache" / "entry"
+    script = (
+        "import sys\nfrom pathlib import Path\nfrom attention_seq2seq.data.prepared import build_once\n"
+        "def build(tmp):\n    (tmp / 'data.bin').write_bytes(b'x' * 1000)\n"
+        f"print(build_once(Path({str(final)!r}), build))"
+    )
+    first = subprocess.Popen(
+        [sys.executable, "-c", script],
+        env={**os.environ, STOP_AT_ENV: "corpus cache entry built, not yet renamed"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_stopped(first)
+        assert not final.exists() and list(final.parent.glob(".entry.tmp-*"))  # caught mid-build
+        second = subprocess.Popen(
+            [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        time.sleep(2)
+        assert second.poll() is None  # waits on the builder's lock
+    finally:
+        first.kill()
+        first.communicate()
+    out, err = second.communicate(timeout=TIMEOUT_S)
+    assert second.returncode == 0, err
+    assert out.strip() == "True"  # the second built it, once
+    assert check_manifest(final) is None and (final / "data.bin").read_bytes() == b"x" * 1000
+    # the killed builder's temporary folder is gone
+    assert sorted(p.name for p in final.parent.iterdir()) == ["entry", "entry.lock"]
+    assert build_once(final, lambda tmp: pytest.fail("built again")) is False
+
+
+# --------------------------------------------------------------------------------- a full disk
+def test_a_full_disk_during_a_checkpoint_is_one_line_and_the_run_resumes(reference, tmp_path):
+    ref = reference("transformer")
+    run, cache = tmp_path / "full" / "run", tmp_path / "cache"
+    recipe = ref.recipe(tmp_path / "recipe.yaml", run)
+    proc = start_train(recipe, cache, **{STOP_AT_ENV: "checkpoints/step_2 renamed"})
+    try:
+        wait_stopped(proc)
+        # 64 kB per file from now on: the log and small files still fit, a model checkpoint does not.
+        resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (64_000, 64_000))
+        os.kill(proc.pid, signal.SIGCONT)
+        _, stderr = proc.communicate(timeout=TIMEOUT_S)
+    finally:
+        proc.kill()
+    assert proc.returncode == 2, stderr[-3000:]
+    assert len(error_lines(stderr)) == 1, stderr[-3000:]
+    (line,) = error_lines(stderr)
+    # The validation of update 4 writes best/step_4 first (then checkpoints/step_4).
+    assert line.startswith(f"error: no space left writing best/step_4 ({run / 'best' / 'step_4'}: "), line
+    assert "a file-size limit of 64.0 kB (ulimit -f); it needs about 154" in line, line
+    assert line.endswith("; the previous best/step_2 is intact"), line
+    assert "Traceback" not in stderr
+    for sub in ("best", "checkpoints"):  # the partial folder is gone, the previous one kept
+        assert sorted(p.name for p in (run / sub).iterdir()) == ["step_2"]
+    assert_nothing_partial(run, ref.dir)
+    done = run_train(recipe, cache, "--resume")  # space back (no limit): the run goes on
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert_same_run(run, ref.dir)
+
+
+# ------------------------------------------------------------------------------ rotten caches
+def _damage(entry: Path, how: str) -> None:
+    files = [p for p in entry.rglob("*") if p.is_file() and p.name != MANIFEST]
+    victim = max(files, key=lambda p: p.stat().st_size)
+    data = bytearray(victim.read_bytes())
+    if how == "truncated":
+        victim.write_bytes(bytes(data[: len(data) // 2]))
+    elif how == "bit-flipped":
+        data[len(data) // 3] ^= 0x10
+        victim.write_bytes(bytes(data))
+    else:
+        victim.unlink()
+
+
+@pytest.mark.parametrize("how", ["truncated", "bit-flipped", "missing a file"])
+def test_a_damaged_corpus_cache_entry_is_rebuilt_with_one_warning(reference, tmp_path, how):
+    ref = reference("transformer")
+    cache = tmp_path / "cache"
+    done = run_train(ref.recipe(tmp_path / "a.yaml", tmp_path / "a" / "run"), cache)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (entry,) = [p for p in cache.rglob("prepared-*") if p.is_dir()]
+    assert check_manifest(entry) is None
+    _damage(entry, how)
+    assert check_manifest(entry) is not None
+    again = run_train(ref.recipe(tmp_path / "b.yaml", tmp_path / "b" / "run"), cache)
+    assert again.returncode == 0, again.stderr[-3000:]
+    warnings = [line for line in again.stderr.splitlines() if "is damaged" in line]
+    assert len(warnings) == 1 and entry.name in warnings[0], again.stderr[-3000:]
+    assert "Traceback" not in again.stderr
+    assert check_manifest(entry) is None
+    assert_same_run(tmp_path / "b" / "run", ref.dir)  # the same batches as with a sound entry
+
+
+# ------------------------------------------------------------------------------ read-only places
+def _read_only_prefix(folder: Path) -> list[str]:
+    """A command prefix that runs its command with ``folder`` read-only: a read-only bind mount in
+    a private mount namespace (root passes permission bits), or plain permissions otherwise."""
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        return []
+    probe = subprocess.run(
+        ["unshare", "-m", "sh", "-c", f"mount --bind -o ro {folder} {folder} && ! touch {folder}/probe"],
+        capture_output=True,
+    )
+    if probe.returncode != 0 or not shutil.which("unshare"):
+        pytest.skip(f"no read-only mount for root here (unshare -m: {probe.stderr.decode().strip()[:200]})")
+    return ["unshare", "-m", "sh", "-c", f'mount --bind -o ro "{folder}" "{folder}" && exec "$@"', "sh"]
+
+
+def test_training_with_a_read_only_cache_still_works_with_one_warning(reference, tmp_path):
+    ref = reference("transformer")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    run = tmp_path / "ro" / "run"
+    recipe = ref.recipe(tmp_path / "recipe.yaml", run)
+    try:
+        done = subprocess.run(
+            _read_only_prefix(cache) + train_command(recipe),
+            cwd=REPO_ROOT,
+            env=child_env(cache),
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+        )
+    finally:
+        cache.chmod(0o755)
+    assert done.returncode == 0, done.stderr[-3000:]
+    warnings = [line for line in done.stderr.splitlines() if "cannot be written" in line]
+    assert len(warnings) == 1 and str(cache) in warnings[0] and "ATTENTION_SEQ2SEQ_CACHE" in warnings[0]
+    assert list(cache.iterdir()) == []
+    assert_same_run(run, ref.dir)

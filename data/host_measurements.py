@@ -18,6 +18,14 @@ model's shape: the caller's ``key`` fields, hashed) and stored in a small JSON f
 others wait). Delete the file, or point ``ATTENTION_SEQ2SEQ_CACHE`` at another folder, to
 measure again.
 
+What can go wrong with the store is survived (tests/test_faults.py): an entry that cannot be read
+(a file cut in half, another schema, a missing field) is measured again with one warning; a
+measurement taken while the machine is busy (its 1-minute load average at or above half its
+cores before the timing began) is used for this run only and not kept, with the reason logged,
+so a choice made beside a test run or a build is never kept for good
+(``ATTENTION_SEQ2SEQ_KEEP_BUSY_MEASUREMENTS=1`` keeps it anyway); a read-only cache folder means
+nothing is stored, with one warning.
+
 The standard library only; it lives in ``data/`` beside the prepared-corpus cache, which shares
 :func:`cache_root`, so every layer from ``data/`` up may use it.
 """
@@ -28,10 +36,14 @@ import contextlib
 import datetime
 import hashlib
 import json
+import logging
 import os
 import platform
 from pathlib import Path
 from typing import Callable
+
+logger = logging.getLogger(__name__)
+KEEP_BUSY_ENV = "ATTENTION_SEQ2SEQ_KEEP_BUSY_MEASUREMENTS"
 
 
 def cache_root() -> Path:
@@ -71,9 +83,15 @@ def key_of(fields: dict) -> str:
 
 @contextlib.contextmanager
 def _locked(path: Path):
-    """An exclusive lock on ``path.lock`` (processes of one machine measure once, the others wait)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "w") as handle:
+    """An exclusive lock on ``path.lock`` (processes of one machine measure once, the others wait);
+    no lock where the folder cannot be written (then nothing is stored either)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path.with_suffix(".lock"), "w")
+    except OSError:
+        yield
+        return
+    with handle:
         try:
             import fcntl
 
@@ -83,41 +101,113 @@ def _locked(path: Path):
         yield
 
 
+def _read(path: Path) -> tuple[dict, str | None]:
+    """``(entries, problem)``: the stored measurements of ``path`` and, where the file exists but
+    cannot be used (cut short, not a JSON object), what is wrong with it."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError):  # nothing stored (yet)
+        return {}, None
+    except (OSError, UnicodeDecodeError) as err:
+        return {}, f"cannot be read ({type(err).__name__})"
+    try:
+        entries = json.loads(text)
+    except ValueError as err:
+        return {}, f"is not valid JSON ({err}; cut short?)"
+    if not isinstance(entries, dict):
+        return {}, f"holds a JSON {type(entries).__name__}, not an object of measurements"
+    return entries, None
+
+
 def read_entries(path: Path) -> dict:
     """The stored measurements of ``path`` (``{}`` where it is missing or unreadable)."""
+    return _read(path)[0]
+
+
+def machine_busy() -> str | None:
+    """Why the machine is too busy for a timing to be kept (its 1-minute load average is at or
+    above half its cores, at least 1), or None. None where the load cannot be read."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # pragma: no cover - not POSIX
+        return None
+    cores = os.cpu_count() or 1
+    if load >= max(1.0, cores / 2):
+        return f"its load average is {load:.2f} on {cores} cores"
+    return None
 
 
-def measured(file_name: str, key: dict, measure: Callable[[], dict], use_cache: bool = True) -> tuple[dict, bool, Path]:
+def measured(
+    file_name: str,
+    key: dict,
+    measure: Callable[[], dict],
+    use_cache: bool = True,
+    required: tuple[str, ...] = (),
+) -> tuple[dict, bool, Path]:
     """The stored measurement for ``key``, or a new one made by ``measure()`` and stored.
 
     Args:
         file_name: the JSON file under :func:`cache_root` (one per kind of choice).
         key: what the measurement depends on; hashed with :func:`key_of`.
-        measure: ``() -> dict`` of JSON-serialisable results; called only when nothing is stored.
+        measure: ``() -> dict`` of JSON-serialisable results; called only when nothing usable is
+            stored.
         use_cache: False: always measure, read and store nothing.
+        required: the fields the caller reads: a stored entry without one of them (written by
+            another version, or damaged) is measured again with a warning.
 
     Returns:
         ``(entry, cached, path)``: the results (with ``measured_at``, an ISO date, and the ``cpu``
-        added), whether they were read back rather than measured now, and the file.
+        added), whether they were read back rather than measured now, and the file. A measurement
+        made while the machine is busy (:func:`machine_busy`) or into a folder that cannot be
+        written is returned but not stored (a warning says why).
     """
     path = cache_root() / file_name
     digest = key_of(key)
     with _locked(path) if use_cache else contextlib.nullcontext():
-        entry = read_entries(path).get(digest) if use_cache else None
-        if entry is not None:
-            return entry, True, path
-        entry = {**measure(), "measured_at": datetime.date.today().isoformat(), "cpu": cpu_name()}
         if use_cache:
-            entries = read_entries(path)
-            entries[digest] = entry
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            entries, problem = _read(path)
+            if problem is not None:
+                logger.warning("the measurements file %s %s: measuring again", path, problem)
+            entry = entries.get(digest)
+            if entry is not None:
+                missing = [f for f in ("measured_at", *required) if not isinstance(entry, dict) or f not in entry]
+                if not missing:
+                    return entry, True, path
+                logger.warning(
+                    "the stored measurement %s in %s lacks %s (another version wrote it, or it is damaged): "
+                    "measuring again",
+                    digest,
+                    path,
+                    ", ".join(missing),
+                )
+        busy = None if os.environ.get(KEEP_BUSY_ENV) else machine_busy()
+        entry = {**measure(), "measured_at": datetime.date.today().isoformat(), "cpu": cpu_name()}
+        if not use_cache:
+            return entry, False, path
+        if busy is not None:
+            logger.warning(
+                "the machine was busy while measuring (%s): the choice is used for this run and not kept in %s; "
+                "it is measured again next time (set %s=1 to keep it anyway)",
+                busy,
+                path,
+                KEEP_BUSY_ENV,
+            )
+            return entry, False, path
+        entries = read_entries(path)
+        entries[digest] = entry
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        try:
             tmp.write_text(json.dumps(entries, indent=1, sort_keys=True) + "\n", encoding="utf-8")
             os.replace(tmp, path)  # readers see the old file or the new one, never half of one
+        except OSError as err:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            logger.warning(
+                "cannot store the measurement in %s (%s): it is used for this run and measured again next time",
+                path,
+                err.strerror or type(err).__name__,
+            )
     return entry, False, path
 
 
-__all__ = ["cache_root", "cpu_flags", "cpu_name", "key_of", "measured", "read_entries"]
+__all__ = ["cache_root", "cpu_flags", "cpu_name", "key_of", "machine_busy", "measured", "read_entries"]

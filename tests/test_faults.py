@@ -461,3 +461,192 @@ def test_training_with_a_read_only_cache_still_works_with_one_warning(reference,
     assert len(warnings) == 1 and str(cache) in warnings[0] and "ATTENTION_SEQ2SEQ_CACHE" in warnings[0]
     assert list(cache.iterdir()) == []
     assert_same_run(run, ref.dir)
+
+
+# ----------------------------------------------------------------------------- translate -o
+TRANSLATE_OPTIONS = ["--greedy", "--max-new-tokens", "12", "--no-progress", "--chunk-lines", "20"]
+
+
+@pytest.fixture(scope="module")
+def translation_job(tmp_path_factory):
+    """A tiny RNN model folder, 100 source lines and their uninterrupted translation (bytes)."""
+    from helpers import build_tiny_run, read_pairs
+
+    root = tmp_path_factory.mktemp("translate-faults")
+    model = build_tiny_run("rnn_seq2seq", root)
+    source = root / "in.txt"
+    source.write_text("".join(s + "\n" for s, _ in read_pairs(100, split="train")), encoding="utf-8")
+    command = [sys.executable, "-m", "attention_seq2seq.translate", "-m", str(model), "-i", str(source)]
+    command += TRANSLATE_OPTIONS
+    full = root / "full.txt"
+    subprocess.run([*command, "-o", str(full)], check=True, env=child_env(root / "cache"), timeout=TIMEOUT_S)
+    return command, full.read_bytes(), root / "cache"
+
+
+def _start(command: list[str], cache: Path, **extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        command, env=child_env(cache, **extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def test_a_second_translate_resume_on_the_same_output_is_refused_naming_the_first(translation_job, tmp_path):
+    command, full, cache = translation_job
+    out = tmp_path / "out.txt"
+    first = _start([*command, "-o", str(out)], cache, **{STOP_AT_ENV: "translations chunk 1 written"})
+    try:
+        wait_stopped(first)
+        before = out.read_bytes()
+        second = subprocess.run(
+            [*command, "-o", str(out), "--resume"], env=child_env(cache), capture_output=True, text=True
+        )
+        assert second.returncode == 2
+        (line,) = [entry for entry in second.stderr.splitlines() if "error:" in entry]
+        assert f"the output file {out} is in use by process {first.pid} on " in line, line
+        assert out.read_bytes() == before  # the second wrote nothing
+    finally:
+        first.kill()
+        first.communicate()
+    assert before.count(b"\n") == 40  # two chunks of 20 were complete when it was caught
+    done = subprocess.run([*command, "-o", str(out), "--resume"], env=child_env(cache), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert out.read_bytes() == full
+
+
+def test_a_full_disk_during_translate_is_one_line_and_resume_completes_the_file(translation_job, tmp_path):
+    command, full, cache = translation_job
+    out = tmp_path / "out.txt"
+    proc = _start([*command, "-o", str(out)], cache, **{STOP_AT_ENV: "translations chunk 1 written"})
+    try:
+        wait_stopped(proc)
+        written = out.stat().st_size
+        # Room for a few more bytes only: the next chunk is cut mid-line.
+        resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (written + 50, written + 50))
+        os.kill(proc.pid, signal.SIGCONT)
+        _, stderr = proc.communicate(timeout=TIMEOUT_S)
+    finally:
+        proc.kill()
+    assert proc.returncode == 2, stderr
+    (line,) = [entry for entry in stderr.splitlines() if "error:" in entry]
+    assert f"no space left writing the translations ({out}: " in line, line
+    assert line.endswith("it holds 40 complete source(s); rerun with --resume once there is space"), line
+    assert "Traceback" not in stderr
+    assert out.read_bytes().startswith(full[:written])  # what was complete is intact
+    done = subprocess.run([*command, "-o", str(out), "--resume"], env=child_env(cache), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert out.read_bytes() == full
+
+
+# ------------------------------------------------------------------------ read-only HOME, Hub user
+def test_a_read_only_home_still_translates_evaluates_and_loads_from_the_hub_folder(tmp_path):
+    from helpers import build_tiny_run, read_pairs
+
+    from attention_seq2seq.hub.export import export_model
+
+    run = build_tiny_run("transformer_seq2seq", tmp_path)
+    export_model(run, tmp_path / "hub", repo_id="someone/tiny")
+    pairs = read_pairs(5, split="test")
+    (tmp_path / "src.txt").write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
+    (tmp_path / "ref.txt").write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
+    home = tmp_path / "home"
+    home.mkdir()
+    unset = ("XDG_CACHE_HOME", "ATTENTION_SEQ2SEQ_CACHE", "HF_HOME", "HF_MODULES_CACHE", "HF_DATASETS_CACHE")
+    env = {k: v for k, v in child_env(tmp_path).items() if k not in unset}
+    env.update(HOME=str(home), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    load = (
+        "import sys\nfrom transformers import AutoModelForSeq2SeqLM, AutoTokenizer\n"
+        "folder, remote = sys.argv[1], sys.argv[2] == 'remote'\n"
+        "if not remote:\n    import attention_seq2seq\n"
+        "model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=remote)\n"
+        "tok = AutoTokenizer.from_pretrained(folder)\n"
+        "out = model.generate(**tok(['Ein Hund.'], return_tensors='pt'), max_new_tokens=5)\n"
+        "print('LOADED', type(model).__module__.split('.')[0], len(tok.batch_decode(out)))"
+    )
+    py = sys.executable
+    commands = {
+        "translate": [py, "-m", "attention_seq2seq.translate", "-m", str(run), "--greedy", "Ein Hund."],
+        "evaluate": [py, "-m", "attention_seq2seq.cli", "evaluate", "-m", str(run), "--src", str(tmp_path / "src.txt")]
+        + ["--ref", str(tmp_path / "ref.txt"), "--greedy", "--max-new-tokens", "8", "--no-progress"],
+        "package": [py, "-c", load, str(tmp_path / "hub"), "package"],
+        "remote code": [py, "-c", load, str(tmp_path / "hub"), "remote"],
+    }
+    for name, command in commands.items():
+        extra = {}
+        if name == "remote code":  # transformers copies remote code into HF_MODULES_CACHE (~/.cache by default)
+            extra = {"HF_MODULES_CACHE": str(tmp_path / "modules")}
+        done = subprocess.run(
+            _read_only_prefix(home) + command,
+            env={**env, **extra},
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=TIMEOUT_S,
+        )
+        assert done.returncode == 0, f"{name}: {done.stderr[-3000:]}"
+        assert "Traceback" not in done.stderr, name
+        if name in ("package", "remote code"):
+            assert "LOADED" in done.stdout, done.stdout
+    assert list(home.iterdir()) == []  # nothing was written there
+
+
+# ------------------------------------------------------------------------ measured choices
+def _store(tmp_path, monkeypatch, load: float = 0.0):
+    from attention_seq2seq.data import host_measurements
+
+    monkeypatch.setenv("ATTENTION_SEQ2SEQ_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv(host_measurements.KEEP_BUSY_ENV, raising=False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
+    calls = []
+
+    def measure():
+        calls.append(1)
+        return {"seconds": {"intra": 0.2, "inter": 0.1}}
+
+    def ask():
+        return host_measurements.measured("choices.json", {"model": "tiny"}, measure, required=("seconds",))
+
+    return ask, calls, tmp_path / "cache" / "choices.json"
+
+
+@pytest.mark.parametrize("damage", ["cut in half", "another schema", "not an object"])
+def test_a_rotten_measurement_store_is_measured_again_with_one_warning(tmp_path, monkeypatch, caplog, damage):
+    ask, calls, path = _store(tmp_path, monkeypatch)
+    entry, cached, _ = ask()
+    assert not cached and calls == [1] and ask()[1] is True and calls == [1]  # kept, then read back
+    text = path.read_text()
+    if damage == "cut in half":
+        path.write_text(text[: len(text) // 2])
+    elif damage == "another schema":
+        (digest,) = json.loads(text)
+        path.write_text(json.dumps({digest: {"measured_at": "2026-01-01", "threads": 2}}))
+    else:
+        path.write_text("[1, 2]")
+    caplog.clear()
+    again, cached, _ = ask()
+    assert not cached and calls == [1, 1] and again["seconds"] == entry["seconds"]
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert (
+        len(warnings) == 1 and "measuring again" in warnings[0].getMessage() and str(path) in warnings[0].getMessage()
+    )
+    assert ask()[1] is True and calls == [1, 1]  # the store is whole again
+
+
+def test_a_measurement_on_a_busy_machine_is_used_but_not_kept(tmp_path, monkeypatch, caplog):
+    ask, calls, path = _store(tmp_path, monkeypatch, load=3.0 * (os.cpu_count() or 1))
+    entry, cached, _ = ask()
+    assert not cached and entry["seconds"]["inter"] == 0.1 and not path.exists()
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "busy" in warning and "load average" in warning and "not kept" in warning
+    assert ask()[1] is False and calls == [1, 1]  # measured again, not read back
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.1, 0.1, 0.1))  # the machine is quiet now
+    assert ask()[1] is False and ask()[1] is True and calls == [1, 1, 1]
+
+
+def test_a_measurement_store_that_cannot_be_written_warns_and_still_answers(tmp_path, monkeypatch, caplog):
+    ask, calls, _ = _store(tmp_path, monkeypatch)
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("ATTENTION_SEQ2SEQ_CACHE", str(tmp_path / "file" / "cache"))  # under a file: unwritable
+    entry, cached, _ = ask()
+    assert not cached and entry["seconds"]["inter"] == 0.1
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "cannot store the measurement" in warning

@@ -226,7 +226,9 @@ def resolve_mixed_precision(
         }
 
     key = cache_key(family, model_config, vocab_size, max_tokens)
-    entry, cached, path = measured(CACHE_FILE, key, measure, use_cache=use_cache)
+    entry, cached, path = measured(
+        CACHE_FILE, key, measure, use_cache=use_cache, required=("float32_step_s", "bf16_step_s")
+    )
     where = f"kept in {path} from {entry['measured_at']}" if cached else "measured now"
     if entry["bf16_step_s"] is None:
         reason = (

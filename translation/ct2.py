@@ -208,7 +208,7 @@ def choose_thread_layout(
         )
         return _time_settings(path, compute_type, threads, tokenizer, isas, layouts)
 
-    entry, cached, store = measured(THREAD_LAYOUT_CACHE_FILE, key, measure, use_cache=use_cache)
+    entry, cached, store = measured(THREAD_LAYOUT_CACHE_FILE, key, measure, use_cache=use_cache, required=("seconds",))
     seconds = entry["seconds"]
     isa, best_layout = min(seconds, key=seconds.get).split("/")
     default = f"{isas[0] or 'default'}/{best_layout}"

@@ -46,6 +46,7 @@ from typing import Iterable, Iterator, Sequence, TextIO
 
 import torch
 
+from ..data.durability import crash_point, exclusive, writing
 from ..errors import UserError
 from .engine import Hypothesis, RunStats, TranslationOptions, Translator, model_source_limit, token_budget_batches  # noqa: F401  (public names of this module)
 
@@ -159,12 +160,14 @@ class _Sink:
     def __init__(self, path: Path | None, stream: TextIO | None = None):
         self.path = path
         self.stream = stream
-        self.handle = open(path, "ab") if path is not None else None
+        # Unbuffered: a failed write (a full disk) leaves nothing in a buffer for close() to retry.
+        self.handle = open(path, "ab", buffering=0) if path is not None else None
 
     def write(self, text: str) -> None:
         if self.handle is not None:
-            self.handle.write(text.encode("utf-8"))
-            self.handle.flush()
+            data = memoryview(text.encode("utf-8"))
+            while data:
+                data = data[self.handle.write(data) :]
             os.fsync(self.handle.fileno())
         elif self.stream is not None:
             self.stream.write(text)
@@ -220,8 +223,25 @@ def translate_stream(
     ``total``: the number of input lines, for the progress bar's ETA.
 
     Raises :class:`UserError` for an over-long line without truncation, a bad ``--align-layer``
-    or ``--align-heads``, or ``resume`` without an output file.
+    or ``--align-heads``, or ``resume`` without an output file;
+    :class:`~attention_seq2seq.data.durability.LockedError` when another live process writes the
+    same ``output`` (``.<name>.lock`` beside it names the holder);
+    :class:`~attention_seq2seq.data.durability.DiskFullError` when the disk fills (one line: the
+    file, the space free, how many complete records it keeps; ``--resume`` continues).
     """
+    rank, _, _ = _distributed()
+    if output is None or rank != 0:
+        return _translate_stream(
+            loaded, lines, options, generate_kwargs, output, stream, alignments, resume, total, progress
+        )
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with exclusive(output.parent / f".{output.name}.lock", f"the output file {output}"):
+        return _translate_stream(
+            loaded, lines, options, generate_kwargs, output, stream, alignments, resume, total, progress
+        )
+
+
+def _translate_stream(loaded, lines, options, generate_kwargs, output, stream, alignments, resume, total, progress):
     from tqdm.auto import tqdm
 
     rank, world, state = _distributed()
@@ -293,11 +313,14 @@ def translate_stream(
             if rank == 0:
                 for c, first, hyps in sorted(produced, key=lambda item: item[0]):
                     text, align_text = format_records(first, hyps, options)
-                    sink.write(text)
-                    if align_sink is not None:
-                        align_sink.write(align_text)
+                    kept = f"it holds {first} complete source(s); rerun with --resume once there is space"
+                    with writing(output or "the output", "the translations", kept=kept):
+                        sink.write(text)
+                        if align_sink is not None:
+                            align_sink.write(align_text)
                     bar.update(len(hyps))
                     written += len(hyps)
+                    crash_point(f"translations chunk {c} written")
             if round_chunks < world:
                 break
     finally:

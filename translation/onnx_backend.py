@@ -115,7 +115,7 @@ def choose_thread_layout(path: Path, spec: dict, threads: int, layout: str | Non
                 seconds[name].append(time.perf_counter() - start)
         return {"seconds": {name: round(statistics.median(times), 5) for name, times in seconds.items()}}
 
-    entry, cached, store = measured(THREAD_LAYOUT_CACHE_FILE, key, measure, use_cache=use_cache)
+    entry, cached, store = measured(THREAD_LAYOUT_CACHE_FILE, key, measure, use_cache=use_cache, required=("seconds",))
     seconds = entry["seconds"]
     best = min(seconds, key=seconds.get)
     where = f"kept in {store} from {entry['measured_at']}" if cached else "measured now"

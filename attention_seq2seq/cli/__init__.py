@@ -19,6 +19,7 @@ import argparse
 import os
 import sys
 
+from ..data.durability import DiskFullError, LockedError
 from ..errors import UserError
 from . import attention, hub, training, translate
 from .common import _Parser
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         # The reader of our output went away (`... | head`): stop quietly, as Unix tools do.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
-    except (UserError, FileNotFoundError, NotADirectoryError, ValueError) as err:
+    except (UserError, FileNotFoundError, NotADirectoryError, ValueError, LockedError, DiskFullError) as err:
         if os.environ.get("ATTENTION_SEQ2SEQ_DEBUG"):
             raise
         message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__

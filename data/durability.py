@@ -40,6 +40,7 @@ from pathlib import Path
 KILL_AT_ENV = "ATTENTION_SEQ2SEQ_FAULT_KILL_AT"
 TRACE_ENV = "ATTENTION_SEQ2SEQ_FAULT_TRACE"
 STOP_AT_ENV = "ATTENTION_SEQ2SEQ_FAULT_STOP_AT"
+RANK_ENV = "ATTENTION_SEQ2SEQ_FAULT_RANK"  # kill/stop only the process of this global rank
 MANIFEST = "MANIFEST.json"
 MANIFEST_VERSION = 1
 
@@ -63,6 +64,8 @@ def crash_point(name: str) -> None:
     if trace:
         with open(trace, "a", encoding="utf-8") as handle:  # one write(2): survives the kill below
             handle.write(name + "\n")
+    if os.environ.get(RANK_ENV) not in (None, os.environ.get("RANK", "0")):
+        kill_at = stop_at = None
     if kill_at and kill_at == name:
         os.kill(os.getpid(), signal.SIGKILL)
     if stop_at and stop_at == name:

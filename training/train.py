@@ -499,6 +499,29 @@ def main(argv: list[str] | None = None) -> None:
             raise
         tqdm.write(f"error: {str(err).splitlines()[0]}", file=sys.stderr)  # on a line of its own, below the bar
         raise SystemExit(2) from None
+    except RuntimeError as err:
+        lost = lost_rank_message(err)
+        if lost is None or os.environ.get("ATTENTION_SEQ2SEQ_DEBUG"):
+            raise
+        tqdm.write(f"error: {lost}", file=sys.stderr)
+        raise SystemExit(3) from None
+
+
+_PEER_GONE = ("connection reset by peer", "connection closed by peer", "broken pipe", "socket closed")
+
+
+def lost_rank_message(err: BaseException) -> str | None:
+    """One line for a collective that failed because another rank died (gloo's or NCCL's
+    "Connection reset/closed by peer"), or None for any other error."""
+    text = str(err)
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or not any(p in text.lower() for p in _PEER_GONE):
+        return None
+    rank, world = os.environ.get("RANK", "?"), os.environ.get("WORLD_SIZE")
+    return (
+        f"rank {rank} of {world} lost contact with another rank, which stopped "
+        f"(the launcher's summary names it and its exit code); the checkpoints written so far are whole: "
+        f"start the same launch with --resume to continue"
+    )
 
 
 if __name__ == "__main__":

@@ -361,14 +361,23 @@ def test_two_builders_of_one_cache_entry_build_it_once_when_the_first_is_killed(
 
 
 # --------------------------------------------------------------------------------- a full disk
-def test_a_full_disk_during_a_checkpoint_is_one_line_and_the_run_resumes(reference, tmp_path):
+@pytest.mark.parametrize(
+    "stop_at, written, kept",
+    [  # the validation of update 4 writes best/step_4 first (then checkpoints/step_4)
+        ("checkpoints/step_2 renamed", "best/step_4", "the previous best/step_2 is intact"),
+        ("checkpoints/step_6 renamed", "run/model", "the checkpoints are intact: --resume writes it"),
+    ],
+    ids=["checkpoint", "final model"],
+)
+def test_a_full_disk_during_a_save_is_one_line_and_the_run_resumes(reference, tmp_path, stop_at, written, kept):
     ref = reference("transformer")
     run, cache = tmp_path / "full" / "run", tmp_path / "cache"
     recipe = ref.recipe(tmp_path / "recipe.yaml", run)
-    proc = start_train(recipe, cache, **{STOP_AT_ENV: "checkpoints/step_2 renamed"})
+    proc = start_train(recipe, cache, **{STOP_AT_ENV: stop_at})
     try:
         wait_stopped(proc)
-        # 64 kB per file from now on: the log and small files still fit, a model checkpoint does not.
+        before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file() and "step_" in str(p)}
+        # 64 kB per file from now on: small files still fit, a model's weights do not.
         resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (64_000, 64_000))
         os.kill(proc.pid, signal.SIGCONT)
         _, stderr = proc.communicate(timeout=TIMEOUT_S)
@@ -377,13 +386,14 @@ def test_a_full_disk_during_a_checkpoint_is_one_line_and_the_run_resumes(referen
     assert proc.returncode == 2, stderr[-3000:]
     assert len(error_lines(stderr)) == 1, stderr[-3000:]
     (line,) = error_lines(stderr)
-    # The validation of update 4 writes best/step_4 first (then checkpoints/step_4).
-    assert line.startswith(f"error: no space left writing best/step_4 ({run / 'best' / 'step_4'}: "), line
-    assert "a file-size limit of 64.0 kB (ulimit -f); it needs about 154" in line, line
-    assert line.endswith("; the previous best/step_2 is intact"), line
+    folder = run / written.removeprefix("run/")
+    assert line.startswith(f"error: no space left writing {written} ({folder}: "), line
+    assert "a file-size limit of 64.0 kB (ulimit -f)" in line and line.endswith(f"; {kept}"), line
     assert "Traceback" not in stderr
-    for sub in ("best", "checkpoints"):  # the partial folder is gone, the previous one kept
-        assert sorted(p.name for p in (run / sub).iterdir()) == ["step_2"]
+    after = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file() and "step_" in str(p)}
+    if written == "run/model":  # update 6 pruned the checkpoint of update 2 before the final save
+        before = {k: v for k, v in before.items() if not str(k).startswith("checkpoints/step_2/")}
+    assert after == before  # the partial folder is gone, every earlier one untouched
     assert_nothing_partial(run, ref.dir)
     done = run_train(recipe, cache, "--resume")  # space back (no limit): the run goes on
     assert done.returncode == 0, done.stderr[-3000:]
@@ -740,3 +750,24 @@ def test_two_machines_on_the_loopback_train_the_weights_of_one_machine_with_two_
     assert "world size 2" in results[0][1]
     assert json.loads((tmp_path / "two" / "run" / "metrics.json").read_text())["train"]["world_size"] == 2
     assert_same_run(tmp_path / "two" / "run", tmp_path / "one" / "run")
+
+
+def test_a_full_disk_while_building_a_cache_entry_is_one_line_and_leaves_nothing_half_built(tmp_path):
+    final = tmp_path / "cache" / "entry"
+    script = (
+        "import resource, sys\nfrom pathlib import Path\nfrom attention_seq2seq.data.prepared import build_once\n"
+        "from attention_seq2seq.data.durability import DiskFullError\n"
+        "if sys.argv[1] == 'limited':\n    resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))\n"
+        "def build(tmp):\n    (tmp / 'small.bin').write_bytes(b's' * 10)\n"
+        "    (tmp / 'big.bin').write_bytes(b'b' * 500_000)\n"
+        "try:\n    print(build_once(Path(sys.argv[2]), build))\n"
+        "except DiskFullError as err:\n    print('error:', err)\n"
+    )
+    full = subprocess.run([sys.executable, "-c", script, "limited", str(final)], capture_output=True, text=True)
+    (line,) = full.stdout.splitlines()
+    assert line.startswith(f"error: no space left writing the corpus cache entry ({final.parent}: "), line
+    assert "file-size limit of 100.0 kB" in line and line.endswith("nothing half-built is left in the cache"), line
+    assert sorted(p.name for p in final.parent.iterdir()) == ["entry.lock"]
+    again = subprocess.run([sys.executable, "-c", script, "free", str(final)], capture_output=True, text=True)
+    assert again.stdout.strip() == "True", again.stderr
+    assert check_manifest(final) is None and (final / "big.bin").stat().st_size == 500_000

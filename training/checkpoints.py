@@ -98,7 +98,7 @@ def restore_replaced(final: Path) -> None:
         os.replace(replaced, final)
 
 
-def atomic_write(accelerator, final: Path, write) -> None:
+def atomic_write(accelerator, final: Path, write, kept: str | None = None) -> None:
     """Run ``write(tmp_dir)`` on every rank, then rename the folder to ``final`` on the main one.
 
     A crash while writing leaves only a ``.tmp_*`` folder, and a crash while replacing an older
@@ -112,7 +112,8 @@ def atomic_write(accelerator, final: Path, write) -> None:
     replaced = final.parent / f".replaced_{final.name}"
     label = f"{final.parent.name}/{final.name}"
     siblings = [p for p in step_dirs(final.parent) if p != final] if final.parent.is_dir() else []
-    kept = f"the previous {siblings[-1].parent.name}/{siblings[-1].name} is intact" if siblings else ""
+    if kept is None:
+        kept = f"the previous {siblings[-1].parent.name}/{siblings[-1].name} is intact" if siblings else ""
     if accelerator.is_main_process:
         restore_replaced(final)
         clear_leftovers(final.parent)

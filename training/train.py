@@ -418,7 +418,8 @@ def _train(config: TrainConfig, output_dir: Path) -> Path:
             crash_point("model weights written")
             tokenizer.save_pretrained(folder)
 
-    atomic_write(accelerator, output_dir / "model", write_model)  # model/ is whole or absent
+    # model/ is whole or absent
+    atomic_write(accelerator, output_dir / "model", write_model, kept="the checkpoints are intact: --resume writes it")
 
     # ---- test set, the card's heat-map and metrics.json
     # Scored as users will load the saved model: float32, without the mixed-precision autocast

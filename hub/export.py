@@ -45,7 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..modeling.registry import BY_MODEL_TYPE, ModelFamily
-from .model_card import ModelCardError, render_model_card
+from ..data.durability import writing
+from .model_card import ModelCardError, code_checksums, render_model_card
 from ..translation.constraints import write_custom_generate
 
 
@@ -474,6 +475,13 @@ def export_model(
     )
 
     export_dir.parent.mkdir(parents=True, exist_ok=True)
+    with writing(export_dir, "the export", kept="nothing was written in its place; an earlier export there is intact"):
+        return _write_export(
+            export_dir, model, tokenizer, shipped, heatmap_bytes, sources, metrics_data, card, space, repo_id
+        )
+
+
+def _write_export(export_dir, model, tokenizer, shipped, heatmap_bytes, sources, metrics_data, card, space, repo_id):
     staging = Path(tempfile.mkdtemp(prefix=f".{export_dir.name}.", suffix=".partial", dir=export_dir.parent))
     try:
         model.save_pretrained(staging)
@@ -490,11 +498,15 @@ def export_model(
             )
         if sources.recipe is not None:
             shutil.copyfile(sources.recipe, staging / "recipe.yaml")
-        (staging / "README.md").write_text(card, encoding="utf-8")
         if space:
             from .space import write_space
 
             write_space(staging, repo_id)
+        # Last, so the checksums are those of the files as written (every .py, Space included).
+        card = (
+            card.rstrip("\n") + "\n\n" + code_checksums(staging, repo_id or f"<your-username>/{export_dir.name}") + "\n"
+        )
+        (staging / "README.md").write_text(card, encoding="utf-8")
         _replace_folder(staging, export_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from importlib import resources
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
@@ -503,6 +504,24 @@ def _usage(config, generation_config, metrics: dict | None, repo_id: str) -> str
         "max_new_tokens": getattr(generation_config, "max_new_tokens", None) or 128,
     }
     return fill(_sections("usage.md")["usage"], values, "hub_cards/usage.md")
+
+
+def code_checksums(folder: Path, repo_id: str) -> str:
+    """The card's "Code checksums" section: the SHA-256 of every ``.py`` file under ``folder`` (the
+    code ``trust_remote_code=True`` runs), so a user can check a download against the card."""
+    import hashlib
+
+    rows = [
+        f"| `{path.relative_to(folder).as_posix()}` | `{hashlib.sha256(path.read_bytes()).hexdigest()}` |"
+        for path in sorted(folder.rglob("*.py"))
+    ]
+    return (
+        "## Code checksums\n\n"
+        "The SHA-256 of every Python file in this repository, as exported. To check a download, run "
+        "`sha256sum $(find . -name '*.py' | sort)` in the folder of "
+        f'`huggingface_hub.snapshot_download("{repo_id}", revision=REVISION)` and compare.\n\n'
+        "| file | SHA-256 |\n|---|---|\n" + "\n".join(rows)
+    )
 
 
 # ---------------------------------------------------------------------------- card

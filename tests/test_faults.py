@@ -771,3 +771,60 @@ def test_a_full_disk_while_building_a_cache_entry_is_one_line_and_leaves_nothing
     again = subprocess.run([sys.executable, "-c", script, "free", str(final)], capture_output=True, text=True)
     assert again.stdout.strip() == "True", again.stderr
     assert check_manifest(final) is None and (final / "big.bin").stat().st_size == 500_000
+
+
+# ------------------------------------------------------------------------------ remote code, safely
+def test_the_export_card_pins_a_revision_and_lists_the_sha256_of_every_shipped_py_file(tmp_path):
+    import hashlib
+
+    from helpers import build_tiny_run
+
+    from attention_seq2seq.hub.export import export_model
+
+    out = export_model(build_tiny_run("rnn_seq2seq", tmp_path), tmp_path / "hub", repo_id="someone/tiny")
+    card = (out / "README.md").read_text(encoding="utf-8")
+    loads = [line for line in card.splitlines() if "trust_remote_code=True)" in line]
+    assert len(loads) >= 3 and all("revision=REVISION" in line for line in loads), loads
+    assert 'REVISION = "main"  # replace with the commit id you reviewed' in card
+    table = dict(re.findall(r"^\| `([^`]+\.py)` \| `([0-9a-f]{64})` \|$", card, flags=re.M))
+    shipped = {p.relative_to(out).as_posix(): p for p in out.rglob("*.py")}
+    assert len(shipped) >= 3 and table.keys() == shipped.keys()
+    for name, path in shipped.items():
+        digest = hashlib.sha256()
+        digest.update(path.read_bytes())
+        assert table[name] == digest.hexdigest(), name
+
+
+@pytest.mark.parametrize("command", ["translate", "evaluate", "demo"])
+def test_the_revision_help_says_why_to_pin_it_with_remote_code(command, capsys):
+    from attention_seq2seq.cli import main
+
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--trust-remote-code pin a commit whose .py files you have read" in text, text
+
+
+def test_a_full_disk_during_export_is_one_line_and_keeps_the_earlier_export(tmp_path):
+    from helpers import build_tiny_run
+
+    run = build_tiny_run("transformer_seq2seq", tmp_path)
+    out = tmp_path / "hub"
+    script = (
+        "import resource, sys\nfrom attention_seq2seq.cli import main\n"
+        "if sys.argv[1] == 'limited':\n    resource.setrlimit(resource.RLIMIT_FSIZE, (64_000, 64_000))\n"
+        "sys.exit(main(sys.argv[2:]))"
+    )
+    argv = ["export", str(run), "-o", str(out), "--repo-id", "someone/tiny"]
+    first = subprocess.run([sys.executable, "-c", script, "free", *argv], capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    full = subprocess.run(
+        [sys.executable, "-c", script, "limited", *argv, "--overwrite"], capture_output=True, text=True
+    )
+    assert full.returncode == 2, full.stderr[-3000:]
+    (line,) = [entry for entry in full.stderr.splitlines() if "error:" in entry]
+    assert f"no space left writing the export ({out}: " in line and "file-size limit of 64.0 kB" in line, line
+    assert line.endswith("an earlier export there is intact"), line
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".hub")) == []  # no staging left

@@ -190,4 +190,8 @@ def add_commands(add) -> None:
     model.add_argument("--align-heads", metavar="H[,H...]", help="heads to average (default: all)")
     model.add_argument("--device", help="cpu, cuda, cuda:1, mps")
     model.add_argument("--trust-remote-code", action="store_true", help="run the code shipped in an export")
-    model.add_argument("--revision", help="Hub revision for a Hub id")
+    model.add_argument(
+        "--revision",
+        help="Hub revision for a Hub id; with --trust-remote-code pin a commit whose .py files you have "
+        "read (they run on this machine, and a branch can change under you)",
+    )

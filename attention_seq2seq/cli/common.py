@@ -95,7 +95,11 @@ def _add_model_argument(parser: argparse.ArgumentParser, *, ensemble: bool = Fal
         action="store_true",
         help="run the code shipped in an export instead of the installed package",
     )
-    parser.add_argument("--revision", help="Hub revision (branch, tag or commit) for a Hub id")
+    parser.add_argument(
+        "--revision",
+        help="Hub revision (branch, tag or commit) for a Hub id; with --trust-remote-code pin a commit "
+        "whose .py files you have read (they run on this machine, and a branch can change under you)",
+    )
 
 
 def _add_generation_arguments(parser: argparse.ArgumentParser, *, sampling: bool = True) -> None:

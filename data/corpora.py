@@ -79,7 +79,7 @@ from typing import Any, Literal
 import datasets
 
 from .presets import PRESETS
-from .spec import KINDS, SPLITS, CorpusError, CorpusInfo, CorpusSpec  # noqa: F401  (public names of this module)
+from .spec import KINDS, SPLITS, CorpusError, CorpusInfo, CorpusSpec, text_lines  # noqa: F401  (public names of this module)
 
 _SPLIT_CANDIDATES = {
     "train": ("train",),
@@ -239,9 +239,7 @@ def _split_files(spec: CorpusSpec, folder: Path, exists) -> dict[str, str]:
 
 def _read_lines(path: Path) -> Iterator[str]:
     """The lines of a text file, one at a time (a file of any size is never held whole)."""
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            yield line.rstrip("\r\n")
+    yield from text_lines(path)  # UTF-8 checked, BOM and CRLF dropped
 
 
 def _aligned_lines(src_path: Path, tgt_path: Path) -> Iterator[tuple[str, str]]:
@@ -251,16 +249,16 @@ def _aligned_lines(src_path: Path, tgt_path: Path) -> Iterator[tuple[str, str]]:
         CorpusError: the files differ in length (both line counts named), once the shorter ends.
     """
     count = 0
-    with open(src_path, encoding="utf-8") as f_src, open(tgt_path, encoding="utf-8") as f_tgt:
-        for source, target in itertools.zip_longest(f_src, f_tgt):
-            if source is None or target is None:
-                rest = 1 + sum(1 for _ in (f_tgt if source is None else f_src))
-                n_src, n_tgt = count + (0 if source is None else rest), count + (0 if target is None else rest)
-                raise CorpusError(
-                    f"line-aligned files differ in length: {src_path} has {n_src} lines, {tgt_path} has {n_tgt} lines"
-                )
-            count += 1
-            yield source.rstrip("\r\n"), target.rstrip("\r\n")
+    f_src, f_tgt = text_lines(src_path), text_lines(tgt_path)
+    for source, target in itertools.zip_longest(f_src, f_tgt):
+        if source is None or target is None:
+            rest = 1 + sum(1 for _ in (f_tgt if source is None else f_src))
+            n_src, n_tgt = count + (0 if source is None else rest), count + (0 if target is None else rest)
+            raise CorpusError(
+                f"line-aligned files differ in length: {src_path} has {n_src} lines, {tgt_path} has {n_tgt} lines"
+            )
+        count += 1
+        yield source, target
 
 
 # A split with more pairs than this is written to a temporary Arrow file and memory-mapped

@@ -6,7 +6,7 @@ at import time."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -44,6 +44,34 @@ _PAIR = re.compile(r"^([A-Za-z]{2,3}(?:[_][A-Za-z0-9]+)?)-([A-Za-z]{2,3}(?:[_][A
 
 class CorpusError(UserError, ValueError):
     """A corpus that cannot be read as asked: bad spec, missing or malformed file, unknown key."""
+
+
+def text_lines(path) -> Iterator[str]:
+    """The lines of a UTF-8 text file without their ends (``\\n`` or ``\\r\\n``; a leading BOM
+    dropped), streamed: a file of any size, a line of any length, is never held twice.
+
+    Raises:
+        CorpusError: a line that is not UTF-8 or holds a NUL byte (a binary or UTF-16 file), as one
+            line naming the file, the line and the column, and what would be valid.
+    """
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            if b"\0" in raw:
+                column = raw.index(b"\0") + 1
+                raise CorpusError(
+                    f"{path} line {number}: a NUL byte at column {column} (a binary or UTF-16 file?); "
+                    "give a UTF-8 text file, one sentence per line"
+                )
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise CorpusError(
+                    f"{path} line {number}: not UTF-8 (byte 0x{raw[err.start]:02x} at column {err.start + 1}); "
+                    "save the file as UTF-8"
+                ) from None
+            if number == 1:
+                line = line.removeprefix("\ufeff")
+            yield line.rstrip("\r\n")
 
 
 # --------------------------------------------------------------------------------------------

@@ -828,3 +828,123 @@ def test_a_full_disk_during_export_is_one_line_and_keeps_the_earlier_export(tmp_
     assert line.endswith("an earlier export there is intact"), line
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".hub")) == []  # no staging left
+
+
+# ------------------------------------------------------------------------------ hostile files
+HOSTILE = {
+    "invalid UTF-8": (
+        b"Ein Hund.\nEin \xff Haus.\n",
+        "line 2: not UTF-8 (byte 0xff at column 5); save the file as UTF-8",
+    ),
+    "NUL byte": (b"Ein Hund.\nEin\x00Haus.\n", "line 2: a NUL byte at column 4 (a binary or UTF-16 file?)"),
+}
+BENIGN = {"CRLF": b"Ein Hund.\r\nEine Katze.\r\n", "BOM": b"\xef\xbb\xbfEin Hund.\nEine Katze.\n"}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_text_readers_name_the_file_and_line_of_a_hostile_line(tmp_path, name):
+    from attention_seq2seq.data.corpora import load_corpus
+    from attention_seq2seq.data.spec import CorpusError, text_lines
+
+    data, message = HOSTILE[name]
+    bad = tmp_path / "bad.de"
+    bad.write_bytes(data)
+    with pytest.raises(CorpusError) as caught:
+        list(text_lines(bad))
+    assert str(caught.value) == f"{bad} {message}" or str(caught.value).startswith(f"{bad} {message}")
+    # through the corpus reader of line-aligned files (text:DIR:de-en)
+    for split in ("train", "validation", "test"):
+        (tmp_path / f"{split}.de").write_bytes(data if split == "train" else b"Ein Hund.\n")
+        (tmp_path / f"{split}.en").write_bytes(b"A dog.\nA house.\n" if split == "train" else b"A dog.\n")
+    with pytest.raises(CorpusError, match=re.escape(f"train.de {message}")):
+        load_corpus(f"text:{tmp_path}:de-en")
+
+
+@pytest.mark.parametrize("name", sorted(BENIGN))
+def test_crlf_and_a_bom_give_the_lines_of_the_clean_file(tmp_path, name):
+    from attention_seq2seq.data.spec import text_lines
+
+    path = tmp_path / "in.txt"
+    path.write_bytes(BENIGN[name])
+    assert list(text_lines(path)) == ["Ein Hund.", "Eine Katze."]
+
+
+def test_a_10_mb_line_and_an_empty_file_are_read(tmp_path):
+    from attention_seq2seq.data.spec import text_lines
+
+    big = tmp_path / "big.txt"
+    big.write_bytes(b"Hund " * 2_000_000 + b"\nEnde\n")
+    lines = list(text_lines(big))
+    assert len(lines) == 2 and lines[0] == "Hund " * 2_000_000 and lines[1] == "Ende"
+    (tmp_path / "empty.txt").write_bytes(b"")
+    assert list(text_lines(tmp_path / "empty.txt")) == []
+
+
+@pytest.fixture(scope="module")
+def tiny_model_folder(tmp_path_factory):
+    from helpers import build_tiny_run
+
+    return build_tiny_run("rnn_seq2seq", tmp_path_factory.mktemp("hostile"))
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_translate_and_evaluate_refuse_a_hostile_input_in_one_line(tiny_model_folder, tmp_path, capsys, name):
+    from attention_seq2seq.cli import main
+
+    data, message = HOSTILE[name]
+    bad = tmp_path / "in.txt"
+    bad.write_bytes(data)
+    ref = tmp_path / "ref.txt"
+    ref.write_text("A dog.\nA house.\n", encoding="utf-8")
+    options = ["--greedy", "--max-new-tokens", "4", "--no-progress"]
+    assert main(["translate", "-m", str(tiny_model_folder), "-i", str(bad), "-o", str(tmp_path / "o"), *options]) == 2
+    assert main(["evaluate", "-m", str(tiny_model_folder), "--src", str(bad), "--ref", str(ref), *options]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert len(errors) == 2 and all(line.endswith(f"{bad} {message}") or f"{bad} {message}" in line for line in errors)
+
+
+def test_evaluate_refuses_mismatched_line_counts_naming_both_files(tiny_model_folder, tmp_path, capsys):
+    from attention_seq2seq.cli import main
+
+    (tmp_path / "src.txt").write_text("Ein Hund.\nEine Katze.\nEin Haus.\n", encoding="utf-8")
+    (tmp_path / "ref.txt").write_text("A dog.\n", encoding="utf-8")
+    argv = ["evaluate", "-m", str(tiny_model_folder), "--src", str(tmp_path / "src.txt")]
+    assert main([*argv, "--ref", str(tmp_path / "ref.txt"), "--greedy", "--no-progress"]) == 2
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert "--src has 3 lines but --ref has 1" in line and "src.txt" in line and "ref.txt" in line
+
+
+def test_broken_model_folders_are_one_line_naming_what_is_wrong(tiny_model_folder, tmp_path, capsys):
+    from transformers import BertConfig, PreTrainedTokenizerFast
+
+    from attention_seq2seq.cli import main
+
+    cut = tmp_path / "cut"
+    shutil.copytree(tiny_model_folder / "model", cut)
+    data = (cut / "model.safetensors").read_bytes()
+    (cut / "model.safetensors").write_bytes(data[: len(data) // 2])
+    other = tmp_path / "other"
+    shutil.copytree(tiny_model_folder / "model", other)
+    (other / "config.json").unlink()
+    BertConfig(num_hidden_layers=1, hidden_size=16, num_attention_heads=2, intermediate_size=16).save_pretrained(other)
+    shapes = tmp_path / "shapes"
+    shutil.copytree(tiny_model_folder / "model", shapes)
+    config = json.loads((shapes / "config.json").read_text())
+    config["vocab_size"] = 10
+    (shapes / "config.json").write_text(json.dumps(config))
+    foreign = tmp_path / "foreign"
+    shutil.copytree(tiny_model_folder / "model", foreign)
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(foreign)
+    vocab_size = json.loads((foreign / "config.json").read_text())["vocab_size"]
+    tokenizer.add_tokens([f"extra{i}" for i in range(vocab_size + 5 - len(tokenizer))])
+    tokenizer.save_pretrained(foreign)
+    expected = {
+        cut: "its model.safetensors is damaged or cut short",
+        other: "its config.json is a 'bert' model, not an encoder-decoder",
+        shapes: "the tensors of its model.safetensors do not have the shapes its config.json describes",
+        foreign: f"its tokenizer has {vocab_size + 5} tokens but the model's embeddings have {vocab_size} rows",
+    }
+    for folder, text in expected.items():
+        assert main(["translate", "-m", str(folder), "--greedy", "Ein Hund."]) == 2, folder
+        (line,) = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+        assert f"cannot load model {folder}: " in line and text in line, line

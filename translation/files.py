@@ -447,7 +447,9 @@ def run_translate_command(parser, args, generate_kwargs: dict, load) -> int:
         total = len(args.text)
     elif from_file:
         total = count_lines(Path(args.input))
-        lines = open(args.input, encoding="utf-8", newline="")
+        from ..data.spec import text_lines
+
+        lines = text_lines(args.input)  # UTF-8 checked (file and line named), BOM and CRLF dropped
     else:
         if sys.stdin.isatty():
             print(f"{parser.prog}: reading sentences from the terminal; end with Ctrl-D", file=sys.stderr)

@@ -179,6 +179,31 @@ def load_for_inference(
         # Offline Hub ids and half-written folders end here; the first line says which.
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserError(f"cannot load model {path_or_id}: {first_line}") from None
+    except Exception as err:  # a cut or damaged weights file, a config of another kind of model
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        if type(err).__name__ == "SafetensorError":
+            raise UserError(
+                f"cannot load model {path_or_id}: its model.safetensors is damaged or cut short ({first_line}); "
+                "copy or export the folder again"
+            ) from None
+        if isinstance(err, RuntimeError) and "ignore_mismatched_sizes" in str(err):
+            raise UserError(
+                f"cannot load model {path_or_id}: the tensors of its model.safetensors do not have the shapes its "
+                "config.json describes; the two files belong to different models"
+            ) from None
+        if isinstance(err, ValueError) and "Unrecognized configuration class" in first_line:
+            kind = getattr(model_config_of(location.model_path), "model_type", "another")
+            raise UserError(
+                f"cannot load model {path_or_id}: its config.json is a {kind!r} model, not an encoder-decoder; "
+                "give a folder of this package's models (or another seq2seq model)"
+            ) from None
+        raise
+    vocab_size = getattr(model.config, "vocab_size", None)
+    if vocab_size is not None and len(tokenizer) > vocab_size:
+        raise UserError(
+            f"cannot load model {path_or_id}: its tokenizer has {len(tokenizer)} tokens but the model's embeddings "
+            f"have {vocab_size} rows (config.json vocab_size); the tokenizer files belong to another model"
+        )
     model.to(target_device)
     model.eval()
 
@@ -186,6 +211,16 @@ def load_for_inference(
     if location.run_dir is not None and (location.run_dir / "metrics.json").is_file():
         info = json.loads((location.run_dir / "metrics.json").read_text(encoding="utf-8"))
     return LoadedModel(model=model, tokenizer=tokenizer, location=location, info=info)
+
+
+def model_config_of(path):
+    """The transformers config of a model folder or id, or None where it cannot be read."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(path)
+    except Exception:  # noqa: BLE001 - only for naming the model type in an error
+        return None
 
 
 def load_ensemble(

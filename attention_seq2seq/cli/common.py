@@ -220,5 +220,6 @@ def _read_text_file(path: str, option: str) -> list[str]:
     file = Path(path)
     if not file.is_file():
         raise UserError(f"{option}: file not found: {path}")
-    with open(file, encoding="utf-8") as handle:
-        return read_lines(handle)
+    from ..data.spec import text_lines
+
+    return read_lines(text_lines(file))  # UTF-8 checked (file and line named), BOM and CRLF dropped

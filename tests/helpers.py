@@ -582,3 +582,12 @@ def run_process_tree(command: list[str], timeout: float, **popen_kwargs) -> subp
             )
         raise
     return subprocess.CompletedProcess(command, launcher.returncode, stdout, stderr)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a launcher's rendezvous)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -35,7 +35,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from helpers import REPO_ROOT, pairs_corpus_spec
+from helpers import REPO_ROOT, free_port, pairs_corpus_spec
 
 from attention_seq2seq.data.durability import (
     KILL_AT_ENV,
@@ -663,14 +663,6 @@ def test_a_measurement_store_that_cannot_be_written_warns_and_still_answers(tmp_
 
 
 # ------------------------------------------------------------------------------ a rank dies
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _launch(recipe: Path, cache: Path, *launch_args: str, extra_env: dict | None = None) -> subprocess.Popen:
     accelerate = Path(sys.executable).with_name("accelerate")
     command = [str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", *launch_args]
@@ -703,20 +695,20 @@ def test_a_killed_rank_stops_the_other_at_once_and_the_run_resumes(reference, tm
     port = ["--main_process_port"]
     # The two-rank reference: uninterrupted.
     whole = ref.recipe(tmp_path / "whole.yaml", tmp_path / "whole" / "run")
-    code, stderr = _finish(_launch(whole, tmp_path / "cache", *port, str(_free_port())))
+    code, stderr = _finish(_launch(whole, tmp_path / "cache", *port, str(free_port())))
     assert code == 0 and "world size 2" in stderr, stderr[-3000:]
     # Rank 1 killed -9 after update 3 (the checkpoint of update 2 is on disk).
     run = tmp_path / "killed" / "run"
     recipe = ref.recipe(tmp_path / "killed.yaml", run)
     fault = {"ATTENTION_SEQ2SEQ_FAULT_RANK": "1", KILL_AT_ENV: "update 3"}
     started = time.monotonic()
-    code, stderr = _finish(_launch(recipe, tmp_path / "cache", *port, str(_free_port()), extra_env=fault), timeout=120)
+    code, stderr = _finish(_launch(recipe, tmp_path / "cache", *port, str(free_port()), extra_env=fault), timeout=120)
     assert code != 0 and time.monotonic() - started < 120
     lines = [line for line in stderr.splitlines() if "error: rank 0 of 2 lost contact with another rank" in line]
     assert len(lines) == 1, stderr[-4000:]
     assert re.search(r"rank\s*: 1 \(local_rank: 1\)\s+exitcode\s*: -9", stderr), stderr[-3000:]  # the launcher names it
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_2"]
-    code, stderr = _finish(_launch(recipe, tmp_path / "cache", *port, str(_free_port())))
+    code, stderr = _finish(_launch(recipe, tmp_path / "cache", *port, str(free_port())))
     assert code == 0, stderr[-3000:]
     assert_same_run(run, tmp_path / "whole" / "run")
 
@@ -725,10 +717,10 @@ def test_a_killed_rank_stops_the_other_at_once_and_the_run_resumes(reference, tm
 def test_two_machines_on_the_loopback_train_the_weights_of_one_machine_with_two_processes(reference, tmp_path):
     ref = reference("transformer")
     one = ref.recipe(tmp_path / "one.yaml", tmp_path / "one" / "run")
-    code, stderr = _finish(_launch(one, tmp_path / "cache", "--main_process_port", str(_free_port())))
+    code, stderr = _finish(_launch(one, tmp_path / "cache", "--main_process_port", str(free_port())))
     assert code == 0, stderr[-3000:]
     two = ref.recipe(tmp_path / "two.yaml", tmp_path / "two" / "run")
-    port = str(_free_port())
+    port = str(free_port())
     machines = [
         _launch(
             two,

@@ -220,7 +220,8 @@ def test_card_shows_recipe_heatmap_and_usage():
     assert "| `model.hidden_size` | `256` |" in text and "| `optim.lr` | `0.001` |" in text
     assert "![Cross-attention of a test sentence](attention_heatmap.png)" in text
     assert 'pipeline("translation", model="someone/tiny-model", revision=REVISION, trust_remote_code=True)' in text
-    assert 'AutoModelForSeq2SeqLM.from_pretrained("someone/tiny-model", revision=REVISION, trust_remote_code=True)' in text
+    load = 'AutoModelForSeq2SeqLM.from_pretrained("someone/tiny-model", revision=REVISION, trust_remote_code=True)'
+    assert load in text
     assert "Seq2SeqTrainer(" in text and "return_attention=True" in text
     assert "num_beams=5" in text
 

@@ -12,7 +12,6 @@ import json
 import math
 import os
 import re
-import socket
 import subprocess
 import sys
 import types
@@ -25,7 +24,7 @@ import yaml
 from safetensors.torch import load_file
 from transformers import PreTrainedTokenizerFast
 
-from helpers import pairs_corpus_spec, pairs_languages, run_process_tree
+from helpers import free_port, pairs_corpus_spec, pairs_languages, run_process_tree
 
 from attention_seq2seq.training import build as build_module
 from attention_seq2seq.training import objectives
@@ -774,12 +773,6 @@ def test_non_finite_loss_stops_naming_the_update_and_keeps_the_last_good_checkpo
     assert not (tmp_path / "run" / "metrics.json").exists()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 _RANKS_TIMEOUT_S = 300  # each two-rank run takes about 15 s here
 
 
@@ -796,7 +789,7 @@ def _launch_two_cpu_ranks(config: TrainConfig, recipe: Path) -> subprocess.Compl
         "--num_processes",
         "2",
         "--main_process_port",
-        str(_free_port()),
+        str(free_port()),
         "-m",
         "attention_seq2seq.training.train",
         "--recipe",

@@ -940,3 +940,27 @@ def test_broken_model_folders_are_one_line_naming_what_is_wrong(tiny_model_folde
         assert main(["translate", "-m", str(folder), "--greedy", "Ein Hund."]) == 2, folder
         (line,) = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
         assert f"cannot load model {folder}: " in line and text in line, line
+
+
+@pytest.mark.parametrize("kind", ["tsv", "jsonl"])
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_tsv_and_jsonl_corpora_name_the_file_and_line_of_a_hostile_line(tmp_path, kind, name):
+    from attention_seq2seq.data.corpora import load_corpus
+    from attention_seq2seq.data.spec import CorpusError
+
+    bad_line = HOSTILE[name][0].split(b"\n")[1]  # b"Ein \xff Haus." or b"Ein\x00Haus."
+    if kind == "tsv":
+        good, bad = b"Ein Hund.\tA dog.\n", bad_line + b"\tA house.\n"
+    else:
+        good, bad = b'{"de": "Ein Hund.", "en": "A dog."}\n', b'{"de": "' + bad_line + b'", "en": "A house."}\n'
+    path = tmp_path / f"pairs.{kind}"
+    path.write_bytes(b"\xef\xbb\xbf" + good + bad + good * 30)  # a BOM too: not the fault
+    column = {"tsv": 0, "jsonl": 8}[kind]  # where the bad line starts inside the row
+    byte = 4 if name == "invalid UTF-8" else 3
+    expected = f"{path} line 2: " + (
+        f"not UTF-8 (byte 0xff at column {column + byte + 1})"
+        if name == "invalid UTF-8"
+        else f"a NUL byte at column {column + byte + 1}"
+    )
+    with pytest.raises(CorpusError, match=re.escape(expected)):
+        load_corpus(f"{kind}:{path}:de-en")

@@ -63,6 +63,14 @@ Every kind drops pairs that are empty on either side and counts them. Optional
 length-ratio filters on train only, so evaluation sets stay comparable) report their counts
 in :class:`CorpusInfo`. Errors that the user can fix raise :class:`CorpusError`, naming the
 file, line, key or module at fault and listing the valid choices.
+
+Hostile files: every local file (and every text data file of a local ``hf`` folder) is read as
+UTF-8; CRLF line ends and a BOM give the pairs of the clean file; invalid UTF-8, a NUL byte or a
+UTF-16 file is one line naming the file, line and column; a 10 MB line is read (in linear time;
+``max_length`` drops it); an empty file, a source without its target (line counts that differ,
+a TSV row short of a column or with a stray tab, a JSONL or 🤗 row without a target string) is
+one line naming the file and the line or row. Blank lines at the end of one of two line-aligned
+files, and blank lines of a TSV file, hold no pair.
 """
 
 from __future__ import annotations
@@ -79,7 +87,15 @@ from typing import Any, Literal
 import datasets
 
 from .presets import PRESETS
-from .spec import KINDS, SPLITS, CorpusError, CorpusInfo, CorpusSpec, text_lines  # noqa: F401  (public names of this module)
+from .spec import (  # noqa: F401  (public names of this module)
+    KINDS,
+    SPLITS,
+    CorpusError,
+    CorpusInfo,
+    CorpusSpec,
+    check_text_file,
+    text_lines,
+)
 
 _SPLIT_CANDIDATES = {
     "train": ("train",),
@@ -243,19 +259,32 @@ def _read_lines(path: Path) -> Iterator[str]:
 
 
 def _aligned_lines(src_path: Path, tgt_path: Path) -> Iterator[tuple[str, str]]:
-    """``(source line, target line)`` of two line-aligned files, streamed.
+    """``(source line, target line)`` of two line-aligned files, streamed. Blank lines at the
+    end of the longer file (an editor's extra newline) pair with nothing and are dropped.
 
     Raises:
-        CorpusError: the files differ in length (both line counts named), once the shorter ends.
+        CorpusError: the files differ in length (both line counts named, and the first line
+            without a partner), once the shorter ends.
     """
     count = 0
-    f_src, f_tgt = text_lines(src_path), text_lines(tgt_path)
-    for source, target in itertools.zip_longest(f_src, f_tgt):
+    src_lines, tgt_lines = text_lines(src_path), text_lines(tgt_path)
+    for source, target in itertools.zip_longest(src_lines, tgt_lines):
         if source is None or target is None:
-            rest = 1 + sum(1 for _ in (f_tgt if source is None else f_src))
+            longer_path, longer, unpaired = (
+                (tgt_path, tgt_lines, target) if source is None else (src_path, src_lines, source)
+            )
+            rest, first = 0, None  # the longer file's lines without a partner; the first not blank
+            for line in itertools.chain([unpaired], longer):
+                rest += 1
+                if first is None and line.strip():
+                    first = count + rest
+            if first is None:
+                return  # only blank lines beyond the shorter file: the same pairs
             n_src, n_tgt = count + (0 if source is None else rest), count + (0 if target is None else rest)
             raise CorpusError(
-                f"line-aligned files differ in length: {src_path} has {n_src} lines, {tgt_path} has {n_tgt} lines"
+                f"line-aligned files differ in length: {src_path} has {n_src} lines, {tgt_path} has {n_tgt} lines "
+                f"({longer_path} line {first} has no partner); each line of one file must be the translation "
+                "of the same line of the other"
             )
         count += 1
         yield source, target
@@ -350,6 +379,11 @@ def _read_text(spec: CorpusSpec) -> tuple[dict[str, datasets.Dataset], CorpusInf
                 langs = sorted(p.suffix.lstrip(".") for p in path.parent.glob(f"{prefix.name}.*"))
                 raise CorpusError(f"no {lang!r} file {path}; languages found for {prefix.name}: {langs}")
         out[split] = _pairs_from_rows(_aligned_lines(src_path, tgt_path))
+        if len(out[split]) == 0:
+            raise CorpusError(
+                f"no {split} pairs: {src_path} and {tgt_path} are empty; give one sentence per line in each, "
+                "line N of one the translation of line N of the other"
+            )
     return out, _info(spec)
 
 
@@ -389,21 +423,40 @@ def _read_tsv(spec: CorpusSpec) -> tuple[dict[str, datasets.Dataset], CorpusInfo
     needed = max(src_col, tgt_col) + 1
     out = {}
 
-    def rows(path: Path) -> Iterator[tuple[str, str]]:
+    def rows(path: Path, lines: list[int]) -> Iterator[tuple[str, str]]:
+        first = None  # (line number, columns) of the first row: every row has as many
         for number, line in enumerate(_read_lines(path), start=1):
-            if number == 1 and skip_header:
-                continue
+            lines[0] = number
+            if (number == 1 and skip_header) or not line.strip():
+                continue  # the header; a blank line holds no pair
             row = line.split("\t")
             if len(row) < needed:
                 raise CorpusError(
                     f"{path}, line {number}: expected at least {needed} tab-separated columns "
                     f"(src_col={src_col}, tgt_col={tgt_col}), found {len(row)}: {line[:80]!r}"
                 )
+            if first is None:
+                first = (number, len(row))
+            elif len(row) != first[1]:
+                raise CorpusError(
+                    f"{path}, line {number}: {len(row)} tab-separated columns, but line {first[0]} has {first[1]} "
+                    f"(a tab inside a sentence?): {line[:80]!r}; give every line the same columns"
+                )
             yield row[src_col], row[tgt_col]
 
     for split, path in _local_files(spec, ".tsv").items():
-        out[split] = _pairs_from_rows(rows(path))
+        lines = [0]
+        out[split] = _pairs_from_rows(rows(path, lines))
+        if len(out[split]) == 0:
+            raise CorpusError(_no_pairs(path, lines[0], "one pair per line, source and target tab-separated"))
     return out, _info(spec)
+
+
+def _no_pairs(path: Path, lines: int, valid: str) -> str:
+    """The message for a file of a local format that holds no pair: empty, or nothing but blank
+    lines (and a header)."""
+    what = "the file is empty" if lines == 0 else f"its {lines} line(s) hold no pair (blank, or a header)"
+    return f"{path}: no pairs in it ({what}); give {valid}"
 
 
 def _read_jsonl(spec: CorpusSpec) -> tuple[dict[str, datasets.Dataset], CorpusInfo]:
@@ -412,8 +465,9 @@ def _read_jsonl(spec: CorpusSpec) -> tuple[dict[str, datasets.Dataset], CorpusIn
     tgt_key = spec.options.get("tgt_key", default_keys[1])
     out = {}
 
-    def rows(path: Path) -> Iterator[tuple[str, str]]:
+    def rows(path: Path, lines: list[int]) -> Iterator[tuple[str, str]]:
         for number, line in enumerate(_read_lines(path), start=1):
+            lines[0] = number
             if not line.strip():
                 continue
             try:
@@ -434,7 +488,11 @@ def _read_jsonl(spec: CorpusSpec) -> tuple[dict[str, datasets.Dataset], CorpusIn
             yield row[src_key], row[tgt_key]
 
     for split, path in _local_files(spec, ".jsonl").items():
-        out[split] = _pairs_from_rows(rows(path))
+        lines = [0]
+        out[split] = _pairs_from_rows(rows(path, lines))
+        if len(out[split]) == 0:
+            example = json.dumps({src_key: "...", tgt_key: "..."})
+            raise CorpusError(_no_pairs(path, lines[0], f"one JSON object per line, e.g. {example}"))
     return out, _info(spec)
 
 
@@ -447,12 +505,21 @@ def _read_hf(
         loaded = datasets.load_from_disk(str(local))  # written by save_to_disk
     else:
         hf_cache = None if cache_dir is None else str(Path(cache_dir).expanduser() / "hf")
+        if local.is_dir():
+            _check_data_files(local)
         try:
             loaded = datasets.load_dataset(str(local) if local.exists() else spec.location, config, cache_dir=hf_cache)
         except (FileNotFoundError, datasets.exceptions.DatasetNotFoundError) as err:
             raise CorpusError(f"cannot load dataset {spec.location!r} (config {config!r}): {err}") from None
         except ValueError as err:  # e.g. a missing or unknown config, listing the valid ones
             raise CorpusError(f"cannot load dataset {spec.location!r} (config {config!r}): {err}") from None
+        except Exception as err:  # a data file the builder cannot parse: its own error says where
+            if not local.is_dir() and not isinstance(err, datasets.exceptions.DatasetGenerationError):
+                raise
+            hint = "; fix the data file, or convert it to JSON Lines (one object per line)" if local.is_dir() else ""
+            raise CorpusError(
+                f"cannot load dataset {spec.location!r} (config {config!r}): {_root_cause(err)}{hint}"
+            ) from None
     if isinstance(loaded, datasets.Dataset):
         loaded = datasets.DatasetDict({"train": loaded})
 
@@ -476,6 +543,51 @@ def _read_hf(
     return out, _info(spec, f"{spec.location}" + (f" ({config})" if config else ""))
 
 
+# The data files of a local folder that 🤗 datasets' packaged builders read as text.
+_TEXT_DATA_SUFFIXES = (".csv", ".tsv", ".json", ".jsonl", ".ndjson", ".txt")
+
+
+def _check_data_files(folder: Path) -> None:
+    """Refuse a text data file of a local ``hf:`` folder that is not UTF-8, holds a NUL byte or
+    is empty, naming it (and the line and column), before 🤗 datasets reads it: its readers
+    fail on these with a deep traceback or, for invalid UTF-8 in JSON, keep the bytes and
+    fail later. (A CRLF or a BOM they read correctly.) One pass over each file in blocks.
+
+    Raises:
+        CorpusError: naming the file, the line and column, and what would be valid.
+    """
+    for path in sorted(folder.rglob("*")):
+        parts = path.relative_to(folder).parts
+        if path.suffix.lower() not in _TEXT_DATA_SUFFIXES or any(p.startswith(".") for p in parts):
+            continue
+        if path.is_file() and check_text_file(path) == 0:
+            raise CorpusError(f"{path}: no rows in it (the file is empty); give one row per pair, or remove the file")
+
+
+def _root_cause(err: BaseException) -> str:
+    """``Type: first line`` of the innermost exception under ``err`` (🤗 datasets wraps the
+    reader's own error in a ``DatasetGenerationError`` that says nothing)."""
+    seen = {id(err)}
+    while (inner := err.__cause__ or err.__context__) is not None and id(inner) not in seen:
+        seen.add(id(inner))
+        err = inner
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0]}" if text else type(err).__name__
+
+
+def _hf_strings(values, location: str, split_name: str, column: str) -> list[str]:
+    """``values`` as a list of strings, or one line naming the first row that is not one."""
+    values = list(values)
+    for row, value in enumerate(values):
+        if not isinstance(value, str):
+            what = "missing (null)" if value is None else f"of type {type(value).__name__}, not a string"
+            raise CorpusError(
+                f"dataset {location!r} split {split_name!r} row {row} (counting from 0): {column} is {what}; "
+                "every row needs a source and a target string"
+            )
+    return values
+
+
 def _hf_columns(dataset: datasets.Dataset, spec: CorpusSpec, split_name: str) -> datasets.Dataset:
     """Pick the source and target strings out of a 🤗 split, in either layout."""
     columns = dataset.column_names
@@ -487,7 +599,9 @@ def _hf_columns(dataset: datasets.Dataset, spec: CorpusSpec, split_name: str) ->
                 raise CorpusError(
                     f"dataset {spec.location!r} split {split_name!r} has no column {key!r}; columns: {columns}"
                 )
-        return _pairs_dataset(list(dataset[src_key]), list(dataset[tgt_key]))
+        return _pairs_dataset(
+            *(_hf_strings(dataset[k], spec.location, split_name, repr(k)) for k in (src_key, tgt_key))
+        )
     nested = spec.options.get("field", "translation")
     if nested in columns:
         if spec.source_lang is None:
@@ -502,11 +616,25 @@ def _hf_columns(dataset: datasets.Dataset, spec: CorpusSpec, split_name: str) ->
                     f"dataset {spec.location!r} split {split_name!r}: no language {lang!r} in column "
                     f"{nested!r}; languages: {available}"
                 )
-        return _pairs_dataset([r[spec.source_lang] for r in rows], [r[spec.target_lang] for r in rows])
+        return _pairs_dataset(
+            *(
+                _hf_strings(
+                    (r.get(lang) if isinstance(r, dict) else None for r in rows),
+                    spec.location,
+                    split_name,
+                    f"{nested}[{lang!r}]",
+                )
+                for lang in (spec.source_lang, spec.target_lang)
+            )
+        )
     if spec.source_lang and spec.source_lang in columns and spec.target_lang in columns:
-        return _pairs_dataset(list(dataset[spec.source_lang]), list(dataset[spec.target_lang]))
+        return _pairs_dataset(
+            *(_hf_strings(dataset[k], spec.location, split_name, repr(k)) for k in (spec.source_lang, spec.target_lang))
+        )
     if "source" in columns and "target" in columns:
-        return _pairs_dataset(list(dataset["source"]), list(dataset["target"]))
+        return _pairs_dataset(
+            *(_hf_strings(dataset[k], spec.location, split_name, repr(k)) for k in ("source", "target"))
+        )
     raise CorpusError(
         f"dataset {spec.location!r} split {split_name!r}: cannot find the text; columns: {columns}. "
         f"Use a {nested!r} column with a language pair, or src_key=/tgt_key="

@@ -131,6 +131,33 @@ def pick_device(device: str | None = None) -> torch.device:
     return torch.device("cpu")
 
 
+# The model types of this package (modeling/registry.py): a failure to build one of them is a bug.
+_OWN_MODEL_TYPES = ("rnn_seq2seq", "transformer_seq2seq")
+# Tensors a model rebuilds (sinusoidal position tables) or starts at zero (Marian's
+# final_logits_bias) where a checkpoint lacks them: not a sign of another model's weights.
+_REBUILT_ON_LOAD = ("embed_positions.weight", "final_logits_bias")
+
+
+class _HeldLoadReport(logging.Filter):
+    """Holds back transformers' "LOAD REPORT" table while a model loads: where the weights do
+    not fit, the one-line error says so instead; where they do, the table is logged after."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: list[logging.LogRecord] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "LOAD REPORT" in record.getMessage():
+            self.held.append(record)
+            return False
+        return True
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
 def load_for_inference(
     path_or_id: str | Path,
     *,
@@ -171,16 +198,28 @@ def load_for_inference(
         kwargs["revision"] = revision
     try:
         tokenizer = AutoTokenizer.from_pretrained(location.model_path, **kwargs)
-        model_kwargs = dict(kwargs)
-        if attn_implementation is not None:
-            model_kwargs["attn_implementation"] = attn_implementation
-        model = AutoModelForSeq2SeqLM.from_pretrained(location.model_path, **model_kwargs)
+    except OSError as err:  # offline Hub ids and half-written folders: the first line says which
+        raise UserError(f"cannot load model {path_or_id}: {_first_line(err)}") from None
+    except Exception as err:  # tokenizer.json cut short or damaged, a tokenizer of a kind not read here
+        raise UserError(
+            f"cannot load model {path_or_id}: its tokenizer files (tokenizer.json, tokenizer_config.json) do not "
+            f"load ({type(err).__name__}: {_first_line(err)}); they are damaged, or of a kind this installation "
+            "cannot read: copy or export the folder again"
+        ) from None
+    model_kwargs = dict(kwargs)
+    if attn_implementation is not None:
+        model_kwargs["attn_implementation"] = attn_implementation
+    report = _HeldLoadReport()  # transformers' table of missing keys: this function says it in one line
+    transformers_logger = logging.getLogger("transformers.modeling_utils")
+    transformers_logger.addFilter(report)
+    try:
+        model, loading_info = AutoModelForSeq2SeqLM.from_pretrained(
+            location.model_path, output_loading_info=True, **model_kwargs
+        )
     except OSError as err:
-        # Offline Hub ids and half-written folders end here; the first line says which.
-        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise UserError(f"cannot load model {path_or_id}: {first_line}") from None
+        raise UserError(f"cannot load model {path_or_id}: {_first_line(err)}") from None
     except Exception as err:  # a cut or damaged weights file, a config of another kind of model
-        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        first_line = _first_line(err)
         if type(err).__name__ == "SafetensorError":
             raise UserError(
                 f"cannot load model {path_or_id}: its model.safetensors is damaged or cut short ({first_line}); "
@@ -191,13 +230,30 @@ def load_for_inference(
                 f"cannot load model {path_or_id}: the tensors of its model.safetensors do not have the shapes its "
                 "config.json describes; the two files belong to different models"
             ) from None
+        kind = getattr(model_config_of(location.model_path), "model_type", None)
         if isinstance(err, ValueError) and "Unrecognized configuration class" in first_line:
-            kind = getattr(model_config_of(location.model_path), "model_type", "another")
             raise UserError(
-                f"cannot load model {path_or_id}: its config.json is a {kind!r} model, not an encoder-decoder; "
-                "give a folder of this package's models (or another seq2seq model)"
+                f"cannot load model {path_or_id}: its config.json is a {kind or 'another'!r} model, not an "
+                "encoder-decoder; give a folder of this package's models (or another seq2seq model)"
             ) from None
-        raise
+        if kind is not None and kind not in _OWN_MODEL_TYPES:  # another library's model that does not build
+            raise UserError(
+                f"cannot load model {path_or_id}: the {kind!r} model its config.json describes does not build "
+                f"({type(err).__name__}: {first_line}); its config.json does not belong with its weights: "
+                "copy or export the folder again"
+            ) from None
+        raise  # one of this package's models failing to build: a bug, with its traceback
+    finally:
+        transformers_logger.removeFilter(report)
+    missing = [name for name in sorted(loading_info.get("missing_keys") or ()) if not name.endswith(_REBUILT_ON_LOAD)]
+    if missing:  # transformers would start these tensors at random and translate garbage
+        raise UserError(
+            f"cannot load model {path_or_id}: its model.safetensors lacks {len(missing)} of the tensors its "
+            f"config.json (a {model.config.model_type!r} model) needs (first: {missing[0]}); the weights and "
+            "config.json belong to different models: copy or export the folder again"
+        )
+    for record in report.held:  # unused tensors only (the model is whole): transformers' report, as it writes it
+        transformers_logger.handle(record)
     vocab_size = getattr(model.config, "vocab_size", None)
     if vocab_size is not None and len(tokenizer) > vocab_size:
         raise UserError(

@@ -663,10 +663,12 @@ def test_a_measurement_store_that_cannot_be_written_warns_and_still_answers(tmp_
 
 
 # ------------------------------------------------------------------------------ a rank dies
-def _launch(recipe: Path, cache: Path, *launch_args: str, extra_env: dict | None = None) -> subprocess.Popen:
+def _launch(
+    recipe: Path, cache: Path, *launch_args: str, extra_env: dict | None = None, train_args: tuple[str, ...] = ()
+) -> subprocess.Popen:
     accelerate = Path(sys.executable).with_name("accelerate")
     command = [str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", *launch_args]
-    command += ["-m", "attention_seq2seq.training.train", "--recipe", str(recipe), "--resume"]
+    command += ["-m", "attention_seq2seq.training.train", "--recipe", str(recipe), "--resume", *train_args]
     env = child_env(cache, TOKENIZERS_PARALLELISM="false", **(extra_env or {}))
     return subprocess.Popen(
         command,
@@ -711,6 +713,43 @@ def test_a_killed_rank_stops_the_other_at_once_and_the_run_resumes(reference, tm
     code, stderr = _finish(_launch(recipe, tmp_path / "cache", *port, str(free_port())))
     assert code == 0, stderr[-3000:]
     assert_same_run(run, tmp_path / "whole" / "run")
+
+
+def test_a_lost_rank_is_one_line_for_a_dead_peer_and_for_an_expired_wait_and_only_with_several_ranks(monkeypatch):
+    from attention_seq2seq.training.train import lost_rank_message
+
+    reset = RuntimeError("[gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:4242")
+    expired = RuntimeError("[gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 15000ms for recv operation")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert lost_rank_message(reset, 15) is None and lost_rank_message(expired, 15) is None
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    assert lost_rank_message(reset, 15).startswith("rank 0 of 2 lost contact with another rank, which stopped")
+    assert lost_rank_message(expired, 15).startswith("rank 0 of 2 waited 15 s (ddp_timeout) for another rank")
+    assert lost_rank_message(RuntimeError("CUDA out of memory"), 15) is None  # not a lost rank: its own traceback
+
+
+@pytest.mark.slow
+def test_a_hung_rank_stops_the_other_after_ddp_timeout_not_torchs_thirty_minutes(reference, tmp_path):
+    ref = reference("transformer")
+    run = tmp_path / "hung" / "run"
+    recipe = ref.recipe(tmp_path / "hung.yaml", run)
+    # Rank 1 stops itself (SIGSTOP: alive, silent, as a stuck process or a frozen machine is) after update 3.
+    fault = {"ATTENTION_SEQ2SEQ_FAULT_RANK": "1", STOP_AT_ENV: "update 3"}
+    proc = _launch(
+        recipe,
+        tmp_path / "cache",
+        "--main_process_port",
+        str(free_port()),
+        extra_env=fault,
+        train_args=("--ddp_timeout", "15"),
+    )
+    code, stderr = _finish(proc, timeout=300)  # far inside torch's default of 1800 s
+    assert code != 0
+    lines = [line for line in stderr.splitlines() if line.startswith("error: rank 0 of 2 waited 15 s (ddp_timeout)")]
+    assert len(lines) == 1, stderr[-4000:]
+    assert "start the same launch with --resume" in lines[0]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_2"]
 
 
 @pytest.mark.slow

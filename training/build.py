@@ -4,13 +4,14 @@ learning-rate schedule and logging. ``train.py`` calls them in order; each one i
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
 from pathlib import Path
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import broadcast_object_list
+from accelerate.utils import InitProcessGroupKwargs, broadcast_object_list
 
 from ..data.pairs import Collate, PairDataset
 from ..modeling.registry import BY_NAME
@@ -97,11 +98,17 @@ def build_accelerator(config: TrainConfig, output_dir: Path, mixed_precision: st
     """The Accelerator of this run. ``accelerate launch --multi_gpu --num_processes N`` on a
     machine without CUDA starts N ranks that form one gloo group only if the Accelerator is built
     with ``cpu=True``; without it each rank would silently train its own copy of the model.
-    ``mixed_precision`` is the resolved choice (never ``"auto"``); None: ``config.mixed_precision``."""
+    ``mixed_precision`` is the resolved choice (never ``"auto"``); None: ``config.mixed_precision``.
+    ``config.ddp_timeout`` bounds every collective's wait (gloo or NCCL), so a rank that hangs
+    stops the others after that many seconds rather than torch's default 30 minutes."""
     multi_process = int(os.environ.get("WORLD_SIZE", "1")) > 1
     cpu = multi_process and not torch.cuda.is_available()
+    timeout = datetime.timedelta(seconds=config.ddp_timeout)
+    if timeout == InitProcessGroupKwargs().timeout:  # accelerate passes on only non-default fields: 600 s
+        timeout += datetime.timedelta(milliseconds=1)  # would fall back to torch's 1800 s
     return Accelerator(
         cpu=cpu,
+        kwargs_handlers=[InitProcessGroupKwargs(timeout=timeout)],
         mixed_precision=mixed_precision or config.mixed_precision,
         log_with=None if config.log_with == "none" else config.log_with,
         project_dir=str(output_dir),

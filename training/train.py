@@ -501,7 +501,7 @@ def main(argv: list[str] | None = None) -> None:
         tqdm.write(f"error: {str(err).splitlines()[0]}", file=sys.stderr)  # on a line of its own, below the bar
         raise SystemExit(2) from None
     except RuntimeError as err:
-        lost = lost_rank_message(err)
+        lost = lost_rank_message(err, config.ddp_timeout)
         if lost is None or os.environ.get("ATTENTION_SEQ2SEQ_DEBUG"):
             raise
         tqdm.write(f"error: {lost}", file=sys.stderr)
@@ -509,19 +509,28 @@ def main(argv: list[str] | None = None) -> None:
 
 
 _PEER_GONE = ("connection reset by peer", "connection closed by peer", "broken pipe", "socket closed")
+_WAIT_EXPIRED = ("timed out", "timeout")
 
 
-def lost_rank_message(err: BaseException) -> str | None:
-    """One line for a collective that failed because another rank died (gloo's or NCCL's
-    "Connection reset/closed by peer"), or None for any other error."""
-    text = str(err)
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or not any(p in text.lower() for p in _PEER_GONE):
+def lost_rank_message(err: BaseException, ddp_timeout: int | None = None) -> str | None:
+    """One line for a collective that failed because another rank is gone: it died (gloo's or
+    NCCL's "Connection reset/closed by peer", noticed at once) or did not answer for
+    ``ddp_timeout`` seconds (a hung process, a stopped or unreachable machine); None for any
+    other error, and always for a single process."""
+    text = str(err).lower()
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return None
     rank, world = os.environ.get("RANK", "?"), os.environ.get("WORLD_SIZE")
+    if any(p in text for p in _PEER_GONE):
+        what = "lost contact with another rank, which stopped"
+    elif any(p in text for p in _WAIT_EXPIRED):
+        waited = f"{ddp_timeout} s (ddp_timeout)" if ddp_timeout is not None else "the collective timeout"
+        what = f"waited {waited} for another rank, which did not answer (hung, stopped or unreachable)"
+    else:
+        return None
     return (
-        f"rank {rank} of {world} lost contact with another rank, which stopped "
-        f"(the launcher's summary names it and its exit code); the checkpoints written so far are whole: "
-        f"start the same launch with --resume to continue"
+        f"rank {rank} of {world} {what} (the launcher's summary names it and its exit code); the checkpoints "
+        f"written so far are whole: start the same launch with --resume to continue"
     )
 
 

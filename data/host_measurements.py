@@ -21,8 +21,9 @@ measure again.
 What can go wrong with the store is survived (tests/test_faults.py): an entry that cannot be read
 (a file cut in half, another schema, a missing field) is measured again with one warning; a
 measurement taken while the machine is busy (its 1-minute load average at or above half its
-cores before the timing began) is used for this run only and not kept, with the reason logged,
-so a choice made beside a test run or a build is never kept for good
+cores before the timing began, or other processes using a quarter of its cores, at least half
+a core, while it ran: :func:`others_busy_cores`) is used for this run only and not kept, with
+the reason logged, so a choice made beside a test run or a build is never kept for good
 (``ATTENTION_SEQ2SEQ_KEEP_BUSY_MEASUREMENTS=1`` keeps it anyway); a read-only cache folder means
 nothing is stored, with one warning.
 
@@ -39,6 +40,7 @@ import json
 import logging
 import os
 import platform
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -137,6 +139,47 @@ def machine_busy() -> str | None:
     return None
 
 
+def cpu_sample() -> tuple[float, float, float] | None:
+    """``(busy_s, own_s, wall_s)``: CPU seconds all cores have spent not idle since boot
+    (``/proc/stat``: user, nice, system, irq, softirq, steal), CPU seconds of this process (its
+    threads and its waited-for children), and a monotonic clock; None where ``/proc/stat`` cannot
+    be read (not Linux)."""
+    try:
+        with open("/proc/stat", encoding="ascii") as handle:
+            fields = handle.readline().split()
+        ticks = [int(value) for value in fields[1:9]]
+        tick_s = 1.0 / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = ticks + [0] * (8 - len(ticks))
+    own = os.times()
+    return (
+        (user + nice + system + irq + softirq + steal) * tick_s,
+        own.user + own.system + own.children_user + own.children_system,
+        time.monotonic(),
+    )
+
+
+def others_busy_cores(before: tuple | None, after: tuple | None) -> float:
+    """How many cores, on average, processes other than this one kept busy between two
+    :func:`cpu_sample` readings: (machine busy seconds - this process's CPU seconds) / wall
+    seconds; 0 where either reading is missing or no time passed."""
+    if before is None or after is None or after[2] <= before[2]:
+        return 0.0
+    others = (after[0] - before[0]) - (after[1] - before[1])
+    return max(0.0, others) / (after[2] - before[2])
+
+
+def busy_during(before: tuple | None, after: tuple | None) -> str | None:
+    """Why the machine was too busy for the timing between two :func:`cpu_sample` readings to be
+    kept (other processes used at least a quarter of its cores, at least half a core), or None."""
+    cores = os.cpu_count() or 1
+    others = others_busy_cores(before, after)
+    if others >= max(0.5, cores / 4):
+        return f"other processes used {others:.1f} of its {cores} cores during the timing"
+    return None
+
+
 def measured(
     file_name: str,
     key: dict,
@@ -158,7 +201,8 @@ def measured(
     Returns:
         ``(entry, cached, path)``: the results (with ``measured_at``, an ISO date, and the ``cpu``
         added), whether they were read back rather than measured now, and the file. A measurement
-        made while the machine is busy (:func:`machine_busy`) or into a folder that cannot be
+        made while the machine is busy (:func:`machine_busy` before it, :func:`busy_during` while
+        it ran) or into a folder that cannot be
         written is returned but not stored (a warning says why).
     """
     path = cache_root() / file_name
@@ -180,8 +224,12 @@ def measured(
                     path,
                     ", ".join(missing),
                 )
-        busy = None if os.environ.get(KEEP_BUSY_ENV) else machine_busy()
+        keep_busy = bool(os.environ.get(KEEP_BUSY_ENV))
+        busy = None if keep_busy else machine_busy()
+        before = cpu_sample()
         entry = {**measure(), "measured_at": datetime.date.today().isoformat(), "cpu": cpu_name()}
+        if busy is None and not keep_busy:
+            busy = busy_during(before, cpu_sample())
         if not use_cache:
             return entry, False, path
         if busy is not None:
@@ -210,4 +258,15 @@ def measured(
     return entry, False, path
 
 
-__all__ = ["cache_root", "cpu_flags", "cpu_name", "key_of", "machine_busy", "measured", "read_entries"]
+__all__ = [
+    "busy_during",
+    "cache_root",
+    "cpu_flags",
+    "cpu_name",
+    "cpu_sample",
+    "key_of",
+    "machine_busy",
+    "measured",
+    "others_busy_cores",
+    "read_entries",
+]

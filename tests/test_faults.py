@@ -606,6 +606,7 @@ def _store(tmp_path, monkeypatch, load: float = 0.0):
     monkeypatch.setenv("ATTENTION_SEQ2SEQ_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv(host_measurements.KEEP_BUSY_ENV, raising=False)
     monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(host_measurements, "cpu_sample", lambda: (0.0, 0.0, 1.0))  # quiet while measuring
     calls = []
 
     def measure():
@@ -650,6 +651,41 @@ def test_a_measurement_on_a_busy_machine_is_used_but_not_kept(tmp_path, monkeypa
     assert ask()[1] is False and calls == [1, 1]  # measured again, not read back
     monkeypatch.setattr(os, "getloadavg", lambda: (0.1, 0.1, 0.1))  # the machine is quiet now
     assert ask()[1] is False and ask()[1] is True and calls == [1, 1, 1]
+
+
+def test_the_cores_other_processes_used_are_the_machine_s_busy_seconds_less_our_own_per_wall_second():
+    from attention_seq2seq.data.host_measurements import others_busy_cores
+
+    # 4 s of wall time; the machine's cores were busy 9 CPU s, 3 of them ours: others used 6 / 4.
+    assert others_busy_cores((100.0, 10.0, 50.0), (109.0, 13.0, 54.0)) == pytest.approx(1.5)
+    assert others_busy_cores((100.0, 10.0, 50.0), (102.0, 12.5, 54.0)) == 0.0  # rounding: never below 0
+    assert others_busy_cores(None, (1.0, 1.0, 1.0)) == 0.0  # no /proc/stat
+    assert others_busy_cores((1.0, 1.0, 5.0), (2.0, 1.0, 5.0)) == 0.0  # no time passed
+
+
+def test_a_timing_taken_while_another_process_spins_is_used_but_not_kept(tmp_path, monkeypatch, caplog):
+    """The load average before the timing was low (patched), but another process ran during it:
+    /proc/stat's busy time less this process's own is what catches it."""
+    from attention_seq2seq.data import host_measurements
+
+    if host_measurements.cpu_sample() is None:
+        pytest.skip("no /proc/stat")
+    monkeypatch.setenv("ATTENTION_SEQ2SEQ_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv(host_measurements.KEEP_BUSY_ENV, raising=False)
+    monkeypatch.setattr(host_measurements, "machine_busy", lambda: None)
+    spinners = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(max(1, (os.cpu_count() or 1) // 2))
+    ]
+    try:
+        time.sleep(0.3)  # the spinners are running
+        entry, cached, path = host_measurements.measured("choices.json", {"k": 1}, lambda: time.sleep(1.5) or {"x": 1})
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+    assert entry["x"] == 1 and not cached and not path.exists()
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "other processes used" in warning and "during the timing" in warning and "not kept" in warning
 
 
 def test_a_measurement_store_that_cannot_be_written_warns_and_still_answers(tmp_path, monkeypatch, caplog):

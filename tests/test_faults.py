@@ -742,8 +742,11 @@ def test_a_killed_rank_stops_the_other_at_once_and_the_run_resumes(reference, tm
     started = time.monotonic()
     code, stderr = _finish(_launch(recipe, tmp_path / "cache", *port, str(free_port()), extra_env=fault), timeout=120)
     assert code != 0 and time.monotonic() - started < 120
+    # Rank 0 stops either way: its next collective fails (one line, exit 3), or the launcher, which
+    # saw rank 1 die first, ends it with SIGTERM (a race the scheduler decides).
     lines = [line for line in stderr.splitlines() if "error: rank 0 of 2 lost contact with another rank" in line]
-    assert len(lines) == 1, stderr[-4000:]
+    terminated = re.search(r"rank\s*: 0 \(local_rank: 0\)\s+exitcode\s*: -15", stderr)
+    assert len(lines) == 1 or (not lines and terminated), stderr[-4000:]
     assert re.search(r"rank\s*: 1 \(local_rank: 1\)\s+exitcode\s*: -9", stderr), stderr[-3000:]  # the launcher names it
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_2"]
     code, stderr = _finish(_launch(recipe, tmp_path / "cache", *port, str(free_port())))

@@ -1,8 +1,12 @@
 """Upload an exported folder to the Hugging Face Hub: the one place the package touches the network.
 
 ``push_to_hub(folder, repo_id)`` creates the model repository if needed (optionally private),
-creates the branch ``revision`` if it is not ``main``, and uploads the folder in one commit. The
-token comes from the ``token`` argument, else ``HF_TOKEN``, else the ``hf auth login`` cache.
+creates the branch ``revision`` if it is not ``main``, and uploads the folder in one commit. Then,
+where the folder's model card (written by ``export``) sets ``REVISION = "main"`` as a placeholder,
+a second commit changes only ``README.md`` so the card pins the first commit: the snippets a user
+copies load exactly the code uploaded (and listed in its SHA-256 table), whatever is pushed later.
+The local folder is left as it is. The token comes from the ``token`` argument, else
+``HF_TOKEN``, else the ``hf auth login`` cache.
 
 Offline (``HF_HUB_OFFLINE=1``, or the Hub's host does not accept a connection within a few
 seconds) it raises ``PushError`` at once instead of waiting on long HTTP timeouts;
@@ -12,6 +16,7 @@ seconds) it raises ``PushError`` at once instead of waiting on long HTTP timeout
 from __future__ import annotations
 
 import os
+import re
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +25,8 @@ from urllib.parse import urlsplit
 # Never uploaded: what huggingface_hub's upload_folder skips, plus Python bytecode caches.
 IGNORE_PATTERNS = ("__pycache__", "__pycache__/*", "*/__pycache__/*", "*.pyc")
 CONNECT_TIMEOUT_S = 5.0
+# The placeholder line of hub_cards/usage.md that a push replaces with the upload's commit id.
+_REVISION_PLACEHOLDER = re.compile(r'^REVISION = "main"  # replace with the commit id you reviewed.*$', re.M)
 
 
 class PushError(Exception):
@@ -43,6 +50,7 @@ class PushResult:
     files: list[UploadFile]
     dry_run: bool
     commit_url: str | None = None
+    pinned_revision: str | None = None  # the commit the uploaded card's REVISION names
 
     @property
     def total_size(self) -> int:
@@ -55,6 +63,11 @@ class PushResult:
         lines += [f"  {_human(f.size):>10}  {f.path_in_repo}" for f in self.files]
         if self.commit_url:
             lines.append(f"commit: {self.commit_url}")
+        if self.pinned_revision:
+            lines.append(
+                f'the model card pins REVISION = "{self.pinned_revision}" (the upload\'s commit: its code is '
+                "what the card's SHA-256 table lists)"
+            )
         return "\n".join(lines)
 
 
@@ -120,6 +133,7 @@ def push_to_hub(
     token: str | None = None,
     dry_run: bool = False,
     commit_message: str = "Upload model exported with attention_seq2seq",
+    pin_card: bool = True,
 ) -> PushResult:
     """Upload ``folder`` to the model repository ``repo_id``; returns what was (or would be) uploaded.
 
@@ -131,6 +145,8 @@ def push_to_hub(
         token: a Hub token; default ``HF_TOKEN`` or the ``hf auth login`` cache.
         dry_run: only list the files (path and size); no network, no token needed.
         commit_message: the commit's title.
+        pin_card: after the upload, commit a ``README.md`` whose ``REVISION = "main"`` placeholder
+            names the upload's commit id (a card without the placeholder is left as it is).
 
     Raises:
         PushError: a bad folder or repo id, offline, no token, or a Hub error, always with a
@@ -166,12 +182,37 @@ def push_to_hub(
             commit_message=commit_message,
             ignore_patterns=list(IGNORE_PATTERNS),
         )
+        pinned = _pin_card(api, Path(folder), repo_id, branch, getattr(commit, "oid", None)) if pin_card else None
     except HfHubHTTPError as error:
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise PushError(f"the Hub refused the upload to {repo_id}: {first_line}") from None
     except Exception as error:  # the HTTP client's transport errors: report in one line, not a traceback
         raise PushError(f"upload to {repo_id} failed: {type(error).__name__}: {error}") from None
-    return PushResult(repo_id, branch, files, dry_run=False, commit_url=getattr(commit, "commit_url", None))
+    return PushResult(
+        repo_id, branch, files, dry_run=False, commit_url=getattr(commit, "commit_url", None), pinned_revision=pinned
+    )
+
+
+def _pin_card(api, folder: Path, repo_id: str, branch: str, oid: str | None) -> str | None:
+    """Commit ``folder``'s README.md with its ``REVISION = "main"`` placeholder set to ``oid``
+    (the upload's commit); returns ``oid``, or None where there is no placeholder or no id."""
+    card = folder / "README.md"
+    if not oid or not card.is_file():
+        return None
+    text = card.read_text(encoding="utf-8")
+    pinned = f'REVISION = "{oid}"  # the commit this model was uploaded in; its .py files are listed below'
+    text, count = _REVISION_PLACEHOLDER.subn(pinned, text)
+    if count == 0:
+        return None
+    api.upload_file(
+        path_or_fileobj=text.encode("utf-8"),
+        path_in_repo="README.md",
+        repo_id=repo_id,
+        repo_type="model",
+        revision=branch,
+        commit_message=f"Model card: pin REVISION to {oid[:12]}, the upload's commit",
+    )
+    return oid
 
 
 # ---------------------------------------------------------------------------- command line
@@ -191,4 +232,11 @@ def build_parser(parser=None):
     parser.add_argument("--token", help="Hub token (default: HF_TOKEN or the `hf auth login` cache)")
     parser.add_argument("--dry-run", action="store_true", help="list the files and sizes; no network")
     parser.add_argument("--commit-message", default="Upload model exported with attention_seq2seq")
+    parser.add_argument(
+        "--no-pin-card",
+        dest="pin_card",
+        action="store_false",
+        help="leave the card's REVISION placeholder as it is (by default a second commit sets it to the upload's "
+        "commit, so the snippets users copy load the code uploaded)",
+    )
     return parser

@@ -92,7 +92,10 @@ def test_push_creates_repo_branch_and_uploads(folder, monkeypatch):
 
         def upload_folder(self, **kwargs):
             calls.append(("upload_folder", kwargs))
-            return type("Commit", (), {"commit_url": "https://hub/commit/1"})()
+            return type("Commit", (), {"commit_url": "https://hub/commit/1", "oid": "1" * 40})()
+
+        def upload_file(self, **kwargs):
+            calls.append(("upload_file", kwargs))
 
     import huggingface_hub
 
@@ -106,6 +109,7 @@ def test_push_creates_repo_branch_and_uploads(folder, monkeypatch):
     assert (upload["repo_id"], upload["folder_path"], upload["revision"]) == ("someone/model", str(root), "dev")
     assert upload["commit_message"] == "v1" and "__pycache__" in upload["ignore_patterns"]
     assert result.commit_url == "https://hub/commit/1" and not result.dry_run
+    assert len(calls) == 4 and result.pinned_revision is None  # a card without the REVISION placeholder: one commit
 
     # Without a token anywhere, it stops before any request.
     calls.clear()
@@ -125,3 +129,47 @@ def test_bad_folder_or_repo_id(tmp_path, folder):
         list_upload_files(tmp_path / "empty")
     with pytest.raises(PushError, match="is not a folder"):
         list_upload_files(tmp_path / "missing")
+
+
+def test_push_pins_the_exported_card_to_the_upload_s_commit_in_a_second_commit(tmp_path, monkeypatch):
+    import huggingface_hub
+    from helpers import build_tiny_run
+
+    from attention_seq2seq.hub.export import export_model
+
+    out = export_model(build_tiny_run("rnn_seq2seq", tmp_path), tmp_path / "hub", repo_id="someone/tiny")
+    card = (out / "README.md").read_text(encoding="utf-8")
+    oid = "3f1c0e9" + "a" * 33
+    calls = []
+
+    class RecordingApi:
+        def __init__(self, token):
+            pass
+
+        def create_repo(self, repo_id, **kwargs):
+            pass
+
+        def upload_folder(self, **kwargs):
+            calls.append(("upload_folder", kwargs["revision"]))
+            return type("Commit", (), {"commit_url": f"https://hub/commit/{oid}", "oid": oid})()
+
+        def upload_file(self, **kwargs):
+            calls.append(("upload_file", kwargs))
+
+    monkeypatch.setattr(push_module, "hub_offline_reason", lambda: None)
+    monkeypatch.setattr(huggingface_hub, "HfApi", RecordingApi)
+    result = push_to_hub(out, "someone/tiny", token="hf_test")
+    assert calls[0] == ("upload_folder", "main") and calls[1][0] == "upload_file" and len(calls) == 2
+    second = calls[1][1]
+    assert (second["path_in_repo"], second["revision"], second["repo_id"]) == ("README.md", "main", "someone/tiny")
+    pinned = second["path_or_fileobj"].decode("utf-8")
+    (line,) = [line for line in pinned.splitlines() if line.startswith("REVISION = ")]
+    assert line.startswith(f'REVISION = "{oid}"')
+    assert len(pinned.splitlines()) == len(card.splitlines())  # nothing else of the card changed
+    assert [a for a, b in zip(pinned.splitlines(), card.splitlines()) if a != b] == [line]
+    assert (out / "README.md").read_text(encoding="utf-8") == card  # the local folder is left as it is
+    assert result.pinned_revision == oid and oid in result.describe()
+
+    calls.clear()
+    assert push_to_hub(out, "someone/tiny", token="hf_test", pin_card=False).pinned_revision is None
+    assert [c[0] for c in calls] == ["upload_folder"]

@@ -114,6 +114,7 @@ def cmd_push(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             token=args.token,
             dry_run=args.dry_run,
             commit_message=args.commit_message,
+            pin_card=args.pin_card,
         )
     except PushError as err:
         raise UserError(str(err)) from None

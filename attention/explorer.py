@@ -627,9 +627,12 @@ def build_app(model, tokenizer, *, title: str = "Attention explorer", example: s
         translate_outputs = [translation, candidates, state, heatmap, step]
         translate_button.click(on_translate, translate_inputs, translate_outputs)
         source.submit(on_translate, translate_inputs, translate_outputs)
-        view.change(on_view, [state, view, head, unit, step], [layer, head, heatmap])
+        # ``.input`` fires on the user's pick only, not when a handler sets the value (``on_view``
+        # resetting layer and head, ``on_translate`` resetting the step): each pick renders once,
+        # and a late cascade render can never replace the map of a newer pick.
+        view.input(on_view, [state, view, head, unit, step], [layer, head, heatmap])
         for picker in (layer, head, unit, step):
-            picker.change(render, [state, view, layer, head, unit, step], heatmap)
+            picker.input(render, [state, view, layer, head, unit, step], heatmap)
     return app
 
 

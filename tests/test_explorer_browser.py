@@ -242,6 +242,9 @@ def test_demo_in_chromium_shows_generates_translation_and_the_models_attention(t
         layer_1, *_ = _shown(page, "layer 1 of 2, head 2")
         np.testing.assert_allclose(layer_1, expected.cross_attentions[0][0, 1].numpy(), atol=1e-5)
         _pick(page, "view", "encoder self-attention")
+        # The view resets the layer to the last one and keeps the head: wait for that map first,
+        # as a user sees it before the next pick.
+        _shown(page, "encoder self-attention, layer 2 of 2, head 2")
         _pick(page, "head", "1")
         encoder, *_ = _shown(page, "encoder self-attention, layer 2 of 2, head 1")
         np.testing.assert_allclose(encoder, expected.encoder_attentions[1][0, 0].numpy(), atol=1e-5)

@@ -24,8 +24,11 @@ measurement taken while the machine is busy (its 1-minute load average at or abo
 cores before the timing began, or other processes using a quarter of its cores, at least half
 a core, while it ran: :func:`others_busy_cores`) is used for this run only and not kept, with
 the reason logged, so a choice made beside a test run or a build is never kept for good
-(``ATTENTION_SEQ2SEQ_KEEP_BUSY_MEASUREMENTS=1`` keeps it anyway); a read-only cache folder means
-nothing is stored, with one warning.
+(``ATTENTION_SEQ2SEQ_KEEP_BUSY_MEASUREMENTS=1`` keeps it anyway). Timings are taken by
+:func:`settled_medians`: the candidates interleaved, repeated (3 to 9 rounds) until each one's
+spread is within :data:`SPREAD_LIMIT`; one that never settles is likewise used and not kept. An
+entry kept by an earlier version, before these checks (no ``store_version``), is measured again
+once, with a line saying so. A read-only cache folder means nothing is stored, with one warning.
 
 The standard library only; it lives in ``data/`` beside the prepared-corpus cache, which shares
 :func:`cache_root`, so every layer from ``data/`` up may use it.
@@ -40,12 +43,23 @@ import json
 import logging
 import os
 import platform
+import statistics
 import time
 from pathlib import Path
 from typing import Callable
 
 logger = logging.getLogger(__name__)
 KEEP_BUSY_ENV = "ATTENTION_SEQ2SEQ_KEEP_BUSY_MEASUREMENTS"
+#: Written into every stored entry. Entries of version 1 (no field) were kept before a timing
+#: was checked for a busy machine and for its spread, so one may hold a choice taken under load:
+#: they are measured again, once, with a line saying so.
+STORE_VERSION = 2
+#: A timing whose worst relative spread (:func:`relative_spread`) is above this after
+#: :data:`MAX_ROUNDS` rounds has not settled: it is used for its run and not kept.
+SPREAD_LIMIT = 0.10
+#: Interleaved rounds of :func:`settled_medians`: at least ``MIN_ROUNDS``, at most ``MAX_ROUNDS``.
+MIN_ROUNDS = 3
+MAX_ROUNDS = 9
 
 
 def cache_root() -> Path:
@@ -180,6 +194,64 @@ def busy_during(before: tuple | None, after: tuple | None) -> str | None:
     return None
 
 
+def relative_spread(times: list[float]) -> float:
+    """The spread of repeated timings relative to their median: the median absolute deviation
+    over the median (0.05: half the runs lie within 5% of the median). 0 for fewer than two
+    timings or a zero median."""
+    if len(times) < 2:
+        return 0.0
+    middle = statistics.median(times)
+    if middle <= 0:
+        return 0.0
+    return statistics.median(abs(t - middle) for t in times) / middle
+
+
+def settled_medians(
+    candidates: dict[str, Callable[[], float]],
+    *,
+    min_rounds: int = MIN_ROUNDS,
+    max_rounds: int = MAX_ROUNDS,
+    limit: float = SPREAD_LIMIT,
+) -> tuple[dict[str, float], float, int]:
+    """Time every candidate in interleaved rounds until their timings settle.
+
+    Each round calls every candidate once (``candidates[name]() -> seconds``), in forward order on
+    even rounds and reversed on odd ones, so a slow spell of the machine falls on all of them
+    alike. After ``min_rounds`` it stops at the first round where every candidate's
+    :func:`relative_spread` is at most ``limit``, else after ``max_rounds``.
+
+    Returns:
+        ``(medians, spread, rounds)``: the median seconds per candidate, the worst candidate's
+        relative spread (above ``limit`` only when ``max_rounds`` did not settle it), and the
+        rounds run.
+    """
+    names = list(candidates)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    rounds = 0
+    while rounds < max(1, max_rounds):
+        for name in names if rounds % 2 == 0 else reversed(names):
+            times[name].append(candidates[name]())
+        rounds += 1
+        spread = max(relative_spread(t) for t in times.values())
+        if rounds >= min_rounds and spread <= limit:
+            break
+    spread = max(relative_spread(t) for t in times.values())
+    return {name: statistics.median(t) for name, t in times.items()}, spread, rounds
+
+
+def unsettled(entry: dict) -> str | None:
+    """Why a new measurement must not be kept because its timings did not settle (its ``spread``
+    field, if any, above :data:`SPREAD_LIMIT`), or None."""
+    spread = entry.get("spread")
+    if isinstance(spread, (int, float)) and spread > SPREAD_LIMIT:
+        rounds = entry.get("rounds")
+        after = f" after {rounds} rounds" if rounds else ""
+        return (
+            f"its timings did not settle: a spread of {100 * spread:.0f}%{after}, more than {100 * SPREAD_LIMIT:.0f}%"
+        )
+    return None
+
+
 def measured(
     file_name: str,
     key: dict,
@@ -202,8 +274,9 @@ def measured(
         ``(entry, cached, path)``: the results (with ``measured_at``, an ISO date, and the ``cpu``
         added), whether they were read back rather than measured now, and the file. A measurement
         made while the machine is busy (:func:`machine_busy` before it, :func:`busy_during` while
-        it ran) or into a folder that cannot be
-        written is returned but not stored (a warning says why).
+        it ran), whose ``spread`` field says it never settled (:func:`unsettled`), or into a
+        folder that cannot be written is returned but not stored (a warning says why). A stored
+        entry of an older :data:`STORE_VERSION` is measured again, with a warning.
     """
     path = cache_root() / file_name
     digest = key_of(key)
@@ -213,6 +286,15 @@ def measured(
             if problem is not None:
                 logger.warning("the measurements file %s %s: measuring again", path, problem)
             entry = entries.get(digest)
+            if isinstance(entry, dict) and "measured_at" in entry and entry.get("store_version", 1) < STORE_VERSION:
+                logger.warning(
+                    "the stored measurement %s in %s (from %s) was kept by an earlier version that did not check "
+                    "for a busy machine: measuring again",
+                    digest,
+                    path,
+                    entry["measured_at"],
+                )
+                entry = None
             if entry is not None:
                 missing = [f for f in ("measured_at", *required) if not isinstance(entry, dict) or f not in entry]
                 if not missing:
@@ -227,14 +309,23 @@ def measured(
         keep_busy = bool(os.environ.get(KEEP_BUSY_ENV))
         busy = None if keep_busy else machine_busy()
         before = cpu_sample()
-        entry = {**measure(), "measured_at": datetime.date.today().isoformat(), "cpu": cpu_name()}
+        entry = {
+            **measure(),
+            "measured_at": datetime.date.today().isoformat(),
+            "cpu": cpu_name(),
+            "store_version": STORE_VERSION,
+        }
         if busy is None and not keep_busy:
             busy = busy_during(before, cpu_sample())
+        if busy is not None:
+            busy = f"the machine was busy while measuring: {busy}"
+        elif not keep_busy:
+            busy = unsettled(entry)
         if not use_cache:
             return entry, False, path
         if busy is not None:
             logger.warning(
-                "the machine was busy while measuring (%s): the choice is used for this run and not kept in %s; "
+                "%s: the choice is used for this run and not kept in %s; "
                 "it is measured again next time (set %s=1 to keep it anyway)",
                 busy,
                 path,
@@ -269,4 +360,7 @@ __all__ = [
     "measured",
     "others_busy_cores",
     "read_entries",
+    "relative_spread",
+    "settled_medians",
+    "unsettled",
 ]

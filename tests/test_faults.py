@@ -619,7 +619,7 @@ def _store(tmp_path, monkeypatch, load: float = 0.0):
     return ask, calls, tmp_path / "cache" / "choices.json"
 
 
-@pytest.mark.parametrize("damage", ["cut in half", "another schema", "not an object"])
+@pytest.mark.parametrize("damage", ["cut in half", "another schema", "not an object", "an earlier version"])
 def test_a_rotten_measurement_store_is_measured_again_with_one_warning(tmp_path, monkeypatch, caplog, damage):
     ask, calls, path = _store(tmp_path, monkeypatch)
     entry, cached, _ = ask()
@@ -629,7 +629,12 @@ def test_a_rotten_measurement_store_is_measured_again_with_one_warning(tmp_path,
         path.write_text(text[: len(text) // 2])
     elif damage == "another schema":
         (digest,) = json.loads(text)
-        path.write_text(json.dumps({digest: {"measured_at": "2026-01-01", "threads": 2}}))
+        path.write_text(json.dumps({digest: {"measured_at": "2026-01-01", "threads": 2, "store_version": 2}}))
+    elif damage == "an earlier version":
+        # whole, but kept before timings were checked for load: maybe a choice made beside a test run
+        (digest,) = json.loads(text)
+        stale = {"measured_at": "2026-01-01", "seconds": {"intra": 0.1, "inter": 0.2}}
+        path.write_text(json.dumps({digest: stale}))
     else:
         path.write_text("[1, 2]")
     caplog.clear()
@@ -640,6 +645,8 @@ def test_a_rotten_measurement_store_is_measured_again_with_one_warning(tmp_path,
         len(warnings) == 1 and "measuring again" in warnings[0].getMessage() and str(path) in warnings[0].getMessage()
     )
     assert ask()[1] is True and calls == [1, 1]  # the store is whole again
+    if damage == "an earlier version":
+        assert "earlier version" in warnings[0].getMessage()
 
 
 def test_a_measurement_on_a_busy_machine_is_used_but_not_kept(tmp_path, monkeypatch, caplog):
@@ -651,6 +658,54 @@ def test_a_measurement_on_a_busy_machine_is_used_but_not_kept(tmp_path, monkeypa
     assert ask()[1] is False and calls == [1, 1]  # measured again, not read back
     monkeypatch.setattr(os, "getloadavg", lambda: (0.1, 0.1, 0.1))  # the machine is quiet now
     assert ask()[1] is False and ask()[1] is True and calls == [1, 1, 1]
+
+
+def test_relative_spread_is_the_median_absolute_deviation_over_the_median():
+    from attention_seq2seq.data.host_measurements import relative_spread
+
+    assert relative_spread([1.0, 1.1, 0.9]) == pytest.approx(0.1)  # deviations 0, .1, .1
+    assert relative_spread([1.0, 2.0, 3.0, 4.0]) == pytest.approx(0.4)  # median 2.5, deviations 1.5, .5, .5, 1.5
+    assert relative_spread([1.0, 1.0, 1.0, 9.0]) == 0.0  # one outlier moves neither median
+    assert relative_spread([2.0]) == 0.0 and relative_spread([]) == 0.0
+
+
+def test_settled_medians_interleave_and_repeat_until_the_spread_is_small():
+    from attention_seq2seq.data.host_measurements import settled_medians
+
+    order = []
+
+    def scripted(name, times):
+        it = iter(times)
+        return lambda: order.append(name) or next(it)
+
+    # a: a busy spell in rounds 1 and 3. After 3 rounds [2, 1, 1.5]: median 1.5, deviations .5, .5, 0:
+    # spread 1/3; after 4, median 1.25, deviations .75, .25, .25, .25: 0.2; after 5, median 1: 0.
+    medians, spread, rounds = settled_medians(
+        {"a": scripted("a", [2.0, 1.0, 1.5, 1.0] + [1.0] * 9), "b": scripted("b", [3.0] * 20)}
+    )
+    assert rounds == 5 and spread == 0.0 and medians == {"a": 1.0, "b": 3.0}
+    assert order == ["a", "b", "b", "a", "a", "b", "b", "a", "a", "b"]  # forward, reversed, forward, ...
+    # one outlier in three rounds does not count: [1, 2, 1] has median 1 and deviations 0, 1, 0
+    medians, spread, rounds = settled_medians({"a": scripted("c", [1.0, 2.0] * 10)})
+    assert rounds == 3 and medians == {"a": 1.0} and spread == 0.0
+    # a timing that never settles runs max_rounds and says so
+    medians, spread, rounds = settled_medians({"a": scripted("d", [1.0, 2.0, 3.0] * 10)}, max_rounds=6)
+    assert rounds == 6 and medians == {"a": 2.0} and spread == pytest.approx(0.5)  # deviations 1,0,1,1,0,1
+
+
+def test_a_timing_that_never_settles_is_used_but_not_kept(tmp_path, monkeypatch, caplog):
+    from attention_seq2seq.data import host_measurements
+
+    ask, calls, path = _store(tmp_path, monkeypatch)
+    noisy = {"seconds": {"intra": 0.2, "inter": 0.1}, "spread": 0.3, "rounds": 9}
+    entry, cached, _ = host_measurements.measured("choices.json", {"model": "tiny"}, lambda: noisy)
+    assert entry["seconds"] == noisy["seconds"] and not cached and not path.exists()
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "did not settle" in warning and "30%" in warning and "9 rounds" in warning and "not kept" in warning
+    settled = {**noisy, "spread": 0.04}
+    assert host_measurements.measured("choices.json", {"model": "tiny"}, lambda: settled)[1] is False
+    assert json.loads(path.read_text())  # kept once settled
+    assert host_measurements.measured("choices.json", {"model": "tiny"}, lambda: noisy)[1] is True
 
 
 def test_the_cores_other_processes_used_are_the_machine_s_busy_seconds_less_our_own_per_wall_second():

@@ -15,9 +15,11 @@ How the decision is made (:func:`resolve_mixed_precision`):
    time estimate.
 3. Otherwise :func:`measure_step_times` runs the model's forward, backward and optimizer update
    on padded synthetic batches of the run's size (short, middle and long sentences), float32 and
-   bf16 *interleaved* (f, b, f, b, ...), and compares the mean step times. \
-Load from other processes slows both halves of each pair alike, so the
-   ratio does not follow the machine's load. bf16 is chosen when it is at least
+   bf16 *interleaved* (f, b, b, f, ...), for at least 3 rounds and more (up to 9) until the
+   timings' spread is within 10%, and compares the mean step times. Load from other processes
+   slows both halves of each pair alike, so the ratio does not follow the machine's load; a
+   timing taken on a busy machine or that never settled is used for its run only, never kept
+   (:mod:`attention_seq2seq.data.host_measurements`). bf16 is chosen when it is at least
    :data:`BF16_MIN_SPEEDUP` times as fast; nearer than that, float32 keeps its precision.
 4. The measurement is kept in a small JSON file (:func:`cache_path`, through
    :mod:`attention_seq2seq.data.host_measurements`), keyed by the CPU, torch
@@ -38,17 +40,16 @@ import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
-from ..data.host_measurements import cache_root, cpu_flags, cpu_name, measured
+from ..data.host_measurements import MAX_ROUNDS, cache_root, cpu_flags, cpu_name, measured, settled_medians
 
 logger = logging.getLogger("attention_seq2seq.training")
 
 #: bf16 must make the training step at least this much faster to be chosen.
 BF16_MIN_SPEEDUP = 1.10
-#: Interleaved float32/bf16 pairs of timed steps (after one untimed step of each).
-MEASURE_ROUNDS = 3
 #: Padded lengths, in tokens, of the synthetic batches: a token-budget batch of long sentences
 #: costs more than one of short ones with the same tokens (an RNN steps through every position),
 #: so the step time is the mean over short, middle and long batches.
@@ -145,17 +146,30 @@ def synthetic_batch(vocab_size: int, max_tokens: int, length: int) -> dict[str, 
     }
 
 
+class StepTimes(NamedTuple):
+    """What :func:`measure_step_times` measured: seconds per training step, the worst relative
+    spread of the timings (:func:`~attention_seq2seq.data.host_measurements.relative_spread`)
+    and the most rounds one batch needed to settle."""
+
+    float32_s: float
+    bf16_s: float | None
+    spread: float = 0.0
+    rounds: int = 0
+
+
 def measure_step_times(
-    model: torch.nn.Module, batches: list[dict[str, torch.Tensor]], rounds: int = MEASURE_ROUNDS, bf16: bool = True
-) -> tuple[float, float | None]:
+    model: torch.nn.Module, batches: list[dict[str, torch.Tensor]], max_rounds: int = MAX_ROUNDS, bf16: bool = True
+) -> StepTimes:
     """Seconds of one training step (forward, summed token loss, backward, AdamW update) in
-    float32 and in CPU bf16 autocast: for each batch the median of ``rounds`` steps, measured
-    interleaved (f, b, f, b, ...), then the mean over the batches.
+    float32 and in CPU bf16 autocast: for each batch the median of interleaved timed steps (f, b,
+    b, f, ...: :func:`~attention_seq2seq.data.host_measurements.settled_medians`, at least
+    3 rounds, more until their spread is within 10%, at most ``max_rounds``), then the mean over
+    the batches.
 
     ``model`` is trained by this (its weights change): pass a throw-away copy.
 
     Returns:
-        ``(float32_step_s, bf16_step_s)``; ``bf16_step_s`` is None when ``bf16`` is False.
+        :class:`StepTimes`; its ``bf16_s`` is None when ``bf16`` is False.
     """
     from .objectives import token_loss_sum
 
@@ -173,18 +187,20 @@ def measure_step_times(
         optimizer.zero_grad(set_to_none=True)
         return time.perf_counter() - start
 
-    modes = (False, True) if bf16 else (False,)
-    means: dict[bool, list[float]] = {mode: [] for mode in modes}
+    modes = {"float32": False, "bf16": True} if bf16 else {"float32": False}
+    means: dict[str, list[float]] = {name: [] for name in modes}
+    spread, rounds = 0.0, 0
     for batch in batches:
-        for mode in modes:  # untimed: first calls pay for allocation and kernel selection
+        for mode in modes.values():  # untimed: first calls pay for allocation and kernel selection
             step(batch, mode)
-        times: dict[bool, list[float]] = {mode: [] for mode in modes}
-        for _ in range(rounds):
-            for mode in modes:
-                times[mode].append(step(batch, mode))
-        for mode in modes:
-            means[mode].append(statistics.median(times[mode]))
-    return statistics.fmean(means[False]), (statistics.fmean(means[True]) if bf16 else None)
+        candidates = {name: (lambda mode=mode: step(batch, mode)) for name, mode in modes.items()}
+        medians, batch_spread, batch_rounds = settled_medians(candidates, max_rounds=max_rounds)
+        spread, rounds = max(spread, batch_spread), max(rounds, batch_rounds)
+        for name in modes:
+            means[name].append(medians[name])
+    return StepTimes(
+        statistics.fmean(means["float32"]), statistics.fmean(means["bf16"]) if bf16 else None, spread, rounds
+    )
 
 
 def resolve_mixed_precision(
@@ -217,12 +233,14 @@ def resolve_mixed_precision(
         with torch.random.fork_rng(devices=[]):  # initialisation and dropout must not move the run's seed
             model = build_model()
             batches = [synthetic_batch(vocab_size, max_tokens, length) for length in SYNTHETIC_LENGTHS]
-            float32_s, bf16_s = measure_step_times(model, batches, bf16=with_bf16)
+            times = measure_step_times(model, batches, bf16=with_bf16)
             del model
         return {
-            "float32_step_s": round(float32_s, 5),
-            "bf16_step_s": None if bf16_s is None else round(bf16_s, 5),
+            "float32_step_s": round(times.float32_s, 5),
+            "bf16_step_s": None if times.bf16_s is None else round(times.bf16_s, 5),
             "threads": torch.get_num_threads(),
+            "spread": round(times.spread, 4),
+            "rounds": times.rounds,
         }
 
     key = cache_key(family, model_config, vocab_size, max_tokens)

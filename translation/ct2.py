@@ -47,11 +47,11 @@ ISA_ENV = "CT2_FORCE_CPU_ISA"
 THREAD_LAYOUT_CACHE_FILE = "ct2_threads.json"
 #: The timed workload per setting: ``threads x 2`` batches of this many synthetic sentences of
 #: ``_PROBE_SOURCE_TOKENS`` tokens, each decoded greedily for exactly ``_PROBE_NEW_TOKENS`` steps
-#: (the shape of a Multi30k batch), ``_PROBE_ROUNDS`` times, the layouts alternating.
+#: (the shape of a Multi30k batch), the layouts alternating, 3 to 9 rounds until the timings
+#: settle (``host_measurements.settled_medians``).
 _PROBE_BATCH = 32
 _PROBE_SOURCE_TOKENS = 20
 _PROBE_NEW_TOKENS = 16
-_PROBE_ROUNDS = 3
 #: Another instruction set than CTranslate2's own choice must be at least this much faster.
 ISA_MIN_SPEEDUP = 1.03
 #: Whether this process has created a CPU Translator (then its instruction set is fixed).
@@ -87,7 +87,7 @@ def _probe_tokens(tokenizer, threads: int) -> list[list[str]]:
 # Runs in a fresh process (the instruction set is fixed per process): times the probe workload
 # with each thread layout, interleaved, and prints {layout: median seconds} as JSON.
 _PROBE_SCRIPT = r"""
-import json, statistics, sys, time
+import json, sys, time
 import ctranslate2
 spec = json.load(open(sys.argv[1], encoding="utf-8"))
 threads = spec["threads"]
@@ -101,13 +101,15 @@ options = spec["options"]
 sentences = spec["sentences"]
 for translator in translators.values():  # warm-up (first-use allocations)
     translator.translate_batch(sentences[: options["max_batch_size"]], **options)
-seconds = {name: [] for name in translators}
-for r in range(spec["rounds"]):
-    for name in (list(translators) if r % 2 == 0 else list(reversed(translators))):
+from attention_seq2seq.data.host_measurements import settled_medians
+def timer(translator):
+    def run():
         start = time.perf_counter()
-        translators[name].translate_batch(sentences, **options)
-        seconds[name].append(time.perf_counter() - start)
-print(json.dumps({name: statistics.median(times) for name, times in seconds.items()}))
+        translator.translate_batch(sentences, **options)
+        return time.perf_counter() - start
+    return run
+medians, spread, rounds = settled_medians({name: timer(t) for name, t in translators.items()})
+print(json.dumps({"seconds": medians, "spread": spread, "rounds": rounds}))
 """
 
 
@@ -123,7 +125,6 @@ def _time_settings(path: Path, compute_type: str, threads: int, tokenizer, isas:
         "compute_type": compute_type,
         "threads": threads,
         "layouts": layouts,
-        "rounds": _PROBE_ROUNDS,
         "sentences": _probe_tokens(tokenizer, threads),
         "options": {
             "max_batch_size": _PROBE_BATCH,
@@ -133,6 +134,7 @@ def _time_settings(path: Path, compute_type: str, threads: int, tokenizer, isas:
         },
     }
     seconds: dict[str, float] = {}
+    spread, rounds = 0.0, 0
     with tempfile.TemporaryDirectory(prefix="ct2_probe_") as folder:
         spec_file = Path(folder) / "spec.json"
         spec_file.write_text(json.dumps(spec), encoding="utf-8")
@@ -146,10 +148,11 @@ def _time_settings(path: Path, compute_type: str, threads: int, tokenizer, isas:
             if done.returncode != 0:
                 last = (done.stderr.strip().splitlines() or ["no output"])[-1]
                 raise RuntimeError(f"timing CTranslate2 with {ISA_ENV}={isa}: {last}")
-            for layout, value in json.loads(done.stdout.strip().splitlines()[-1]).items():
-                name = f"{isa or 'default'}/{layout}"
-                seconds[name] = round(value, 5)
-    return {"seconds": seconds}
+            result = json.loads(done.stdout.strip().splitlines()[-1])
+            for layout, value in result["seconds"].items():
+                seconds[f"{isa or 'default'}/{layout}"] = round(value, 5)
+            spread, rounds = max(spread, result["spread"]), max(rounds, result["rounds"])
+    return {"seconds": seconds, "spread": round(spread, 4), "rounds": rounds}
 
 
 def choose_thread_layout(

@@ -16,7 +16,6 @@ fixes it instead.
 from __future__ import annotations
 
 import os
-import statistics
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -25,18 +24,17 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from ..errors import UserError
-from ..data.host_measurements import cpu_name, measured
+from ..data.host_measurements import cpu_name, measured, settled_medians
 from .onnx_folder import read_marker
 
 THREAD_LAYOUTS = ("auto", "intra", "inter")
 THREAD_LAYOUT_ENV = "ATTENTION_SEQ2SEQ_ONNX_THREADS"
 THREAD_LAYOUT_CACHE_FILE = "onnx_threads.json"
 # The timed workload: threads x 2 batches of this many synthetic sentences, greedy, at most this
-# many new tokens, the two layouts alternating for this many rounds.
+# many new tokens, the two layouts alternating, 3 to 9 rounds until the timings settle.
 _PROBE_BATCH = 16
 _PROBE_SOURCE_TOKENS = 20
 _PROBE_NEW_TOKENS = 12
-_PROBE_ROUNDS = 3
 #: The generate() options the runtime takes; anything else is refused by name.
 KNOWN_OPTIONS = ("num_beams", "max_new_tokens", "max_length", "min_new_tokens", "length_penalty",
                  "num_return_sequences", "early_stopping", "do_sample")  # fmt: skip
@@ -107,13 +105,18 @@ def choose_thread_layout(path: Path, spec: dict, threads: int, layout: str | Non
         workers = {"intra": 1, "inter": threads}
         for name, runner in runners.items():  # warm-up
             _run_batches(runner, batches[:1], 1, **options)
-        seconds = {name: [] for name in runners}
-        for r in range(_PROBE_ROUNDS):
-            for name in list(runners) if r % 2 == 0 else list(reversed(runners)):
+
+        def timer(name):
+            def run():
                 start = time.perf_counter()
                 _run_batches(runners[name], batches, workers[name], **options)
-                seconds[name].append(time.perf_counter() - start)
-        return {"seconds": {name: round(statistics.median(times), 5) for name, times in seconds.items()}}
+                return time.perf_counter() - start
+
+            return run
+
+        medians, spread, rounds = settled_medians({name: timer(name) for name in runners})
+        seconds = {name: round(value, 5) for name, value in medians.items()}
+        return {"seconds": seconds, "spread": round(spread, 4), "rounds": rounds}
 
     entry, cached, store = measured(THREAD_LAYOUT_CACHE_FILE, key, measure, use_cache=use_cache, required=("seconds",))
     seconds = entry["seconds"]

@@ -1028,6 +1028,20 @@ def test_translate_and_evaluate_refuse_a_hostile_input_in_one_line(tiny_model_fo
     assert len(errors) == 2 and all(line.endswith(f"{bad} {message}") or f"{bad} {message}" in line for line in errors)
 
 
+@pytest.mark.parametrize("same_as", ["--input", "--output"])
+def test_alignments_never_overwrite_the_input_nor_share_the_output(tiny_model_folder, tmp_path, capsys, same_as):
+    from attention_seq2seq.cli import main
+
+    source, output = tmp_path / "in.txt", tmp_path / "out.txt"
+    source.write_text("Ein Hund.\nEin Haus.\n", encoding="utf-8")
+    target = source if same_as == "--input" else output
+    argv = ["translate", "-m", str(tiny_model_folder), "-i", str(source), "-o", str(output), "--alignments"]
+    assert main([*argv, str(target), "--greedy", "--max-new-tokens", "4", "--no-progress"]) == 2
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert f"--alignments is the {same_as} file" in line
+    assert source.read_text(encoding="utf-8") == "Ein Hund.\nEin Haus.\n" and not output.exists()
+
+
 def test_evaluate_refuses_mismatched_line_counts_naming_both_files(tiny_model_folder, tmp_path, capsys):
     from attention_seq2seq.cli import main
 

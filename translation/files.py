@@ -425,6 +425,12 @@ def run_translate_command(parser, args, generate_kwargs: dict, load) -> int:
             raise UserError(f"--input: file not found: {args.input}")
         if args.output and Path(args.output).resolve() == source.resolve():
             raise UserError("--output is the --input file; choose another output file")
+    # --alignments is written like --output: never over the input, nor into the output itself
+    if args.alignments:
+        named = {"--input": args.input, "--output": args.output, "--constraints": constraints_file}
+        for option, other in named.items():
+            if other and Path(args.alignments).resolve() == Path(other).resolve():
+                raise UserError(f"--alignments is the {option} file; choose another alignments file")
     rank, world, _ = _distributed()
     if world > 1 and args.device is None and torch.cuda.is_available():
         args.device = f"cuda:{int(os.environ.get('LOCAL_RANK', rank))}"

@@ -235,7 +235,6 @@ def settled_medians(
         spread = max(relative_spread(t) for t in times.values())
         if rounds >= min_rounds and spread <= limit:
             break
-    spread = max(relative_spread(t) for t in times.values())
     return {name: statistics.median(t) for name, t in times.items()}, spread, rounds
 
 

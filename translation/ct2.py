@@ -85,7 +85,7 @@ def _probe_tokens(tokenizer, threads: int) -> list[list[str]]:
 
 
 # Runs in a fresh process (the instruction set is fixed per process): times the probe workload
-# with each thread layout, interleaved, and prints {layout: median seconds} as JSON.
+# with each thread layout, interleaved until settled, and prints {"seconds": {layout: median}, "spread", "rounds"}.
 _PROBE_SCRIPT = r"""
 import json, sys, time
 import ctranslate2

@@ -168,6 +168,10 @@ def writing(path: str | os.PathLike, what: str, *, needed: int | None = None, ke
     except BaseException as err:
         if not out_of_space(err, path):
             raise
+        if Path(path).is_char_device():  # /dev/full: no disk to measure
+            full = DiskFullError(f"no space left writing {what} ({path} is a device that refuses the data)")
+            full.errno = errno.ENOSPC
+            raise full from err
         free, soft = free_bytes(path), _file_size_limit()
         limit = f", and a file-size limit of {size_text(soft)} (ulimit -f)" if soft is not None else ""
         need = f"; it needs about {size_text(needed)}" if needed else ""

@@ -1053,6 +1053,258 @@ def test_evaluate_refuses_mismatched_line_counts_naming_both_files(tiny_model_fo
     assert "--src has 3 lines but --ref has 1" in line and "src.txt" in line and "ref.txt" in line
 
 
+def _one_error(capsys) -> str:
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    return line
+
+
+_QUICK = ["--greedy", "--max-new-tokens", "4", "--no-progress"]
+
+
+def _test_files(tmp_path: Path) -> tuple[Path, Path]:
+    src, ref = tmp_path / "src.txt", tmp_path / "ref.txt"
+    src.write_text("Ein Hund.\nEin Haus.\n", encoding="utf-8")
+    ref.write_text("A dog.\nA house.\n", encoding="utf-8")
+    return src, ref
+
+
+@pytest.mark.parametrize("option", ["--output", "--hypotheses", "--per-sentence"])
+@pytest.mark.parametrize("same_as", ["--src", "--ref"])
+def test_evaluate_never_writes_over_its_test_set(tiny_model_folder, tmp_path, capsys, option, same_as):
+    from attention_seq2seq.cli import main
+
+    src, ref = _test_files(tmp_path)
+    target = src if same_as == "--src" else ref
+    argv = ["evaluate", "-m", str(tiny_model_folder), "--src", str(src), "--ref", str(ref), option, str(target)]
+    assert main([*argv, *_QUICK]) == 2
+    assert f"{option} is the {same_as} file" in _one_error(capsys)
+    assert src.read_text(encoding="utf-8") == "Ein Hund.\nEin Haus.\n"
+    assert ref.read_text(encoding="utf-8") == "A dog.\nA house.\n"
+
+
+@pytest.mark.parametrize(
+    "command,option",
+    [
+        ("translate", "--output"),
+        ("translate", "--alignments"),
+        ("evaluate", "--output"),
+        ("evaluate", "--hypotheses"),
+        ("evaluate", "--per-sentence"),
+    ],
+)
+def test_an_output_that_is_a_folder_is_one_line_and_leaves_it_as_it_was(
+    tiny_model_folder, tmp_path, capsys, command, option
+):
+    from attention_seq2seq.cli import main
+
+    src, ref = _test_files(tmp_path)
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "kept.txt").write_text("kept\n", encoding="utf-8")
+    files = ["-i", str(src)] if command == "translate" else ["--src", str(src), "--ref", str(ref)]
+    extra = ["-o", str(tmp_path / "out.txt")] if option == "--alignments" else []
+    assert main([command, "-m", str(tiny_model_folder), *files, *extra, option, str(folder), *_QUICK]) == 2
+    assert f"{option} {folder} is a folder; give a file name" in _one_error(capsys)
+    assert sorted(p.name for p in folder.iterdir()) == ["kept.txt"]  # no temporary file left in it
+
+
+def test_an_input_that_is_not_a_file_says_what_it_is(tiny_model_folder, tmp_path, capsys):
+    from attention_seq2seq.cli import main
+
+    src, ref = _test_files(tmp_path)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    cases = {
+        str(tmp_path): "is a folder",
+        str(fifo): "is a named pipe, not a file",
+        os.devnull: "is a character device, not a file",
+        "-": "give a file name; to read standard input, leave out --input",
+        str(tmp_path / "missing.txt"): "file not found",
+    }
+    for path, message in cases.items():
+        out = tmp_path / "out.txt"
+        out.write_text("kept\n", encoding="utf-8")
+        assert main(["translate", "-m", str(tiny_model_folder), "-i", path, "-o", str(out), *_QUICK]) == 2, path
+        line = _one_error(capsys)
+        assert "--input" in line and message in line, (path, line)
+        assert out.read_text(encoding="utf-8") == "kept\n"
+    assert main(["evaluate", "-m", str(tiny_model_folder), "--src", str(src), "--ref", str(tmp_path), *_QUICK]) == 2
+    assert f"--ref {tmp_path} is a folder" in _one_error(capsys)
+
+
+def test_a_bad_line_late_in_the_input_keeps_the_existing_output(tiny_model_folder, tmp_path, capsys):
+    from attention_seq2seq.cli import main
+
+    bad = tmp_path / "in.txt"
+    bad.write_bytes(b"Ein Hund.\n" * 50 + b"Ein \xff Haus.\n")
+    out = tmp_path / "out.txt"
+    out.write_text("yesterday's translations\n", encoding="utf-8")
+    argv = ["translate", "-m", str(tiny_model_folder), "-i", str(bad), "-o", str(out), "--chunk-lines", "10"]
+    assert main([*argv, *_QUICK]) == 2
+    assert f"{bad} line 51: not UTF-8 (byte 0xff at column 5)" in _one_error(capsys)
+    assert out.read_text(encoding="utf-8") == "yesterday's translations\n"
+
+
+def test_resume_refuses_an_output_longer_than_its_input(tiny_model_folder, tmp_path, capsys):
+    from attention_seq2seq.cli import main
+
+    src, _ = _test_files(tmp_path)
+    out = tmp_path / "out.txt"
+    assert main(["translate", "-m", str(tiny_model_folder), "-i", str(src), "-o", str(out), *_QUICK]) == 0
+    before = out.read_bytes()
+    src.write_text("Ein Hund.\n", encoding="utf-8")
+    assert main(["translate", "-m", str(tiny_model_folder), "-i", str(src), "-o", str(out), "--resume", *_QUICK]) == 2
+    line = _one_error(capsys)
+    assert "holds 2 complete source(s) but the input has only 1 line(s)" in line and "without --resume" in line
+    assert out.read_bytes() == before
+
+
+def test_a_device_as_output_is_written_not_replaced(tiny_model_folder, tmp_path, capsys):
+    from attention_seq2seq.cli import main
+
+    src, ref = _test_files(tmp_path)
+    assert main(["translate", "-m", str(tiny_model_folder), "-i", str(src), "-o", os.devnull, *_QUICK]) == 0
+    assert (
+        main(
+            ["evaluate", "-m", str(tiny_model_folder), "--src", str(src), "--ref", str(ref), "-o", os.devnull, *_QUICK]
+        )
+        == 0
+    )
+    assert Path(os.devnull).is_char_device()
+    if Path("/dev/full").is_char_device():
+        assert main(["translate", "-m", str(tiny_model_folder), "-i", str(src), "-o", "/dev/full", *_QUICK]) == 2
+        assert "no space left writing the translations (/dev/full is a device" in _one_error(capsys)
+        assert (
+            main(
+                [
+                    "evaluate",
+                    "-m",
+                    str(tiny_model_folder),
+                    "--src",
+                    str(src),
+                    "--ref",
+                    str(ref),
+                    "-o",
+                    "/dev/full",
+                    *_QUICK,
+                ]
+            )
+            == 2
+        )
+        captured = capsys.readouterr()
+        assert "BLEU" in captured.out  # the scores are printed before the write that fails
+        assert "no space left writing the scores (/dev/full is a device" in captured.err
+        assert Path("/dev/full").is_char_device()
+
+
+def test_an_unwritable_output_folder_is_refused_before_translating(tiny_model_folder, tmp_path, capsys, monkeypatch):
+    from attention_seq2seq.cli import main
+    from attention_seq2seq.data import user_files
+
+    src, ref = _test_files(tmp_path)
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    # root passes permission bits: stand in for a read-only file system at the probe itself
+    monkeypatch.setattr(
+        user_files, "unwritable", lambda folder: "Read-only file system" if Path(folder) == locked else None
+    )
+    out = locked / "out.txt"
+    assert main(["translate", "-m", str(tiny_model_folder), "-i", str(src), "-o", str(out), *_QUICK]) == 2
+    assert f"--output {out}: cannot write there (Read-only file system)" in _one_error(capsys)
+    argv = ["evaluate", "-m", str(tiny_model_folder), "--src", str(src), "--ref", str(ref)]
+    assert main([*argv, "--hypotheses", str(locked / "h" / "hyp.txt"), *_QUICK]) == 2
+    assert f"--hypotheses {locked / 'h' / 'hyp.txt'}: cannot write there (Read-only file system)" in _one_error(capsys)
+    assert not (locked / "h").exists()  # checked at the nearest existing folder; nothing made
+
+
+def test_a_file_the_system_refuses_late_is_one_line_after_the_scores(tiny_model_folder, tmp_path, capsys):
+    """An OSError no check foresaw (here the run's metrics.json is a folder) is one line naming the
+    file, not a traceback, and the scores were printed before it."""
+    from attention_seq2seq.cli import main
+
+    src, ref = _test_files(tmp_path)
+    run = tmp_path / "run"
+    shutil.copytree(tiny_model_folder, run)
+    (run / "metrics.json").unlink(missing_ok=True)
+    (run / "metrics.json").mkdir()
+    argv = ["evaluate", "-m", str(run), "--src", str(src), "--ref", str(ref), "--update-metrics", *_QUICK]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert "BLEU" in captured.out and "Traceback" not in captured.err
+    (line,) = [line for line in captured.err.splitlines() if "error:" in line]
+    assert line.endswith(f"{run / 'metrics.json'}: Is a directory"), line
+    assert sorted(p.name for p in run.iterdir() if p.name.startswith(".metrics")) == []  # no temporary file left
+
+
+RECIPE_FAULTS = {
+    "YAML syntax": (b"max_steps: 3\nmodel_config: {d_model: 32\n", "r.yaml line 3 column 1: not valid YAML"),
+    "JSON syntax": (b'{"max_steps": 3,\n "seed": }\n', "r.json line 2 column 10: not valid JSON"),
+    "binary": (b"max_steps: 3\n\x89PNG\r\n\x1a\n\x00\xff", "r.yaml line 2: not UTF-8 text"),
+    "no updates": (b"max_steps: 0\n", "max_steps must be > 0 (or null: no such limit); got 0"),
+    "negative updates": (b"max_steps: -3\n", "max_steps must be > 0 (or null: no such limit); got -3"),
+    "no epochs": (b"max_epochs: 0\n", "max_epochs must be > 0"),
+    "negative lr": (b"max_steps: 3\nlearning_rate: -1\n", "learning_rate must be > 0; got -1"),
+    "beta of 1": (b"max_steps: 3\nadam_beta2: 1.0\n", "adam_beta2 must be in [0, 1); got 1.0"),
+    "smoothing of 1": (b"max_steps: 3\nlabel_smoothing: 1\n", "label_smoothing must be in [0, 1)"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RECIPE_FAULTS))
+def test_a_bad_recipe_is_one_line_before_the_run_folder_exists(tmp_path, capsys, name):
+    from attention_seq2seq.cli import main
+
+    data, message = RECIPE_FAULTS[name]
+    recipe = tmp_path / ("r.json" if "JSON" in name else "r.yaml")
+    recipe.write_bytes(data)
+    run = tmp_path / "run"
+    with pytest.raises(SystemExit) as stopped:  # the training entry exits 2 itself (also under accelerate launch)
+        main(["train", "--recipe", str(recipe), "--output_dir", str(run)])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err and message in err, err
+    assert not run.exists()  # nothing written: the same command runs once the recipe is fixed
+
+
+def _spoil_generation_config(folder: Path) -> None:
+    (folder / "generation_config.json").write_text('{"num_beams": 5,', encoding="utf-8")
+
+
+def _relabel_as_the_other_family(folder: Path) -> None:
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    assert config["model_type"] == "rnn_seq2seq"
+    config["architectures"] = ["TransformerSeq2SeqForConditionalGeneration"]
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+
+
+QUIET_FOLDER_FAULTS = {
+    "damaged generation_config.json": (
+        _spoil_generation_config,
+        "its generation_config.json does not load",
+    ),
+    "config.json of the other family": (
+        _relabel_as_the_other_family,
+        "says model_type 'rnn_seq2seq' (the rnn family) but architectures 'TransformerSeq2SeqForConditionalGeneration' "
+        "(the transformer family",
+    ),
+    "no tokenizer.json": (lambda folder: (folder / "tokenizer.json").unlink(), "its tokenizer.json is missing"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(QUIET_FOLDER_FAULTS))
+def test_a_model_folder_fault_transformers_passes_over_is_one_line(tiny_model_folder, tmp_path, capsys, name):
+    """A damaged generation_config.json made transformers decode with its defaults (other
+    translations, a warning at most); the other two failed with messages about something else."""
+    from attention_seq2seq.cli import main
+
+    spoil, message = QUIET_FOLDER_FAULTS[name]
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_model_folder / "model", folder)
+    spoil(folder)
+    assert main(["translate", "-m", str(folder), "Ein Hund.", *_QUICK]) == 2
+    line = _one_error(capsys)
+    assert f"cannot load model {folder}: " in line and message in line, line
+
+
 def test_broken_model_folders_are_one_line_naming_what_is_wrong(tiny_model_folder, tmp_path, capsys):
     from transformers import BertConfig, PreTrainedTokenizerFast
 

@@ -924,18 +924,9 @@ def _write_recipe(config: FinetuneConfig, path: Path) -> None:
 
 def load_recipe(path: str | Path) -> dict:
     """A recipe file (YAML or JSON) as a dict; unknown keys raise ``ValueError`` naming them."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"recipe not found: {path}")
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".json":
-        values = json.loads(text)
-    else:
-        import yaml
+    from .config import load_recipe as read_recipe  # one reader: UTF-8, YAML and JSON errors as one line
 
-        values = yaml.safe_load(text) or {}
-    if not isinstance(values, dict):
-        raise ValueError(f"{path}: a recipe is a mapping of field: value")
+    values = read_recipe(path)
     known = {f.name for f in fields(FinetuneConfig)}
     unknown = sorted(set(values) - known)
     if unknown:

@@ -153,6 +153,23 @@ def validate_config(config: TrainConfig) -> None:
     ):
         if getattr(config, name) < 1:
             raise RecipeError(f"{name} must be >= 1; got {getattr(config, name)}")
+    # the run's length: a limit that is set must allow at least one update
+    for name in ("max_steps", "max_epochs", "max_time_minutes"):
+        value = getattr(config, name)
+        if value is not None and not value > 0:
+            raise RecipeError(f"{name} must be > 0 (or null: no such limit); got {value}")
+    # AdamW (Loshchilov & Hutter 2019): a step size and its terms that torch would refuse only
+    # once the model and the data are loaded
+    if not config.learning_rate > 0:
+        raise RecipeError(f"learning_rate must be > 0; got {config.learning_rate}")
+    for name in ("adam_beta1", "adam_beta2"):
+        if not 0.0 <= getattr(config, name) < 1.0:
+            raise RecipeError(f"{name} must be in [0, 1); got {getattr(config, name)}")
+    for name in ("adam_epsilon", "weight_decay", "max_grad_norm", "warmup_steps"):
+        if not getattr(config, name) >= 0:
+            raise RecipeError(f"{name} must be >= 0; got {getattr(config, name)}")
+    if not 0.0 <= config.label_smoothing < 1.0:
+        raise RecipeError(f"label_smoothing must be in [0, 1) (0: plain cross-entropy); got {config.label_smoothing}")
     if config.num_threads is not None and config.num_threads < 1:
         raise RecipeError(f"num_threads must be >= 1 or null (torch's default); got {config.num_threads}")
     if config.tokenizer_train_pairs is not None and config.tokenizer_train_pairs < 1:

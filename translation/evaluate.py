@@ -63,10 +63,19 @@ def evaluate_model(
 def _write_json(path: Path, data: dict) -> None:
     """Write ``data`` to ``path`` through a temporary file and a rename, so a crash leaves the old
     file whole, never half a new one."""
+    text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    if path.is_char_device():  # /dev/stdout, /dev/null: written to, never replaced by a rename
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    temporary.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(temporary, path)
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)  # no temporary file left behind (a full disk, a folder at `path`)
+        raise
 
 
 def write_results(path: Path, results: dict[str, dict]) -> None:

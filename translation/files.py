@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,13 +163,16 @@ class _Sink:
         self.stream = stream
         # Unbuffered: a failed write (a full disk) leaves nothing in a buffer for close() to retry.
         self.handle = open(path, "ab", buffering=0) if path is not None else None
+        # fsync only a file on a disk (a device such as /dev/null refuses it)
+        self.sync = self.handle is not None and stat.S_ISREG(os.fstat(self.handle.fileno()).st_mode)
 
     def write(self, text: str) -> None:
         if self.handle is not None:
             data = memoryview(text.encode("utf-8"))
             while data:
                 data = data[self.handle.write(data) :]
-            os.fsync(self.handle.fileno())
+            if self.sync:
+                os.fsync(self.handle.fileno())
         elif self.stream is not None:
             self.stream.write(text)
             self.stream.flush()
@@ -230,7 +234,7 @@ def translate_stream(
     file, the space free, how many complete records it keeps; ``--resume`` continues).
     """
     rank, _, _ = _distributed()
-    if output is None or rank != 0:
+    if output is None or rank != 0 or output.is_char_device():  # no lock beside /dev/null
         return _translate_stream(
             loaded, lines, options, generate_kwargs, output, stream, alignments, resume, total, progress
         )
@@ -254,6 +258,11 @@ def _translate_stream(loaded, lines, options, generate_kwargs, output, stream, a
         if alignments is not None:
             align_done, _ = complete_records(alignments, options.lines_per_source if options.format == "tsv" else 1)
             done = min(done, align_done)
+        if total is not None and done > total:
+            raise UserError(
+                f"--resume: {output} holds {done} complete source(s) but the input has only {total} line(s), "
+                "so it is not this input's output; translate without --resume to start it again"
+            )
         if rank == 0:
             # Cut back to `done` complete sources in both files (a partial line, a source's first lines).
             _truncate_to(output, done, options.lines_per_source)
@@ -419,18 +428,21 @@ def run_translate_command(parser, args, generate_kwargs: dict, load) -> int:
         parser.error("--constraints pairs its lines with the input's: give --input FILE or the sentences as arguments")
     if constraints_file and generate_kwargs.get("do_sample"):
         parser.error("--constraints runs a beam search; it does not combine with --do-sample")
+    # Every file named is checked before the model loads and before an output is truncated:
+    # a mistake is one line, and no file is lost (data/user_files.py).
+    from ..data.spec import check_text_file
+    from ..data.user_files import check_input_file, check_output_file
+
     if args.input:
-        source = Path(args.input)
-        if not source.is_file():
-            raise UserError(f"--input: file not found: {args.input}")
-        if args.output and Path(args.output).resolve() == source.resolve():
-            raise UserError("--output is the --input file; choose another output file")
-    # --alignments is written like --output: never over the input, nor into the output itself
+        check_input_file(args.input, "--input", stdin_hint=True)
+        check_text_file(args.input)  # UTF-8 throughout (file, line and column named), before -o is emptied
+    if constraints_file:
+        check_input_file(constraints_file, "--constraints")
+    if args.output:
+        check_output_file(args.output, "--output", inputs={"--input": args.input, "--constraints": constraints_file})
     if args.alignments:
         named = {"--input": args.input, "--output": args.output, "--constraints": constraints_file}
-        for option, other in named.items():
-            if other and Path(args.alignments).resolve() == Path(other).resolve():
-                raise UserError(f"--alignments is the {option} file; choose another alignments file")
+        check_output_file(args.alignments, "--alignments", inputs=named)
     rank, world, _ = _distributed()
     if world > 1 and args.device is None and torch.cuda.is_available():
         args.device = f"cuda:{int(os.environ.get('LOCAL_RANK', rank))}"

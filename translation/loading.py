@@ -192,6 +192,7 @@ def load_for_inference(
             raise UserError(f"--device {device}: an ONNX export runs on the CPU here (onnxruntime's CPU provider)")
         model, tokenizer = load_onnx(location.model_path)
         return LoadedModel(model=model, tokenizer=tokenizer, location=location)
+    _check_model_folder(location.model_path, path_or_id)
     target_device = device if isinstance(device, torch.device) else pick_device(device)
     kwargs = {"trust_remote_code": trust_remote_code}
     if revision is not None:
@@ -267,6 +268,59 @@ def load_for_inference(
     if location.run_dir is not None and (location.run_dir / "metrics.json").is_file():
         info = json.loads((location.run_dir / "metrics.json").read_text(encoding="utf-8"))
     return LoadedModel(model=model, tokenizer=tokenizer, location=location, info=info)
+
+
+def _check_model_folder(model_path, path_or_id) -> None:
+    """The faults of a local model folder that transformers passes over quietly, as one line each.
+
+    - ``generation_config.json`` that does not load: transformers warns and decodes with the
+      defaults (another beam size, length, penalty: other translations, silently).
+    - ``config.json`` naming one family's ``model_type`` over the other family's architecture
+      (a hand-edited or mixed-up folder): the model does not build, with a message about sizes.
+    - ``tokenizer.json`` missing where ``tokenizer_config.json`` is there: said as missing, not
+      as damaged.
+
+    Raises:
+        UserError: naming the file and what would be valid. A Hub id or a folder without the file
+            passes.
+    """
+    folder = Path(model_path)
+    if not folder.is_dir():
+        return
+    generation_file = folder / "generation_config.json"
+    if generation_file.is_file():
+        from transformers import GenerationConfig
+
+        try:
+            GenerationConfig.from_pretrained(folder)
+        except Exception as err:  # noqa: BLE001 - JSON syntax, a value GenerationConfig refuses
+            raise UserError(
+                f"cannot load model {path_or_id}: its generation_config.json does not load ({_first_line(err)}); "
+                "it holds the decoding defaults (num_beams, max_new_tokens, length_penalty): fix it, or delete it to "
+                "decode with transformers' defaults"
+            ) from None
+    try:
+        raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raw = None  # no config.json or a damaged one: from_pretrained says which
+    if isinstance(raw, dict) and raw.get("model_type") in _OWN_MODEL_TYPES:
+        from ..modeling.registry import BY_MODEL_TYPE
+
+        named = BY_MODEL_TYPE[raw["model_type"]]
+        for architecture in raw.get("architectures") or ():
+            other = next((f for f in BY_MODEL_TYPE.values() if f.lm_class == architecture and f is not named), None)
+            if other is not None:
+                raise UserError(
+                    f"cannot load model {path_or_id}: its config.json says model_type {raw['model_type']!r} (the "
+                    f"{named.name} family) but architectures {architecture!r} (the {other.name} family, model_type "
+                    f"{other.model_type!r}); the file was edited or mixed up: copy or export the folder again"
+                )
+    vocabulary_files = ("tokenizer.json", "source.spm", "spiece.model", "vocab.json", "vocab.txt")
+    if (folder / "tokenizer_config.json").is_file() and not any((folder / n).is_file() for n in vocabulary_files):
+        raise UserError(
+            f"cannot load model {path_or_id}: its tokenizer.json is missing (tokenizer_config.json is there); "
+            "copy or export the folder again"
+        )
 
 
 def model_config_of(path):

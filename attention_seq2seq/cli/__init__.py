@@ -99,6 +99,11 @@ def dashed(words: list[str]) -> list[str]:
     return out
 
 
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
     words = dashed(sys.argv[1:] if argv is None else argv)
     parser = build_parser(finetune_options="finetune" in words)
@@ -133,6 +138,13 @@ def main(argv: list[str] | None = None) -> int:
             raise
         message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         print(f"{subparser.prog}: error: {message}", file=sys.stderr)
+        return 2
+    except OSError as err:  # the system refused a file (permissions, a read-only disk, a folder for a file)
+        if os.environ.get("ATTENTION_SEQ2SEQ_DEBUG"):
+            raise
+        named = err.filename2 or err.filename  # a rename's target (filename2) is the file the user knows
+        where = f"{named}: " if named else ""
+        print(f"{subparser.prog}: error: {where}{err.strerror or _first_line(err)}", file=sys.stderr)
         return 2
 
 

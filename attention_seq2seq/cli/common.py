@@ -4,7 +4,6 @@ and loading a model the way every command loads it."""
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Callable
 
 from ..errors import UserError
@@ -217,9 +216,9 @@ def _load(args: argparse.Namespace, **kwargs):
 def _read_text_file(path: str, option: str) -> list[str]:
     from ..translation.loading import read_lines
 
-    file = Path(path)
-    if not file.is_file():
-        raise UserError(f"{option}: file not found: {path}")
     from ..data.spec import text_lines
+    from ..data.user_files import check_input_file
+
+    file = check_input_file(path, option)
 
     return read_lines(text_lines(file))  # UTF-8 checked (file and line named), BOM and CRLF dropped

@@ -169,11 +169,23 @@ def cmd_evaluate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
         )
     generate_kwargs = _generation_kwargs(parser, args)
     name, sources, references, target_lang = _test_set(parser, args)
-    if args.per_sentence and args.hypotheses and Path(args.per_sentence).resolve() == Path(args.hypotheses).resolve():
-        parser.error("--per-sentence and --hypotheses name the same file; choose two files")
+    # Every file to write is checked before the model translates anything: never over --src or
+    # --ref, never two of them the same file, never into a folder or a read-only place.
+    from ..data.durability import unwritable, writing
+    from ..data.user_files import check_output_file
+
+    files = {"--src": args.src, "--ref": args.ref}
+    for option in ("--output", "--hypotheses", "--per-sentence"):
+        value = getattr(args, option[2:].replace("-", "_"))
+        if value:
+            check_output_file(value, option, inputs=files)
+            files[option] = value
     loaded = _load(args)
-    if args.update_metrics and loaded.location.run_dir is None:
+    run_dir = loaded.location.run_dir
+    if args.update_metrics and run_dir is None:
         parser.error("--update-metrics needs a training output folder as --model (one with metrics.json)")
+    if args.update_metrics and (why := unwritable(run_dir)):
+        raise UserError(f"--update-metrics: cannot write {run_dir / 'metrics.json'} ({why})")
 
     from ..translation.evaluate import evaluate_model, format_score_table, update_run_metrics, write_results
 
@@ -198,24 +210,34 @@ def cmd_evaluate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
         "reference": args.corpus or str(args.ref),
     }
     results = {name: result}
+    # The scores first: a write that fails below (a full disk) loses no result.
+    print(format_score_table(results), flush=True)
     # Default: next to the run's metrics.json, never into the current folder (a checkout, say);
     # for an export, model folder or Hub id only with --output.
-    run_dir = loaded.location.run_dir
     output = Path(args.output) if args.output else (run_dir / f"eval_{name}.json" if run_dir is not None else None)
+    if output is not None and not args.output and (why := unwritable(run_dir)):
+        print(
+            f"{parser.prog}: warning: cannot write {output} ({why}); give --output FILE to keep the scores",
+            file=sys.stderr,
+        )
+        output = None
     if output is not None:
-        write_results(output, results)
+        with writing(output, "the scores"):
+            write_results(output, results)
     if args.hypotheses:
-        Path(args.hypotheses).write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
+        with writing(args.hypotheses, "the translations"):
+            Path(args.hypotheses).write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
     if args.per_sentence:
         from ..translation.scores import write_sentence_scores
 
-        write_sentence_scores(args.per_sentence, hypotheses, references, target_lang=target_lang)
+        with writing(args.per_sentence, "the sentence scores"):
+            write_sentence_scores(args.per_sentence, hypotheses, references, target_lang=target_lang)
     if args.update_metrics:
-        update_run_metrics(run_dir, name, result)
-    print(format_score_table(results))
+        with writing(run_dir / "metrics.json", "the scores"):
+            update_run_metrics(run_dir, name, result)
     if output is not None:
         print(f"scores written to {output}", file=sys.stderr)
-    else:
+    elif args.output is None and run_dir is None:
         print(f"{parser.prog}: note: no JSON written (give --output FILE to keep the scores)", file=sys.stderr)
     return 0
 

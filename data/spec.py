@@ -90,14 +90,22 @@ def text_lines(path) -> Iterator[str]:
             line naming the file, the line and the (character) column, and what would be valid.
     """
     with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                raise _line_fault(path, number, raw) from None
-            if "\0" in line:
-                raise _line_fault(path, number, raw)
-            yield line.removeprefix("\ufeff").rstrip("\r\n")
+        yield from decoded_lines(handle, path)
+
+
+def decoded_lines(raw_lines, name) -> Iterator[str]:
+    """:func:`text_lines` for lines of bytes already open (standard input's ``sys.stdin.buffer``);
+    ``name`` stands for the file in the messages ("standard input")."""
+    for number, raw in enumerate(raw_lines, 1):
+        if isinstance(raw, str):  # a text stream (a test's io.StringIO): decoded already
+            raw = raw.encode("utf-8", "surrogateescape")
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _line_fault(name, number, raw) from None
+        if "\0" in line:
+            raise _line_fault(name, number, raw)
+        yield line.removeprefix("\ufeff").rstrip("\r\n")
 
 
 def check_text_file(path, block: int = 1 << 20) -> int:

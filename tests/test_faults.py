@@ -1053,9 +1053,13 @@ def test_evaluate_refuses_mismatched_line_counts_naming_both_files(tiny_model_fo
     assert "--src has 3 lines but --ref has 1" in line and "src.txt" in line and "ref.txt" in line
 
 
-def _one_error(capsys) -> str:
-    (line,) = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+def _one_error_of(err: str) -> str:
+    (line,) = [line for line in err.splitlines() if "error:" in line]
     return line
+
+
+def _one_error(capsys) -> str:
+    return _one_error_of(capsys.readouterr().err)
 
 
 _QUICK = ["--greedy", "--max-new-tokens", "4", "--no-progress"]
@@ -1143,6 +1147,19 @@ def test_a_bad_line_late_in_the_input_keeps_the_existing_output(tiny_model_folde
     assert main([*argv, *_QUICK]) == 2
     assert f"{bad} line 51: not UTF-8 (byte 0xff at column 5)" in _one_error(capsys)
     assert out.read_text(encoding="utf-8") == "yesterday's translations\n"
+
+
+def test_a_bad_line_on_standard_input_is_named_like_a_file_s(tiny_model_folder, capsys, monkeypatch):
+    import io
+
+    from attention_seq2seq.cli import main
+
+    stdin = io.TextIOWrapper(io.BytesIO(b"Ein Hund.\r\nEin \xff Haus.\n"), encoding="latin-1")  # any locale
+    monkeypatch.setattr(sys, "stdin", stdin)
+    assert main(["translate", "-m", str(tiny_model_folder), "--chunk-lines", "1", *_QUICK]) == 2
+    captured = capsys.readouterr()
+    assert "standard input line 2: not UTF-8 (byte 0xff at column 5)" in _one_error_of(captured.err)
+    assert len(captured.out.splitlines()) == 1  # the first chunk (one line) was translated before the bad one
 
 
 def test_resume_refuses_an_output_longer_than_its_input(tiny_model_folder, tmp_path, capsys):

@@ -471,7 +471,10 @@ def run_translate_command(parser, args, generate_kwargs: dict, load) -> int:
     else:
         if sys.stdin.isatty():
             print(f"{parser.prog}: reading sentences from the terminal; end with Ctrl-D", file=sys.stderr)
-        lines, total = sys.stdin, None
+        from ..data.spec import decoded_lines
+
+        # bytes, decoded here: a bad line is named like a file's, whatever the locale's encoding
+        lines, total = decoded_lines(getattr(sys.stdin, "buffer", None) or sys.stdin, "standard input"), None
     stats = translate_stream(
         loaded,
         lines,

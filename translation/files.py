@@ -433,9 +433,11 @@ def run_translate_command(parser, args, generate_kwargs: dict, load) -> int:
     from ..data.spec import check_text_file
     from ..data.user_files import check_input_file, check_output_file
 
+    input_lines = None
     if args.input:
         check_input_file(args.input, "--input", stdin_hint=True)
         check_text_file(args.input)  # UTF-8 throughout (file, line and column named), before -o is emptied
+        input_lines = count_lines(Path(args.input))  # counted once: the constraints' pairing and the progress bar
     if constraints_file:
         check_input_file(constraints_file, "--constraints")
     if args.output:
@@ -452,7 +454,7 @@ def run_translate_command(parser, args, generate_kwargs: dict, load) -> int:
     if constraints_file:
         from .constraints import read_constraints_file
 
-        n_lines = len(args.text) if args.text else count_lines(Path(args.input))
+        n_lines = len(args.text) if args.text else input_lines
         options.constraints = read_constraints_file(constraints_file, loaded.tokenizer, n_lines)
     if world > 1 and rank == 0:
         print(
@@ -464,7 +466,7 @@ def run_translate_command(parser, args, generate_kwargs: dict, load) -> int:
         lines: Iterable[str] = list(args.text)
         total = len(args.text)
     elif from_file:
-        total = count_lines(Path(args.input))
+        total = input_lines
         from ..data.spec import text_lines
 
         lines = text_lines(args.input)  # UTF-8 checked (file and line named), BOM and CRLF dropped

@@ -136,8 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     except (UserError, FileNotFoundError, NotADirectoryError, ValueError, LockedError, DiskFullError) as err:
         if os.environ.get("ATTENTION_SEQ2SEQ_DEBUG"):
             raise
-        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        print(f"{subparser.prog}: error: {message}", file=sys.stderr)
+        print(f"{subparser.prog}: error: {_first_line(err)}", file=sys.stderr)
         return 2
     except OSError as err:  # the system refused a file (permissions, a read-only disk, a folder for a file)
         if os.environ.get("ATTENTION_SEQ2SEQ_DEBUG"):

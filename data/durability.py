@@ -35,6 +35,7 @@ import shutil
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 KILL_AT_ENV = "ATTENTION_SEQ2SEQ_FAULT_KILL_AT"
@@ -151,7 +152,7 @@ class DiskFullError(OSError):
 
 
 @contextlib.contextmanager
-def writing(path: str | os.PathLike, what: str, *, needed: int | None = None, kept: str = ""):
+def writing(path: str | os.PathLike, what: str, *, needed: int | None = None, kept: str | Callable[[], str] = ""):
     """Turn a full disk inside the block into one :class:`DiskFullError` line.
 
     Args:
@@ -159,7 +160,8 @@ def writing(path: str | os.PathLike, what: str, *, needed: int | None = None, ke
         what: what it is ("checkpoint", "the translations"), the start of the message.
         needed: bytes the write needs, where known (the size of the previous checkpoint, say).
         kept: what is still intact, appended to the message ("the previous checkpoint step_4 is
-            intact").
+            intact"), or a function that says it when the disk has filled (what a file holds
+            after a write that stopped partway).
     """
     try:
         yield
@@ -175,7 +177,8 @@ def writing(path: str | os.PathLike, what: str, *, needed: int | None = None, ke
         free, soft = free_bytes(path), _file_size_limit()
         limit = f", and a file-size limit of {size_text(soft)} (ulimit -f)" if soft is not None else ""
         need = f"; it needs about {size_text(needed)}" if needed else ""
-        tail = f"; {kept}" if kept else ""
+        kept_text = kept() if callable(kept) else kept
+        tail = f"; {kept_text}" if kept_text else ""
         full = DiskFullError(f"no space left writing {what} ({path}: {size_text(free)} free there{limit}{need}){tail}")
         full.errno = errno.ENOSPC
         raise full from err
@@ -254,6 +257,56 @@ def exclusive(lock_file: str | os.PathLike, what: str):
         os.close(fd)  # releases the lock
 
 
+def _flock_holder(st: os.stat_result) -> str:
+    """Who holds an ``flock`` on the file ``st`` describes, from Linux's ``/proc/locks`` (a line
+    ``N: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE 0 EOF``); "another process" where unknown."""
+    key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        table = Path("/proc/locks").read_text()
+    except OSError:
+        return "another process"
+    for line in table.splitlines():
+        fields = line.split()
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == key and fields[4].isdigit():
+            pid = int(fields[4])
+            if pid == os.getpid():
+                continue
+            try:
+                command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+            except OSError:
+                command = ""
+            host = socket.gethostname()
+            return f"process {pid} on {host}" + (f" ({command.strip()[:300]})" if command.strip() else "")
+    return "another process"
+
+
+@contextlib.contextmanager
+def exclusive_file(path: str | os.PathLike, what: str):
+    """Hold an ``flock`` on the file ``path`` itself (created empty if missing) for the block, or
+    raise :class:`LockedError` at once naming the holder.
+
+    Unlike :func:`exclusive`, the lock belongs to the file, not to its name: a symbolic or hard
+    link to a file being written is refused too, and no lock file is left beside it. The kernel
+    releases the lock when this process ends however it ends. On a system without ``fcntl``
+    nothing is locked.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            by = _flock_holder(os.fstat(fd))
+            raise LockedError(f"{what} is in use by {by}; wait for it to finish or stop it") from None
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 # --------------------------------------------------------------------------------------------
 # Checked cache entries
 # --------------------------------------------------------------------------------------------
@@ -313,6 +366,7 @@ __all__ = [
     "check_manifest",
     "crash_point",
     "exclusive",
+    "exclusive_file",
     "free_bytes",
     "out_of_space",
     "size_text",

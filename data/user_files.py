@@ -8,7 +8,9 @@ line naming the option and what would be valid, and no file is lost or left half
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import stat
 from collections.abc import Mapping
 from pathlib import Path
@@ -44,8 +46,8 @@ def check_input_file(path: str | os.PathLike, option: str, *, stdin_hint: bool =
             one line naming ``option``, the path and what would be valid.
     """
     hint = f"; to read standard input, leave out {option} and pipe the file in" if stdin_hint else ""
-    if str(path) == "-":
-        raise UserError(f"{option} -: give a file name{hint}")
+    if str(path) in ("", "-"):
+        raise UserError(f"{option} {str(path) or repr('')}: give a file name{hint}")
     file = Path(path)
     try:
         mode = file.stat().st_mode
@@ -66,12 +68,56 @@ def check_input_file(path: str | os.PathLike, option: str, *, stdin_hint: bool =
 
 
 def _same_file(a: Path, b: Path) -> bool:
-    if a.resolve() == b.resolve():
+    # os.path.realpath, not Path.resolve: a symbolic link loop is a path like any other here
+    if os.path.realpath(a) == os.path.realpath(b):
         return True
     try:
-        return a.exists() and b.exists() and os.path.samefile(a, b)  # hard links
+        return os.path.samefile(a, b)  # hard links
     except OSError:
         return False
+
+
+# Names that are this process's own streams whatever they point at: /dev/stdout is a link to
+# /proc/self/fd/1, which is the terminal, a pipe or the file the shell redirected stdout to.
+_STREAM_NAMES = re.compile(r"/dev/(stdout|stderr|fd/\d+)|/proc/(self|thread-self|\d+)/fd/\d+")
+
+
+def is_stream(path: str | os.PathLike) -> bool:
+    """True when ``path`` is written to as a stream: appended to, never emptied, replaced by a
+    rename, locked or fsync'd.
+
+    That is a device (``/dev/null``, ``/dev/full``, a terminal), a named pipe or socket, and
+    ``/dev/stdout``, ``/dev/stderr``, ``/dev/fd/N`` or ``/proc/self/fd/N`` (or a link to one)
+    whatever they lead to: ``-o /dev/stdout > out.txt`` appends to ``out.txt`` like a plain
+    ``> out.txt`` would, rather than emptying the file the shell opened.
+    """
+    name = os.path.abspath(path)
+    for _ in range(8):  # follow a link to /dev/stdout by name: its target is a magic link
+        if _STREAM_NAMES.fullmatch(name):
+            return True
+        try:
+            target = os.readlink(name)
+        except OSError:
+            break
+        name = os.path.normpath(os.path.join(os.path.dirname(name), target))
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+def _path_fault(err: OSError, option: str, path) -> UserError:
+    """One line for a path that cannot even be looked up (a link loop, a name too long)."""
+    if err.errno == errno.ELOOP:
+        return UserError(f"{option} {path} is a symbolic link that leads back to itself; give a file name")
+    if err.errno == errno.ENAMETOOLONG:
+        return UserError(
+            f"{option}: the name is too long for the file system ({len(str(path))} characters); choose a shorter one"
+        )
+    if err.errno == errno.ENOTDIR:
+        return UserError(f"{option} {path}: a folder on the way is a file; choose another place")
+    return UserError(f"{option} {path}: {err.strerror or type(err).__name__}")
 
 
 def check_output_file(
@@ -80,36 +126,58 @@ def check_output_file(
     """``path`` as a :class:`Path` when this process can write it without harming an input.
 
     ``inputs``: ``{option: path}`` of the files the command reads or writes besides this one
-    (``None`` values are skipped); ``path`` may be none of them. A character device
-    (``/dev/null``, ``/dev/stdout``) is accepted. Nothing is created or changed: a missing folder
-    is checked at its nearest existing parent (the command makes it later).
+    (``None`` values are skipped); ``path`` may be none of them. A stream (:func:`is_stream`:
+    ``/dev/null``, ``/dev/stdout``, a named pipe) is accepted as it is and counts as no file, so
+    two outputs may both be ``/dev/null``. Nothing is created or changed: a missing folder is
+    checked at its nearest existing parent (the command makes it later); a symbolic link that
+    leads nowhere yet is checked where it leads.
 
     Raises:
-        UserError: ``-``, a folder, a pipe, a path that is one of ``inputs``, a parent that is a
-            file, or a place this process cannot write (read-only file system, permissions), as
-            one line naming ``option`` and what would be valid.
+        UserError: an empty name, ``-``, a folder, a path that is one of ``inputs``, a link loop,
+            a name too long, a parent that is a file, or a place this process cannot write
+            (read-only file system, permissions), as one line naming ``option`` and what would
+            be valid.
     """
+    if str(path) == "":
+        raise UserError(f"{option} '': give a file name (leave out {option} to write to standard output)")
     if str(path) == "-":
         raise UserError(f"{option} -: give a file name (leave out {option} to write to standard output)")
     file = Path(path)
-    for other, value in (inputs or {}).items():
-        if value is not None and str(value) != "-" and _same_file(file, Path(value)):
-            raise UserError(f"{option} is the {other} file ({path}); choose another file")
-    if file.exists():
+    if is_stream(file):
+        return file
+    try:
         mode = file.stat().st_mode
+    except FileNotFoundError:
+        mode = None  # not there yet, or a link to a file not there yet
+    except OSError as err:
+        raise _path_fault(err, option, path) from None
+    for other, value in (inputs or {}).items():
+        if value is not None and str(value) not in ("", "-") and not is_stream(value) and _same_file(file, Path(value)):
+            raise UserError(f"{option} is the {other} file ({path}); choose another file")
+    if mode is not None:
         if stat.S_ISDIR(mode):
             raise UserError(f"{option} {path} is a folder; give a file name, e.g. {file / 'out.txt'}")
-        if stat.S_ISCHR(mode):
-            return file
         if not stat.S_ISREG(mode):
             raise UserError(f"{option} {path} is {_kind(mode)}; give a file name")
-    folder = file.absolute().parent
-    while not folder.exists():
-        folder = folder.parent
-    if not folder.is_dir():
-        raise UserError(f"{option} {path}: {folder} is a file, not a folder; choose another place")
+    if mode is None and file.is_symlink():  # written through: the file is made where the link leads
+        target = Path(os.path.realpath(file))
+        if not target.parent.is_dir():
+            raise UserError(
+                f"{option} {path} is a symbolic link to {target}, whose folder {target.parent} does not exist; "
+                "make the folder or give another file name"
+            )
+        folder = target.parent
+    else:
+        folder = file.absolute().parent
+        try:
+            while not folder.exists():
+                folder = folder.parent
+        except OSError as err:
+            raise _path_fault(err, option, path) from None
+        if not folder.is_dir():
+            raise UserError(f"{option} {path}: {folder} is a file, not a folder; choose another place")
     why = unwritable(folder)
-    if why is None and file.exists():
+    if why is None and mode is not None:
         try:
             with open(file, "ab"):
                 pass
@@ -118,3 +186,31 @@ def check_output_file(
     if why is not None:
         raise UserError(f"{option} {path}: cannot write there ({why}); choose another place")
     return file
+
+
+def write_whole(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` (UTF-8) as the whole of ``path``: through a temporary file beside it and a
+    rename, so a crash or a full disk leaves the old file whole, never half a new one; a stream
+    (:func:`is_stream`) is written to as it is. The temporary file is removed on failure.
+    """
+    path = Path(path)
+    if is_stream(path):
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(text)
+        return
+    if path.is_symlink():  # replace the file the link leads to, keep the link
+        path = Path(os.path.realpath(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else None
+        with open(temporary, "w", encoding="utf-8") as handle:
+            if mode is not None:
+                os.fchmod(handle.fileno(), mode)  # the old file's permissions
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise

@@ -175,6 +175,13 @@ def load_data(config: TrainConfig, accelerator: Accelerator, output_dir: Path):
         prepared.folder,
         len(prepared.train),
     )
+    if len(prepared.train) == 0:  # every pair longer than a limit (the corpus itself has pairs)
+        read = prepared.meta.get("train_pairs_read", "the")
+        raise RecipeError(
+            f"max_source_length {config.max_source_length} / max_target_length {config.max_target_length} "
+            f"leave no training pair: all {read} pairs of {config.corpus} are longer in tokens (</s> included); "
+            "raise them (128 is usual)"
+        )
     if accelerator.is_main_process and not (tokenizer_dir / "tokenizer.json").exists():
         import shutil
 

@@ -143,20 +143,22 @@ def load_recipe(path: str | Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
         line = path.read_bytes()[: err.start].count(b"\n") + 1
-        raise RecipeError(f"recipe {path} line {line}: not UTF-8 text; a recipe is a YAML or JSON text file") from None
+        raise RecipeError(
+            f"--recipe {path} line {line}: not UTF-8 text; a recipe is a YAML or JSON text file, saved as UTF-8"
+        ) from None
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except json.JSONDecodeError as err:
-        raise RecipeError(f"recipe {path} line {err.lineno} column {err.colno}: not valid JSON ({err.msg})") from None
+        raise RecipeError(f"--recipe {path} line {err.lineno} column {err.colno}: not valid JSON ({err.msg})") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
         problem = getattr(err, "problem", None) or type(err).__name__
-        raise RecipeError(f"recipe {path}{where}: not valid YAML ({problem})") from None
+        raise RecipeError(f"--recipe {path}{where}: not valid YAML ({problem})") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise RecipeError(f"recipe {path} must be a mapping of field names to values; got {type(data).__name__}")
+        raise RecipeError(f"--recipe {path} must be a mapping of field names to values; got {type(data).__name__}")
     return data
 
 

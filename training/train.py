@@ -47,6 +47,7 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -83,11 +84,12 @@ from .checkpoints import (
     step_dirs,
     update_best,
 )
+from ..errors import UserError
 from .config import RecipeError, dump_recipe, parse_command_line
 from .evaluation import evaluate, metrics_test_section, plot_attention, run_provenance, write_run_report
 from .file_modes import give_ordinary_modes
 from .objectives import optimizer_update, source_word_dropout, symmetric_kl_sum, token_loss_sum  # noqa: F401
-from .train_config import CHOICES, TrainConfig, validate_config  # noqa: F401
+from .train_config import CHOICES, TrainConfig, check_paths, validate_config  # noqa: F401
 
 
 def train(config: TrainConfig) -> Path:
@@ -101,7 +103,9 @@ def train(config: TrainConfig) -> Path:
     times; Accelerate keeps one state per process, so those calls must share ``mixed_precision``.
 
     Raises:
-        RecipeError: invalid hyperparameters (the message names the field).
+        RecipeError: invalid hyperparameters, or an ``output_dir``, corpus location or
+            ``tokenizer_path`` that cannot serve (the message names the field); raised before
+            anything is written.
         FileExistsError: ``output_dir`` holds checkpoints and ``resume`` is off.
         FloatingPointError: the training loss became NaN or infinite (names the first bad update;
             the checkpoints written before it are kept).
@@ -110,12 +114,20 @@ def train(config: TrainConfig) -> Path:
             folder and the space it needs; the previous checkpoint is intact, ``--resume`` goes on).
     """
     validate_config(config)
-    output_dir = Path(config.output_dir).resolve()
+    output_dir = check_paths(config)  # before anything is written: the run folder, the corpus, the tokenizer
     if int(os.environ.get("RANK", "0")) != 0:  # one lock per run, held by its global rank 0
         return _train(config, output_dir)
+    made = not output_dir.exists()
     output_dir.mkdir(parents=True, exist_ok=True)
-    with exclusive(output_dir / ".train.lock", f"output folder {output_dir}"):
-        return _train(config, output_dir)
+    try:
+        with exclusive(output_dir / ".train.lock", f"output folder {output_dir}"):
+            return _train(config, output_dir)
+    except UserError:
+        # A fault only the prepared data shows (no pair fits the length limits, a corpus line
+        # that does not pair up) stopped a run this call started: leave no folder behind.
+        if made and not (output_dir / "model").exists() and not step_dirs(output_dir / "checkpoints"):
+            shutil.rmtree(output_dir, ignore_errors=True)
+        raise
 
 
 def _train(config: TrainConfig, output_dir: Path) -> Path:
@@ -340,8 +352,15 @@ def _train(config: TrainConfig, output_dir: Path) -> Path:
             loss_sum_all, tokens_all = stats[:, 0].sum().item(), stats[:, 1].sum().item()
             bad = [int(b) for b in stats[:, 2].tolist() if b >= 0]
             if bad:
+                kept = step_dirs(ckpt_root)
                 raise FloatingPointError(
-                    f"training loss is not finite at update {min(bad)}; the last good checkpoint is kept in {ckpt_root}"
+                    f"training loss is not finite at update {min(bad)}; "
+                    + (
+                        f"the last good checkpoint is kept in {kept[-1]} (--resume continues from it)"
+                        if kept
+                        else f"no checkpoint was written before it (the first comes at update {config.save_every})"
+                    )
+                    + "; a lower learning_rate or max_grad_norm usually keeps it finite"
                 )
             now = time.perf_counter()
             state.target_tokens += int(tokens_all)
@@ -485,26 +504,31 @@ def _train(config: TrainConfig, output_dir: Path) -> Path:
     return output_dir
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Command-line entry: ``--recipe FILE`` plus ``--field value`` overrides (``--help`` lists them)."""
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    """Command-line entry: ``--recipe FILE`` plus ``--field value`` overrides (``--help`` lists them).
+
+    A fault prints one line, ``error: <message>`` (``<prog>: error: <message>`` when ``prog`` is
+    given: ``attention-seq2seq train`` passes its name) and exits with status 2 (3: a lost rank).
+    """
+    prefix = f"{prog}: error: " if prog else "error: "
     try:
-        config = parse_command_line(TrainConfig, argv, prog="python -m attention_seq2seq.training.train")
+        config = parse_command_line(TrainConfig, argv, prog=prog or "python -m attention_seq2seq.training.train")
         validate_config(config)
     except RecipeError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"{prefix}{err}", file=sys.stderr)
         raise SystemExit(2) from None
     try:
         train(config)
-    except (FileExistsError, LockedError, DiskFullError) as err:
+    except (UserError, FileExistsError, LockedError, DiskFullError, FloatingPointError) as err:
         if os.environ.get("ATTENTION_SEQ2SEQ_DEBUG"):
             raise
-        tqdm.write(f"error: {str(err).splitlines()[0]}", file=sys.stderr)  # on a line of its own, below the bar
+        tqdm.write(f"{prefix}{str(err).splitlines()[0]}", file=sys.stderr)  # on a line of its own, below the bar
         raise SystemExit(2) from None
     except RuntimeError as err:
         lost = lost_rank_message(err, config.ddp_timeout)
         if lost is None or os.environ.get("ATTENTION_SEQ2SEQ_DEBUG"):
             raise
-        tqdm.write(f"error: {lost}", file=sys.stderr)
+        tqdm.write(f"{prefix}{lost}", file=sys.stderr)
         raise SystemExit(3) from None
 
 

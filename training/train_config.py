@@ -1,14 +1,23 @@
 """The hyperparameters of a training run (:class:`TrainConfig`) and their checks.
 
 A recipe (YAML or JSON) sets any field and ``--field value`` on the command line overrides it
-(``training/config.py``); :func:`validate_config` rejects what cannot work before any data is read.
+(``training/config.py``); :func:`validate_config` rejects what cannot work before any data is read,
+and :func:`check_paths` what the named files and folders cannot give, before the run folder exists.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import errno
+import math
+import os
+import stat
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import ClassVar
 
+from ..data.presets import PRESETS
+from ..data.spec import CorpusError, CorpusSpec
 from ..errors import did_you_mean
 from ..modeling.registry import BY_NAME
 from .config import RecipeError
@@ -130,18 +139,70 @@ CHOICES = {
 }
 
 
+# The smallest vocabulary data/tokenization.py trains: 4 special tokens + 256 byte pieces + 40
+# (train_tokenizer's own check; not imported from there, which would load datasets and tokenizers).
+MIN_VOCAB_SIZE = 300
+# Every length limit holds a sequence's tokens and its </s>: at least one subword and </s>.
+MIN_LENGTH = 2
+# numpy's seeds are 0 .. 2**32 - 1, and each rank seeds with seed + its rank (set_seed(device_specific=True)).
+SEED_LIMIT = 2**32
+
+
+def _check_finite(config: TrainConfig) -> None:
+    """Every float field (and every float of model_config) is a finite number: NaN passes no
+    comparison and infinity passes most of them (an infinite learning rate or weight decay trained
+    to NaN weights)."""
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            null = " (or null)" if "None" in str(f.type) else ""
+            raise RecipeError(f"{f.name} must be a finite number{null}; got {value}")
+    for key, value in config.model_config.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise RecipeError(f"model_config.{key} must be a finite number; got {value}")
+
+
 def validate_config(config: TrainConfig) -> None:
-    """Reject values that cannot work, naming the field and the valid values.
+    """Reject values that cannot work, naming the field and the valid values. Reads no file:
+    :func:`check_paths` checks the files and folders the config names.
 
     Raises:
         RecipeError: a choice field outside its valid values, or inconsistent limits.
     """
+    _check_finite(config)
     for name, valid in CHOICES.items():
         value = getattr(config, name)
         if value not in valid:
             raise RecipeError(f"{name} must be one of {', '.join(repr(v) for v in valid)}; got {value!r}")
     if config.max_steps is None and config.max_epochs is None and config.max_time_minutes is None:
         raise RecipeError("set at least one of max_steps, max_epochs, max_time_minutes")
+    if not config.output_dir.strip():
+        raise RecipeError(
+            "--output_dir is empty: give a folder name for the run (e.g. runs/train); "
+            "an empty one would train into the current folder"
+        )
+    try:  # the spec's grammar, kind and options; check_paths looks for its files
+        CorpusSpec.coerce(config.corpus)
+    except (CorpusError, TypeError) as err:
+        raise RecipeError(f"corpus: {err}") from None
+    world = max(1, int(os.environ.get("WORLD_SIZE", "1") or 1))
+    if not 0 <= config.seed <= SEED_LIMIT - world:
+        ranks = f" (each of the {world} ranks seeds with seed + its rank)" if world > 1 else ""
+        raise RecipeError(f"seed must be in [0, {SEED_LIMIT - world}] (numpy's seed range{ranks}); got {config.seed}")
+    if config.tokenizer_path is not None and not config.tokenizer_path.strip():
+        raise RecipeError("tokenizer_path is empty: give a saved tokenizer folder, or null to train one")
+    if not config.tokenizer_path and config.vocab_size < MIN_VOCAB_SIZE:
+        raise RecipeError(
+            f"vocab_size must be >= {MIN_VOCAB_SIZE} (4 special tokens + 256 byte pieces + 40 subwords); "
+            f"got {config.vocab_size}"
+        )
+    if config.tokenizer_path and config.vocab_size < 1:
+        raise RecipeError(f"vocab_size must be >= 1 (unused with tokenizer_path); got {config.vocab_size}")
+    for name in ("max_source_length", "max_target_length"):
+        if getattr(config, name) < MIN_LENGTH:
+            raise RecipeError(
+                f"{name} must be >= {MIN_LENGTH} tokens (a subword and </s>; 128 is usual); got {getattr(config, name)}"
+            )
     for name in (
         "max_tokens",
         "gradient_accumulation_steps",
@@ -165,7 +226,9 @@ def validate_config(config: TrainConfig) -> None:
     for name in ("adam_beta1", "adam_beta2"):
         if not 0.0 <= getattr(config, name) < 1.0:
             raise RecipeError(f"{name} must be in [0, 1); got {getattr(config, name)}")
-    for name in ("adam_epsilon", "weight_decay", "max_grad_norm", "warmup_steps"):
+    if not config.adam_epsilon > 0:  # Adam divides by sqrt(v) + epsilon: 0 divides by zero
+        raise RecipeError(f"adam_epsilon must be > 0 (1e-8 is usual); got {config.adam_epsilon}")
+    for name in ("weight_decay", "max_grad_norm", "warmup_steps"):
         if not getattr(config, name) >= 0:
             raise RecipeError(f"{name} must be >= 0; got {getattr(config, name)}")
     if not 0.0 <= config.label_smoothing < 1.0:
@@ -225,6 +288,10 @@ def validate_config(config: TrainConfig) -> None:
         )
     if not config.rdrop_alpha >= 0:
         raise RecipeError(f"rdrop_alpha must be >= 0 (0: no R-Drop); got {config.rdrop_alpha}")
+    if config.schedule == "plateau" and not 0.0 < config.plateau_factor < 1.0:
+        raise RecipeError(f"plateau_factor must be in (0, 1); got {config.plateau_factor}")
+    if config.schedule == "plateau" and config.plateau_patience < 1:
+        raise RecipeError(f"plateau_patience must be >= 1; got {config.plateau_patience}")
     if config.length_penalty != 1.0 and config.test_num_beams == 1:
         raise RecipeError(
             f"length_penalty ({config.length_penalty}) applies to beam search only; it needs test_num_beams > 1"
@@ -240,6 +307,132 @@ def validate_config(config: TrainConfig) -> None:
                 f"model_config has unknown key {key!r} for {config_cls.__name__}{did_you_mean(key, fields)}"
             )
     try:
-        config_cls(**config.model_config)
+        model_config = config_cls(**config.model_config)
     except (ValueError, TypeError) as err:
         raise RecipeError(f"model_config: {err}") from None
+    positions = getattr(model_config, "max_position_embeddings", None)  # the Transformer's position table
+    for name in ("max_source_length", "max_target_length"):
+        if isinstance(positions, int) and getattr(config, name) > positions:
+            raise RecipeError(
+                f"{name} ({getattr(config, name)}) is longer than the model's position table "
+                f"(model_config.max_position_embeddings {positions}): lower it or raise max_position_embeddings"
+            )
+
+
+def _cwd_note(path: str) -> str:
+    return "" if os.path.isabs(os.path.expanduser(path)) else f" (relative to the working directory {os.getcwd()})"
+
+
+def _path_fault(option: str, value: str, err: OSError) -> RecipeError:
+    """One line for a path the system refuses to look up (a loop, a name too long, a file in the way)."""
+    if err.errno == errno.ELOOP:
+        why = "is a symbolic link loop (or a chain of too many links); give a folder"
+    elif err.errno == errno.ENAMETOOLONG:
+        why = "is too long a name for the file system (255 bytes a name, 4096 a path); give a shorter one"
+    elif err.errno == errno.ENOTDIR:
+        why = "goes through a file as if it were a folder; give a folder"
+    else:
+        why = f"cannot be looked up ({err.strerror or err}); give a folder"
+    return RecipeError(f"{option} {value} {why}")
+
+
+def _lookup(option: str, value: str, path: str | None = None) -> os.stat_result | None:
+    """``os.stat`` of ``path`` (default ``value``, which the messages show; None: nothing there),
+    every component's length checked too (a missing folder hides a too-long name below it from
+    the kernel until ``mkdir``)."""
+    path = value if path is None else path
+    try:
+        name_max = os.pathconf(_nearest_folder(path), "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    if any(len(os.fsencode(part)) > name_max for part in Path(path).parts) or len(os.fsencode(path)) >= 4096:
+        raise _path_fault(option, value, OSError(errno.ENAMETOOLONG, "File name too long"))
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise RecipeError(
+                f"{option} {value} is a symbolic link to {os.readlink(path)}, which does not exist"
+            ) from None
+        return None
+    except OSError as err:
+        raise _path_fault(option, value, err) from None
+
+
+def _nearest_folder(path: str) -> str:
+    """The nearest existing ancestor of ``path`` (``.`` for a relative path with none)."""
+    parent = os.path.abspath(path)
+    while not os.path.isdir(parent) and os.path.dirname(parent) != parent:
+        parent = os.path.dirname(parent)
+    return parent
+
+
+def _check_corpus_location(config: TrainConfig) -> None:
+    """The corpus spec's local files exist (its syntax was checked by :func:`validate_config`).
+    Nothing is read: a folder, a file or a file prefix is looked up by name only. ``hf`` ids are
+    not looked up (the Hub answers for them), only ``hf`` locations written as paths."""
+    spec = CorpusSpec.coerce(config.corpus)
+    if spec.location is None:  # the Bible: SWORD modules, found by the loader
+        return
+    kind = spec.kind
+    file_format = PRESETS[kind].format if kind in PRESETS else kind
+    location = spec.location
+    if file_format == "hf" and not location.startswith((".", "/", "~")):
+        return
+    found = _lookup(f"corpus {config.corpus}: location", location, os.path.expanduser(location))
+    if found is not None and (stat.S_ISDIR(found.st_mode) or file_format != "text"):
+        return
+    where = _cwd_note(location)
+    if file_format == "text":
+        preset = PRESETS.get(kind)
+        src = spec.source_lang or (preset.default_pair[0] if preset and preset.default_pair else None)
+        prefix = os.path.expanduser(location)
+        if src is not None and os.path.exists(f"{prefix}.{src}"):
+            return
+        if src is None and Path(prefix).parent.is_dir() and any(Path(prefix).parent.glob(f"{Path(prefix).name}.*")):
+            return  # the loader names the missing language pair
+        files = f" nor a prefix of {location}.{src}" if src else ""
+        raise RecipeError(f"corpus {config.corpus}: location {location} is not a folder{files}{where}")
+    raise RecipeError(f"corpus {config.corpus}: location {location} not found (a folder or a file){where}")
+
+
+def check_paths(config: TrainConfig) -> Path:
+    """Check the files and folders ``config`` names, reading none of them, and return the run
+    folder's absolute path: ``output_dir`` is a folder or can become one, the corpus spec's local
+    files exist, ``tokenizer_path`` is a saved tokenizer folder. Run it before anything is written.
+
+    Raises:
+        RecipeError: one line naming the option, the path and what would be valid.
+    """
+    value = config.output_dir
+    if not value.strip():
+        raise RecipeError("--output_dir is empty: give a folder name for the run (e.g. runs/train)")
+    found = _lookup("--output_dir", value)
+    if found is not None and not stat.S_ISDIR(found.st_mode):
+        raise RecipeError(f"--output_dir {value} is a file; give a folder")
+    if found is None:
+        parent = _nearest_folder(value)
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise RecipeError(f"--output_dir {value}: cannot create it, {parent} is not writable; give another folder")
+        below = os.path.join(parent, os.path.relpath(os.path.abspath(value), parent).split(os.sep)[0])
+        if os.path.islink(below):  # a link to nothing where a folder of the path must go
+            raise RecipeError(
+                f"--output_dir {value}: {below} is a symbolic link to {os.readlink(below)}, which does not exist"
+            )
+    _check_corpus_location(config)
+    if config.tokenizer_path:
+        path = config.tokenizer_path
+        found = _lookup("tokenizer_path", path)
+        if found is None:
+            raise RecipeError(
+                f"tokenizer_path {path} does not exist{_cwd_note(path)}: give a tokenizer folder saved by "
+                "save_pretrained (a run's model/), or null to train one"
+            )
+        if not stat.S_ISDIR(found.st_mode):
+            raise RecipeError(f"tokenizer_path {path} is a file; give the folder holding its tokenizer.json")
+        if not os.path.isfile(os.path.join(path, "tokenizer.json")):
+            raise RecipeError(
+                f"tokenizer_path {path} holds no tokenizer.json: give a tokenizer folder saved by save_pretrained "
+                "(a run's model/)"
+            )
+    return Path(os.path.realpath(value))

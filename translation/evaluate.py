@@ -9,7 +9,6 @@ result in a JSON file or in a training run's ``metrics.json`` (layout: docs/DESI
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Sequence
 
@@ -61,21 +60,11 @@ def evaluate_model(
 
 
 def _write_json(path: Path, data: dict) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename, so a crash leaves the old
-    file whole, never half a new one."""
-    text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
-    if path.is_char_device():  # /dev/stdout, /dev/null: written to, never replaced by a rename
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        temporary.write_text(text, encoding="utf-8")
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)  # no temporary file left behind (a full disk, a folder at `path`)
-        raise
+    """Write ``data`` as the whole of ``path`` (a crash or a full disk leaves the old file whole;
+    a device or ``/dev/stdout`` is written to as it is): :func:`~attention_seq2seq.data.user_files.write_whole`."""
+    from ..data.user_files import write_whole
+
+    write_whole(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
 def write_results(path: Path, results: dict[str, dict]) -> None:

@@ -47,7 +47,8 @@ from typing import Iterable, Iterator, Sequence, TextIO
 
 import torch
 
-from ..data.durability import crash_point, exclusive, writing
+from ..data.durability import LockedError, crash_point, exclusive_file, writing
+from ..data.user_files import is_stream
 from ..errors import UserError
 from .engine import Hypothesis, RunStats, TranslationOptions, Translator, model_source_limit, token_budget_batches  # noqa: F401  (public names of this module)
 
@@ -156,18 +157,32 @@ def format_records(
 
 
 class _Sink:
-    """An output file opened for appending whole chunks (fsync'd), or a text stream."""
+    """An output file appended to in whole chunks (unbuffered, fsync'd), or a text stream.
 
-    def __init__(self, path: Path | None, stream: TextIO | None = None):
+    ``fresh``: the file's old content is dropped only at the first write (or at :meth:`finish`),
+    so a run that fails before it has a translation to write (a model that cannot decode, a
+    bad line) leaves the old file as it was. A stream (:func:`~attention_seq2seq.data.user_files.is_stream`:
+    ``/dev/null``, ``/dev/stdout``, a pipe) is only ever appended to and never fsync'd.
+    """
+
+    def __init__(self, path: Path | None, stream: TextIO | None = None, *, fresh: bool = False):
         self.path = path
         self.stream = stream
+        self.handle = None
+        self.sync = False
+        self.fresh = fresh and path is not None and not is_stream(path)
+        if path is not None and not self.fresh:
+            self._open("ab")
+
+    def _open(self, mode: str) -> None:
         # Unbuffered: a failed write (a full disk) leaves nothing in a buffer for close() to retry.
-        self.handle = open(path, "ab", buffering=0) if path is not None else None
-        # fsync only a file on a disk (a device such as /dev/null refuses it)
-        self.sync = self.handle is not None and stat.S_ISREG(os.fstat(self.handle.fileno()).st_mode)
+        self.handle = open(self.path, mode, buffering=0)
+        self.sync = stat.S_ISREG(os.fstat(self.handle.fileno()).st_mode)  # a device refuses fsync
 
     def write(self, text: str) -> None:
-        if self.handle is not None:
+        if self.path is not None:
+            if self.handle is None:
+                self._open("wb")  # the old content goes now, with the first translations at hand
             data = memoryview(text.encode("utf-8"))
             while data:
                 data = data[self.handle.write(data) :]
@@ -177,9 +192,33 @@ class _Sink:
             self.stream.write(text)
             self.stream.flush()
 
+    def finish(self) -> None:
+        """The run succeeded: a fresh file nothing was written to (an empty input) is emptied."""
+        if self.path is not None and self.handle is None:
+            self._open("wb")
+
     def close(self) -> None:
         if self.handle is not None:
             self.handle.close()
+
+
+def _format_of(path: Path) -> str | None:
+    """The format (``text``, ``tsv``, ``jsonl``) of an output file's first line; None when empty."""
+    with open(path, "rb") as handle:
+        first = handle.readline(1 << 20).decode("utf-8", "replace").rstrip("\r\n")
+    if not first:
+        return None
+    if first.startswith("{"):
+        try:
+            record = json.loads(first)
+        except ValueError:
+            record = None
+        if isinstance(record, dict) and "index" in record and "hypotheses" in record:
+            return "jsonl"
+    fields = first.split("\t")
+    if len(fields) >= 3 and fields[0].isdigit() and fields[1].isdigit():
+        return "tsv"
+    return "text"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -229,20 +268,34 @@ def translate_stream(
     Raises :class:`UserError` for an over-long line without truncation, a bad ``--align-layer``
     or ``--align-heads``, or ``resume`` without an output file;
     :class:`~attention_seq2seq.data.durability.LockedError` when another live process writes the
-    same ``output`` (``.<name>.lock`` beside it names the holder);
+    same ``output`` file (under this name or through a link; the message names the process);
     :class:`~attention_seq2seq.data.durability.DiskFullError` when the disk fills (one line: the
     file, the space free, how many complete records it keeps; ``--resume`` continues).
     """
     rank, _, _ = _distributed()
-    if output is None or rank != 0 or output.is_char_device():  # no lock beside /dev/null
+    if resume and output is not None and is_stream(output):
+        raise UserError(
+            f"--resume: --output {output} is a stream (a device, a pipe or standard output), which holds nothing "
+            "to continue; give the output file"
+        )
+    if output is None or rank != 0 or is_stream(output):  # nothing to lock on /dev/null or a pipe
         return _translate_stream(
             loaded, lines, options, generate_kwargs, output, stream, alignments, resume, total, progress
         )
     output.parent.mkdir(parents=True, exist_ok=True)
-    with exclusive(output.parent / f".{output.name}.lock", f"the output file {output}"):
-        return _translate_stream(
-            loaded, lines, options, generate_kwargs, output, stream, alignments, resume, total, progress
-        )
+    existed = output.exists()
+    try:
+        # The lock is on the file itself: a link to an output being written is refused too.
+        with exclusive_file(output, f"the output file {output}"):
+            return _translate_stream(
+                loaded, lines, options, generate_kwargs, output, stream, alignments, resume, total, progress
+            )
+    except LockedError:
+        raise
+    except BaseException:
+        if not existed and output.is_file() and output.stat().st_size == 0:
+            output.unlink()  # made for the lock, and nothing was written to it
+        raise
 
 
 def _translate_stream(loaded, lines, options, generate_kwargs, output, stream, alignments, resume, total, progress):
@@ -254,6 +307,12 @@ def _translate_stream(loaded, lines, options, generate_kwargs, output, stream, a
     if resume:
         if output is None:
             raise UserError("--resume needs --output FILE (the file to continue)")
+        found = _format_of(output) if output.is_file() else None
+        if found is not None and found != options.format:
+            raise UserError(
+                f"--resume: {output} holds {found} output, not {options.format} (--format, --n-best, --scores); "
+                f"resume with the options of the interrupted run, or translate without --resume to start again"
+            )
         done, _ = complete_records(output, options.lines_per_source)
         if alignments is not None:
             align_done, _ = complete_records(alignments, options.lines_per_source if options.format == "tsv" else 1)
@@ -268,17 +327,24 @@ def _translate_stream(loaded, lines, options, generate_kwargs, output, stream, a
             _truncate_to(output, done, options.lines_per_source)
             if alignments is not None:
                 _truncate_to(alignments, done, options.lines_per_source if options.format == "tsv" else 1)
-    elif rank == 0:
-        for path in (output, alignments):
-            if path is not None:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(b"")
     if state is not None:
         state.wait_for_everyone()
     stats.skipped = done
     first_chunk = done // options.chunk_lines  # the chunk being written when the run stopped
-    sink = _Sink(output, stream) if rank == 0 else None
-    align_sink = _Sink(alignments) if (rank == 0 and alignments is not None) else None
+    if rank == 0 and not resume and alignments is not None:
+        alignments.parent.mkdir(parents=True, exist_ok=True)
+    # A fresh run's files are emptied at their first write, not here (see _Sink).
+    sink = _Sink(output, stream, fresh=not resume) if rank == 0 else None
+    align_sink = _Sink(alignments, fresh=not resume) if (rank == 0 and alignments is not None) else None
+
+    def kept() -> str:  # counted when the disk fills: what the files hold, partly written chunk aside
+        held = complete_records(output, options.lines_per_source)[0] if output is not None else first
+        if alignments is not None:
+            held = min(
+                held, complete_records(alignments, options.lines_per_source if options.format == "tsv" else 1)[0]
+            )
+        return f"it holds {held} complete source(s); rerun with --resume once there is space"
+
     translator = Translator(loaded, options, generate_kwargs)
     bar = tqdm(
         total=total,
@@ -322,7 +388,6 @@ def _translate_stream(loaded, lines, options, generate_kwargs, output, stream, a
             if rank == 0:
                 for c, first, hyps in sorted(produced, key=lambda item: item[0]):
                     text, align_text = format_records(first, hyps, options)
-                    kept = f"it holds {first} complete source(s); rerun with --resume once there is space"
                     with writing(output or "the output", "the translations", kept=kept):
                         sink.write(text)
                         if align_sink is not None:
@@ -332,6 +397,9 @@ def _translate_stream(loaded, lines, options, generate_kwargs, output, stream, a
                     crash_point(f"translations chunk {c} written")
             if round_chunks < world:
                 break
+        for done_sink in (sink, align_sink):
+            if done_sink is not None:
+                done_sink.finish()
     finally:
         bar.close()
         if sink is not None:
@@ -408,7 +476,7 @@ def run_translate_command(parser, args, generate_kwargs: dict, load) -> int:
     ``load(args)`` loads the model (cli._load). Every source goes through `translate_stream`.
     """
     fmt = resolve_format(args.n_best, args.scores, args.format)
-    if args.resume and not (args.input and args.output):
+    if args.resume and not (args.input and args.output is not None):
         parser.error("--resume needs --input FILE and --output FILE")
     options = FileTranslationOptions(
         batch_size=args.batch_size,
@@ -419,7 +487,7 @@ def run_translate_command(parser, args, generate_kwargs: dict, load) -> int:
         n_best=args.n_best,
         scores=args.scores,
         format=fmt,
-        align=bool(args.alignments),
+        align=args.alignments is not None,
         align_layer=args.align_layer,
         align_heads=_parse_heads(args.align_heads),
     )
@@ -434,15 +502,16 @@ def run_translate_command(parser, args, generate_kwargs: dict, load) -> int:
     from ..data.user_files import check_input_file, check_output_file
 
     input_lines = None
-    if args.input:
+    if args.input is not None:
         check_input_file(args.input, "--input", stdin_hint=True)
         check_text_file(args.input)  # UTF-8 throughout (file, line and column named), before -o is emptied
         input_lines = count_lines(Path(args.input))  # counted once: the constraints' pairing and the progress bar
-    if constraints_file:
+    if constraints_file is not None:
         check_input_file(constraints_file, "--constraints")
-    if args.output:
+        check_text_file(constraints_file)  # not UTF-8: the file, line and column named
+    if args.output is not None:
         check_output_file(args.output, "--output", inputs={"--input": args.input, "--constraints": constraints_file})
-    if args.alignments:
+    if args.alignments is not None:
         named = {"--input": args.input, "--output": args.output, "--constraints": constraints_file}
         check_output_file(args.alignments, "--alignments", inputs=named)
     rank, world, _ = _distributed()
@@ -482,9 +551,9 @@ def run_translate_command(parser, args, generate_kwargs: dict, load) -> int:
         lines,
         options=options,
         generate_kwargs=generate_kwargs,
-        output=Path(args.output) if args.output else None,
-        stream=None if args.output else sys.stdout,
-        alignments=Path(args.alignments) if args.alignments else None,
+        output=Path(args.output) if args.output is not None else None,
+        stream=None if args.output is not None else sys.stdout,
+        alignments=Path(args.alignments) if args.alignments is not None else None,
         resume=args.resume,
         total=total,
         progress=from_file and not args.no_progress,

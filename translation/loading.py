@@ -270,11 +270,69 @@ def load_for_inference(
     return LoadedModel(model=model, tokenizer=tokenizer, location=location, info=info)
 
 
+# What generation_config.json's decoding fields may hold (transformers loads any value and fails,
+# or decodes oddly, only at generate): {field: (kind, lowest, what is valid)}.
+_GENERATION_FIELDS = {
+    "num_beams": ("int", 1, "a whole number >= 1"),
+    "num_return_sequences": ("int", 1, "a whole number >= 1"),
+    "max_new_tokens": ("int", 1, "a whole number >= 1, or null"),
+    "max_length": ("int", 1, "a whole number >= 1, or null"),
+    "min_length": ("int", 0, "a whole number >= 0"),
+    "min_new_tokens": ("int", 0, "a whole number >= 0, or null"),
+    "no_repeat_ngram_size": ("int", 0, "a whole number >= 0"),
+    "top_k": ("int", 0, "a whole number >= 0"),
+    "length_penalty": ("float", None, "a finite number"),
+    "repetition_penalty": ("float", 0.0, "a finite number > 0"),
+    "temperature": ("float", 0.0, "a finite number > 0"),
+    "top_p": ("float", 0.0, "a number in (0, 1]"),
+}
+_TOKEN_ID_FIELDS = ("decoder_start_token_id", "bos_token_id", "eos_token_id", "pad_token_id")
+
+
+def generation_config_fault(values: dict, vocab_size: int | None) -> str | None:
+    """What is wrong with the decoding values of a ``generation_config.json`` (as parsed JSON), in
+    a few words naming the field and what would be valid; None when nothing is.
+
+    Token ids (``decoder_start_token_id``, ``bos``/``eos``/``pad_token_id``; ``eos`` may be a list)
+    must lie in ``[0, vocab_size)``. ``null`` is valid for every field (transformers' default).
+    """
+    import math
+
+    for name, (kind, lowest, valid) in _GENERATION_FIELDS.items():
+        value = values.get(name)
+        if value is None:
+            continue
+        number = not isinstance(value, bool) and isinstance(value, (int, float) if kind == "float" else int)
+        if not number or (kind == "float" and not math.isfinite(value)):
+            return f"field {name} is {json.dumps(value)}; valid: {valid}"
+        if lowest is not None and (value < lowest if kind == "int" else value <= lowest):
+            return f"field {name} is {json.dumps(value)}; valid: {valid}"
+        if name == "top_p" and value > 1:
+            return f"field {name} is {json.dumps(value)}; valid: {valid}"
+    valid = f"a token id in [0, {vocab_size}) (config.json vocab_size)" if vocab_size else "a token id >= 0"
+    for name in _TOKEN_ID_FIELDS:
+        value = values.get(name)
+        if value is None:
+            continue
+        ids = value if isinstance(value, list) and name == "eos_token_id" else [value]
+        for token in ids:
+            if (
+                isinstance(token, bool)
+                or not isinstance(token, int)
+                or token < 0
+                or (vocab_size and token >= vocab_size)
+            ):
+                return f"field {name} is {json.dumps(value)}; valid: {valid}"
+    return None
+
+
 def _check_model_folder(model_path, path_or_id) -> None:
     """The faults of a local model folder that transformers passes over quietly, as one line each.
 
     - ``generation_config.json`` that does not load: transformers warns and decodes with the
-      defaults (another beam size, length, penalty: other translations, silently).
+      defaults (another beam size, length, penalty: other translations, silently); or that loads
+      but holds a value generate fails on later, after an output was opened
+      (:func:`generation_config_fault`: num_beams 0, a token id outside the vocabulary).
     - ``config.json`` naming one family's ``model_type`` over the other family's architecture
       (a hand-edited or mixed-up folder): the model does not build, with a message about sizes.
     - ``tokenizer.json`` missing where ``tokenizer_config.json`` is there: said as missing, not
@@ -287,22 +345,29 @@ def _check_model_folder(model_path, path_or_id) -> None:
     folder = Path(model_path)
     if not folder.is_dir():
         return
-    generation_file = folder / "generation_config.json"
-    if generation_file.is_file():
-        from transformers import GenerationConfig
-
-        try:
-            GenerationConfig.from_pretrained(folder)
-        except Exception as err:  # noqa: BLE001 - JSON syntax, a value GenerationConfig refuses
-            raise UserError(
-                f"cannot load model {path_or_id}: its generation_config.json does not load ({_first_line(err)}); "
-                "it holds the decoding defaults (num_beams, max_new_tokens, length_penalty): fix it, or delete it to "
-                "decode with transformers' defaults"
-            ) from None
     try:
         raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         raw = None  # no config.json or a damaged one: from_pretrained says which
+    generation_file = folder / "generation_config.json"
+    if generation_file.is_file():
+        from transformers import GenerationConfig
+
+        fix = (
+            "it holds the decoding defaults (num_beams, max_new_tokens, length_penalty): fix it, or delete it to "
+            "decode with transformers' defaults"
+        )
+        try:
+            GenerationConfig.from_pretrained(folder)
+            values = json.loads(generation_file.read_text(encoding="utf-8"))
+        except Exception as err:  # noqa: BLE001 - JSON syntax, a value GenerationConfig refuses
+            raise UserError(
+                f"cannot load model {path_or_id}: its generation_config.json does not load ({_first_line(err)}); {fix}"
+            ) from None
+        vocab_size = raw.get("vocab_size") if isinstance(raw, dict) else None
+        fault = generation_config_fault(values, vocab_size if isinstance(vocab_size, int) else None)
+        if fault is not None:
+            raise UserError(f"cannot load model {path_or_id}: its generation_config.json {fault}; {fix}")
     if isinstance(raw, dict) and raw.get("model_type") in _OWN_MODEL_TYPES:
         from ..modeling.registry import BY_MODEL_TYPE
 

@@ -109,16 +109,15 @@ def write_sentence_scores(
     Raises:
         ValueError: as :func:`corpus_scores`.
     """
-    from pathlib import Path
 
     rows, signatures = sentence_scores(hypotheses, references, target_lang=target_lang)
     lines = ["\t".join(SENTENCE_SCORE_COLUMNS)]
     for number, (row, hyp, ref) in enumerate(zip(rows, hypotheses, references), start=1):
         texts = (hyp.replace("\t", " "), ref.replace("\t", " "))
         lines.append("\t".join([str(number), *(f"{row[m]:.4f}" for m in ("bleu", "chrf", "ter")), *texts]))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    from ..data.user_files import write_whole
+
+    write_whole(path, "\n".join(lines) + "\n")  # a full disk leaves the old file whole
     return signatures
 
 

@@ -115,7 +115,7 @@ def cmd_finetune(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
 def cmd_train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from ..training.train import main as train_main
 
-    train_main(["--help"] if args.help_train else args.train_args)
+    train_main(["--help"] if args.help_train else args.train_args, prog=parser.prog)
     return 0
 
 

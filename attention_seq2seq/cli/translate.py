@@ -177,7 +177,7 @@ def cmd_evaluate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
     files = {"--src": args.src, "--ref": args.ref}
     for option in ("--output", "--hypotheses", "--per-sentence"):
         value = getattr(args, option[2:].replace("-", "_"))
-        if value:
+        if value is not None:
             check_output_file(value, option, inputs=files)
             files[option] = value
     loaded = _load(args)
@@ -214,23 +214,31 @@ def cmd_evaluate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
     print(format_score_table(results), flush=True)
     # Default: next to the run's metrics.json, never into the current folder (a checkout, say);
     # for an export, model folder or Hub id only with --output.
-    output = Path(args.output) if args.output else (run_dir / f"eval_{name}.json" if run_dir is not None else None)
-    if output is not None and not args.output and (why := unwritable(run_dir)):
+    output = (
+        Path(args.output)
+        if args.output is not None
+        else (run_dir / f"eval_{name}.json" if run_dir is not None else None)
+    )
+    if output is not None and args.output is None and (why := unwritable(run_dir)):
         print(
             f"{parser.prog}: warning: cannot write {output} ({why}); give --output FILE to keep the scores",
             file=sys.stderr,
         )
         output = None
+    # Each file is written whole through a temporary file and a rename: a full disk leaves the old one.
+    unchanged = "the file is as it was before this run"
     if output is not None:
-        with writing(output, "the scores"):
+        with writing(output, "the scores", kept=unchanged):
             write_results(output, results)
-    if args.hypotheses:
-        with writing(args.hypotheses, "the translations"):
-            Path(args.hypotheses).write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
-    if args.per_sentence:
+    if args.hypotheses is not None:
+        from ..data.user_files import write_whole
+
+        with writing(args.hypotheses, "the translations", kept=unchanged):
+            write_whole(args.hypotheses, "".join(h + "\n" for h in hypotheses))
+    if args.per_sentence is not None:
         from ..translation.scores import write_sentence_scores
 
-        with writing(args.per_sentence, "the sentence scores"):
+        with writing(args.per_sentence, "the sentence scores", kept=unchanged):
             write_sentence_scores(args.per_sentence, hypotheses, references, target_lang=target_lang)
     if args.update_metrics:
         with writing(run_dir / "metrics.json", "the scores"):

@@ -111,6 +111,17 @@ PAD, BOS, EOS, UNK = 0, 1, 2, 3  # the special-token ids of every tiny model and
 #            on top (vocab_size always);
 #   "small": the Transformer tests' model (test_transformer_seq2seq.py, the CPU fast paths, the
 #            device and loss tests): 2 + 2 layers, d_model 16, 4 heads, vocabulary 37, no dropout.
+# The smallest Transformer the training tests build: its model_config.
+TINY_TRANSFORMER = {
+    "d_model": 32,
+    "encoder_layers": 1,
+    "decoder_layers": 1,
+    "encoder_attention_heads": 2,
+    "decoder_attention_heads": 2,
+    "encoder_ffn_dim": 64,
+    "decoder_ffn_dim": 64,
+}
+
 TINY_SIZES = {
     "rnn_seq2seq": dict(embedding_size=8, hidden_size=8),
     "transformer_seq2seq": dict(

@@ -35,7 +35,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from helpers import REPO_ROOT, free_port, pairs_corpus_spec
+from helpers import REPO_ROOT, TINY_TRANSFORMER, free_port, pairs_corpus_spec
 
 from attention_seq2seq.data.durability import (
     KILL_AT_ENV,
@@ -51,16 +51,7 @@ from attention_seq2seq.training.train_config import TrainConfig
 
 FAMILIES = ("transformer", "rnn")
 MODEL_CONFIGS = {
-    "transformer": {
-        "d_model": 32,
-        "encoder_layers": 1,
-        "decoder_layers": 1,
-        "encoder_attention_heads": 2,
-        "decoder_attention_heads": 2,
-        "encoder_ffn_dim": 64,
-        "decoder_ffn_dim": 64,
-        "dropout": 0.1,
-    },
+    "transformer": {**TINY_TRANSFORMER, "dropout": 0.1},
     "rnn": {
         "embedding_size": 32,
         "hidden_size": 32,

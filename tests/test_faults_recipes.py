@@ -15,7 +15,7 @@ import pytest
 import torch
 import yaml
 
-from helpers import one_line_error, pairs_corpus_spec
+from helpers import TINY_TRANSFORMER, one_line_error, pairs_corpus_spec
 
 from attention_seq2seq.cli import main
 from attention_seq2seq.training import objectives
@@ -23,15 +23,7 @@ from attention_seq2seq.training.config import RecipeError, config_from_dict, loa
 from attention_seq2seq.training.train_config import MIN_VOCAB_SIZE, TrainConfig, check_paths, validate_config
 
 PREFIX = "attention-seq2seq train: error: "
-TINY = {
-    "d_model": 32,
-    "encoder_layers": 1,
-    "decoder_layers": 1,
-    "encoder_attention_heads": 2,
-    "decoder_attention_heads": 2,
-    "encoder_ffn_dim": 64,
-    "decoder_ffn_dim": 64,
-}
+TINY = TINY_TRANSFORMER
 
 
 def base_recipe() -> dict:

@@ -24,7 +24,7 @@ import yaml
 from safetensors.torch import load_file
 from transformers import PreTrainedTokenizerFast
 
-from helpers import free_port, pairs_corpus_spec, pairs_languages, run_process_tree
+from helpers import TINY_TRANSFORMER, free_port, pairs_corpus_spec, pairs_languages, run_process_tree
 
 from attention_seq2seq.training import build as build_module
 from attention_seq2seq.training import objectives
@@ -43,15 +43,6 @@ from attention_seq2seq.training.train import (
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RECIPES = REPO_ROOT / "training" / "recipes"
 
-TINY_TRANSFORMER = {
-    "d_model": 32,
-    "encoder_layers": 1,
-    "decoder_layers": 1,
-    "encoder_attention_heads": 2,
-    "decoder_attention_heads": 2,
-    "encoder_ffn_dim": 64,
-    "decoder_ffn_dim": 64,
-}
 TINY_RNN = {"embedding_size": 32, "hidden_size": 32, "attention": "luong", "score": "general", "input_feeding": True}
 
 

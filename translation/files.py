@@ -315,7 +315,7 @@ def _translate_stream(loaded, lines, options, generate_kwargs, output, stream, a
             )
         done, _ = complete_records(output, options.lines_per_source)
         if alignments is not None:
-            align_done, _ = complete_records(alignments, options.lines_per_source if options.format == "tsv" else 1)
+            align_done, _ = complete_records(alignments, options.lines_per_source)
             done = min(done, align_done)
         if total is not None and done > total:
             raise UserError(
@@ -326,7 +326,7 @@ def _translate_stream(loaded, lines, options, generate_kwargs, output, stream, a
             # Cut back to `done` complete sources in both files (a partial line, a source's first lines).
             _truncate_to(output, done, options.lines_per_source)
             if alignments is not None:
-                _truncate_to(alignments, done, options.lines_per_source if options.format == "tsv" else 1)
+                _truncate_to(alignments, done, options.lines_per_source)
     if state is not None:
         state.wait_for_everyone()
     stats.skipped = done
@@ -340,9 +340,7 @@ def _translate_stream(loaded, lines, options, generate_kwargs, output, stream, a
     def kept() -> str:  # counted when the disk fills: what the files hold, partly written chunk aside
         held = complete_records(output, options.lines_per_source)[0] if output is not None else first
         if alignments is not None:
-            held = min(
-                held, complete_records(alignments, options.lines_per_source if options.format == "tsv" else 1)[0]
-            )
+            held = min(held, complete_records(alignments, options.lines_per_source)[0])
         return f"it holds {held} complete source(s); rerun with --resume once there is space"
 
     translator = Translator(loaded, options, generate_kwargs)

@@ -23,7 +23,7 @@ from typing import Iterable, Sequence
 import torch
 
 from ..errors import UserError
-from ..modeling.attention_pass import attention_pass
+from .sentences import attention_pass
 
 _WORD = re.compile(r"\S+")
 

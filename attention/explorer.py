@@ -12,7 +12,7 @@ and the attention as heat-maps over source and target subwords or words:
 - the Transformer's encoder and decoder self-attention, with the same layer and head pickers.
 
 Everything is computed once per Translate by :func:`explain` (the package's teacher-forced
-attention pass, ``modeling/attention_pass.py``: ``generate``, then one forward pass with
+attention pass, ``attention/sentences.py``: ``generate``, then one forward pass with
 ``output_attentions=True`` over the chosen translation, which gives the weights decoding used:
 cache and no cache agree, tests/test_*_seq2seq.py); the pickers only redraw. Each heat-map is
 an HTML table whose ``data-weights`` attribute holds the plotted array, so a test
@@ -20,9 +20,10 @@ an HTML table whose ``data-weights`` attribute holds the plotted array, so a tes
 
 Shipping: this file imports only the standard library, numpy, torch, transformers and gradio
 (gradio only inside :func:`build_app`), its font list from ``fonts.py`` and the attention pass
-from ``modeling/attention_pass.py`` (which imports only torch, transformers and
-``generation_lengths.py``), so ``--space`` copies these files into the export and the app runs
-where only the Hub packages are installed, loading the model through its shipped remote code.
+from ``attention/sentences.py`` (which imports only torch, transformers and
+``modeling/attention_pass.py`` with its ``generation_lengths.py``), so ``--space`` copies these
+files into the export and the app runs where only the Hub packages are installed, loading the
+model through its shipped remote code.
 """
 
 from __future__ import annotations
@@ -42,9 +43,9 @@ try:
 except ImportError:  # the Space copy: app.py run as a script, fonts.py copied beside it
     from attention_fonts import css_font_family  # type: ignore[no-redef]
 try:
-    from ..modeling.attention_pass import attention_pass
-except ImportError:  # the Space copy: modeling/attention_pass.py copied beside it (hub/space.py)
-    from modeling_attention_pass import attention_pass  # type: ignore[no-redef]
+    from .sentences import attention_pass
+except ImportError:  # the Space copy: attention/sentences.py copied beside it (hub/space.py)
+    from attention_sentences import attention_pass  # type: ignore[no-redef]
 
 MEAN_OVER_HEADS = "mean over heads"
 CROSS, ENCODER_SELF, DECODER_SELF = "cross-attention", "encoder self-attention", "decoder self-attention"

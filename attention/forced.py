@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import UserError
-from ..modeling.attention_pass import attention_pass
+from .sentences import attention_pass
 
 
 def sentence_attention(loaded, source: str, reference: str | None, generate_kwargs: dict):

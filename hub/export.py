@@ -19,7 +19,8 @@
       metrics.json, recipe.yaml    copied from the source, when it has them (published as they are:
                                    check them for local paths you would rather not share)
       app.py, attention_fonts.py,  with ``space=True``: the attention explorer as a Gradio app
-      modeling_attention_pass.py,  (hub/space.py)
+      attention_sentences.py,      (hub/space.py)
+      modeling_attention_pass.py,
       modeling_generation_lengths.py,
       requirements.txt
 
@@ -441,7 +442,8 @@ def export_model(
         overwrite: replace a non-empty ``export_dir``; the old content is removed only once the
             new export is complete.
         space: also write the attention explorer's ``app.py``, ``attention_fonts.py``, its copies
-            of the attention pass (``modeling_attention_pass.py``, ``modeling_generation_lengths.py``)
+            of the attention pass (``attention_sentences.py``, ``modeling_attention_pass.py``,
+            ``modeling_generation_lengths.py``)
             and ``requirements.txt`` (hub/space.py), with ``repo_id`` as the Space's default model.
 
     Raises:

@@ -1,8 +1,9 @@
 """The attention explorer as a Gradio Space: ``app.py`` and ``requirements.txt`` for an export.
 
 ``write_space(folder, repo_id)`` copies the explorer (``attention/explorer.py``) as
-``app.py``, its font list (``attention/fonts.py``) as ``attention_fonts.py`` and the attention
-pass it runs (``modeling/attention_pass.py``, with the flat sibling it imports,
+``app.py``, its font list (``attention/fonts.py``) as ``attention_fonts.py``, the sentence-level
+attention pass (``attention/sentences.py``) as ``attention_sentences.py`` and the teacher-forced
+pass below it (``modeling/attention_pass.py``, with the flat sibling it imports,
 ``modeling/generation_lengths.py``) as ``modeling_attention_pass.py`` and
 ``modeling_generation_lengths.py`` into ``folder``, and writes a ``requirements.txt`` naming only
 the Hub packages (gradio, torch, transformers). Each copy is named after its folder and file, so
@@ -12,7 +13,7 @@ The app loads the model through transformers with ``trust_remote_code=True``, i.
 export's own flattened code: this package is not needed there.
 
 ``python app.py`` serves the folder's model (its ``config.json`` sits beside ``app.py``); a Space
-repo holding only ``app.py``, ``attention_fonts.py``, the two ``modeling_*.py`` copies and
+repo holding only ``app.py``, the two ``attention_*.py`` and the two ``modeling_*.py`` copies and
 ``requirements.txt`` serves ``repo_id`` (or ``$MODEL_ID``) from the Hub instead.
 """
 
@@ -23,8 +24,9 @@ from pathlib import Path
 
 APP_FILE = "app.py"
 FONTS_FILE = "attention_fonts.py"
+SENTENCES_FILE = "attention_sentences.py"
 REQUIREMENTS_FILE = "requirements.txt"
-# The modeling/ module the explorer imports; it and its flat siblings ship as modeling_<name>.py.
+# The modeling/ module attention/sentences.py imports; it and its flat siblings ship as modeling_<name>.py.
 PASS_MODULE = "attention_pass"
 MODELING_PREFIX = "modeling_"
 
@@ -47,7 +49,7 @@ def app_source(repo_id: str | None = None) -> str:
 
 
 def _package_file(name: str) -> Path:
-    """A file of the ``attention/`` folder (the explorer and its font list)."""
+    """A file of the ``attention/`` folder (the explorer, its font list and the sentence-level pass)."""
     from .. import attention
 
     return Path(attention.__file__).resolve().parent / name
@@ -81,12 +83,13 @@ def modeling_copies() -> dict[str, str]:
 
 
 def write_space(folder: str | Path, repo_id: str | None = None) -> list[Path]:
-    """Write ``app.py``, ``attention_fonts.py``, the ``modeling_*.py`` copies of the attention pass
-    (:func:`modeling_copies`) and ``requirements.txt`` into ``folder``; returns them."""
+    """Write ``app.py``, ``attention_fonts.py``, ``attention_sentences.py``, the ``modeling_*.py``
+    copies of the attention pass (:func:`modeling_copies`) and ``requirements.txt`` into ``folder``; returns them."""
     folder = Path(folder)
     files = {
         APP_FILE: app_source(repo_id),
         FONTS_FILE: _package_file("fonts.py").read_text(encoding="utf-8"),
+        SENTENCES_FILE: _package_file("sentences.py").read_text(encoding="utf-8"),
         **modeling_copies(),
         REQUIREMENTS_FILE: "".join(line + "\n" for line in REQUIREMENTS),
     }

@@ -1,5 +1,5 @@
-"""The teacher-forced attention pass (modeling/attention_pass.py) and the EOS helper it reads
-(modeling/generation_lengths.py: eos_token_ids), on untrained tiny models of both families (seeded):
+"""The teacher-forced attention pass (modeling/attention_pass.py, attention/sentences.py) and the EOS
+helper it reads (modeling/generation_lengths.py: eos_token_ids), on untrained tiny models of both families (seeded):
 what the pass returns is checked against the model's own forward and generate, whatever the weights."""
 
 from __future__ import annotations
@@ -10,12 +10,8 @@ from transformers import AutoModelForSeq2SeqLM, GenerationConfig
 
 from helpers import FAMILIES, tiny_run_config, tiny_tokenizer
 
-from attention_seq2seq.modeling.attention_pass import (
-    attention_pass,
-    eager_attention,
-    force_sequences,
-    target_length,
-)
+from attention_seq2seq.attention.sentences import attention_pass
+from attention_seq2seq.modeling.attention_pass import eager_attention, force_sequences, target_length
 from attention_seq2seq.modeling.generation_lengths import eos_token_ids
 
 SOURCES = ["Ein Hund läuft durch den Schnee.", "Zwei Männer.", "Eine Frau liest ein Buch im Park."]

@@ -1,4 +1,4 @@
-"""Ensembles through generate (modeling/ensemble.py): the weighted mean of the members'
+"""Ensembles through generate (translation/ensemble.py): the weighted mean of the members'
 log-probabilities per step, every generation option unchanged, members of both families."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 from transformers import AutoModelForSeq2SeqLM
 
 from attention_seq2seq import RNNSeq2SeqConfig, TransformerSeq2SeqConfig
-from attention_seq2seq.modeling.ensemble import EnsembleForConditionalGeneration
+from attention_seq2seq.translation.ensemble import EnsembleForConditionalGeneration
 
 SPECIAL = dict(vocab_size=50, pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
 

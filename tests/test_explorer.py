@@ -320,7 +320,15 @@ def test_bertviz_inputs_have_bertvizs_encoder_decoder_structure(trained):
 # export --space
 
 
-ALLOWED_IN_SPACE = {"gradio", "numpy", "torch", "transformers", "attention_fonts", "modeling_attention_pass"}
+ALLOWED_IN_SPACE = {
+    "gradio",
+    "numpy",
+    "torch",
+    "transformers",
+    "attention_fonts",
+    "attention_sentences",
+    "modeling_attention_pass",
+}
 
 
 def test_space_files_import_only_the_hub_packages(runs_root, tmp_path, capsys):
@@ -331,7 +339,7 @@ def test_space_files_import_only_the_hub_packages(runs_root, tmp_path, capsys):
     folder = tmp_path / "export"
     requirements = (folder / "requirements.txt").read_text().split()
     assert sorted(r.split(">")[0].split("=")[0] for r in requirements) == ["gradio", "torch", "transformers"]
-    for name in ("app.py", "attention_fonts.py"):
+    for name in ("app.py", "attention_fonts.py", "attention_sentences.py"):
         tree = ast.parse((folder / name).read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):

@@ -13,7 +13,7 @@ from accelerate.utils import gather_object
 
 from ..data.durability import crash_point
 from ..data.pairs import Collate, eval_batches
-from ..modeling.attention_pass import attention_pass
+from ..attention.sentences import attention_pass
 from ..translation.scores import corpus_scores, format_score
 from ..attention.plotting import plot_cross_attentions
 from .objectives import token_loss_sum
@@ -91,7 +91,7 @@ def evaluate(
 
 def plot_attention(model, tokenizer, sources: list[str], out_dir: Path, prefix: str, config, device) -> None:
     """Translate each source greedily and write the cross-attention heat-maps of its translation
-    (the teacher-forced attention pass, ``modeling/attention_pass.py``) as ``<prefix>_<i>.png``.
+    (the teacher-forced attention pass, ``attention/sentences.py``) as ``<prefix>_<i>.png``.
 
     ``config`` gives ``max_source_length`` (sources are truncated to it) and ``max_target_length``
     (the generation limit). Writes nothing for a model without cross-attention (the RNN with

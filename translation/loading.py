@@ -406,7 +406,7 @@ def load_ensemble(
     trust_remote_code: bool = False,
     revision: str | None = None,
 ) -> LoadedModel:
-    """Load several models as one :class:`~attention_seq2seq.modeling.ensemble.EnsembleForConditionalGeneration`
+    """Load several models as one :class:`~attention_seq2seq.translation.ensemble.EnsembleForConditionalGeneration`
     (``translate -m A -m B``): each step decodes with the weighted mean of the members'
     log-probabilities.
 
@@ -426,7 +426,7 @@ def load_ensemble(
         UserError: a member that does not load (naming it), a CTranslate2 member, members with
             different vocabularies or tokenizers (one line naming both), or weights that do not fit.
     """
-    from ..modeling.ensemble import EnsembleForConditionalGeneration
+    from .ensemble import EnsembleForConditionalGeneration
 
     names = [str(p) for p in paths_or_ids]
     if len(names) < 2:

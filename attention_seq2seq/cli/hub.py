@@ -8,10 +8,10 @@ from pathlib import Path
 from ..errors import UserError
 
 _EXPORT_EPILOG = """\
-With --space the folder also gets app.py, attention_fonts.py, modeling_attention_pass.py,
-modeling_generation_lengths.py and requirements.txt: the attention explorer (`attention-seq2seq
-demo`), runnable there with only gradio, torch and transformers (python app.py), or as a Hugging
-Face Space (docs/attention-explorer.md).
+With --space the folder also gets app.py, attention_fonts.py, attention_sentences.py,
+modeling_attention_pass.py, modeling_generation_lengths.py and requirements.txt: the attention
+explorer (`attention-seq2seq demo`), runnable there with only gradio, torch and transformers
+(python app.py), or as a Hugging Face Space (docs/attention-explorer.md).
 
 examples:
   attention-seq2seq export runs/multi30k --output export/multi30k

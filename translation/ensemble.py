@@ -33,7 +33,7 @@ from torch import nn
 from transformers import GenerationConfig, PreTrainedConfig, PreTrainedModel
 from transformers.utils import ModelOutput
 
-from .generation_lengths import Seq2SeqGenerationMixin
+from ..modeling.generation_lengths import Seq2SeqGenerationMixin
 
 # What the members must agree on for their token ids to mean the same thing.
 _SHARED_TOKEN_FIELDS = ("vocab_size", "pad_token_id", "eos_token_id", "decoder_start_token_id", "bos_token_id")

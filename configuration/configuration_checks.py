@@ -1,7 +1,7 @@
-"""Validation helpers shared by both configuration classes.
+"""Validation shared by both configuration classes: their base class ``CheckedConfig`` and its helpers.
 
 Shipped to the Hub next to the configuration files (a flat sibling: ``from .configuration_checks
-import ...``); standard library only.
+import ...``); imports the standard library and transformers only.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ import numbers
 import types
 import typing
 import warnings
+
+from transformers import GenerationConfig, PreTrainedConfig
 
 # Keys a config.json (or transformers itself) hands to a config's constructor that no option of ours
 # reads: transformers' bookkeeping, exported folders' remote-code entries, arguments that
@@ -172,3 +174,38 @@ def sort_extra_options(
             stacklevel=4,
         )
     return generation
+
+
+class CheckedConfig(PreTrainedConfig):
+    """A `PreTrainedConfig` that fails in its constructor: the keywords its fields did not take are
+    sorted (`sort_extra_options`: refused, moved to the generation config, or stored with a warning),
+    its fields' types checked (`check_field_types`), then the family's own `check_options()` runs.
+
+    Subclasses set `foreign_option_names` (other toolkits' names for their options, refused naming
+    ours) and write `check_options`, which may also fill in defaults that depend on other options.
+    Generation settings given here (`num_beams=3`, ...) are kept as `_generation_settings` for the
+    model's `__init__` to put into its `generation_config`; they are never saved with the config.
+    """
+
+    foreign_option_names: typing.ClassVar[dict[str, str]] = {}
+
+    def __post_init__(self, **kwargs):
+        generation_settings = sort_extra_options(
+            self,
+            kwargs,
+            foreign_names=self.foreign_option_names,
+            generation_names=generation_setting_names(GenerationConfig, self),
+            aliases=set(self.attribute_map),
+        )
+        check_field_types(self)
+        self.check_options()
+        super().__post_init__(**kwargs)
+        if generation_settings:
+            self._generation_settings = generation_settings
+
+    def check_options(self) -> None:
+        """Raise `ValueError` naming the option and what would be valid; fill in dependent defaults."""
+
+    def _remove_keys_not_serialized(self, d: dict) -> None:
+        super()._remove_keys_not_serialized(d)
+        d.pop("_generation_settings", None)

@@ -8,9 +8,7 @@ constructor, so a misspelt or meaningless combination fails before a model is bu
 
 from __future__ import annotations
 
-from transformers import GenerationConfig, PreTrainedConfig
-
-from .configuration_checks import check_choice, check_field_types, generation_setting_names, sort_extra_options
+from .configuration_checks import CheckedConfig, check_choice
 
 CELL_TYPES = ("gru", "lstm")
 BRIDGES = ("zero", "last", "projection")
@@ -50,7 +48,7 @@ FOREIGN_OPTION_NAMES = {
 }
 
 
-class RNNSeq2SeqConfig(PreTrainedConfig):
+class RNNSeq2SeqConfig(CheckedConfig):
     r"""Configuration of [`RNNSeq2SeqForConditionalGeneration`].
 
     Sizes
@@ -116,6 +114,7 @@ class RNNSeq2SeqConfig(PreTrainedConfig):
     """
 
     model_type = "rnn_seq2seq"
+    foreign_option_names = FOREIGN_OPTION_NAMES
     attribute_map = {"num_hidden_layers": "decoder_layers"}
 
     vocab_size: int = 8000
@@ -148,24 +147,6 @@ class RNNSeq2SeqConfig(PreTrainedConfig):
     is_encoder_decoder: bool = True
     use_cache: bool = True
 
-    def __post_init__(self, **kwargs):
-        generation_settings = sort_extra_options(
-            self,
-            kwargs,
-            foreign_names=FOREIGN_OPTION_NAMES,
-            generation_names=generation_setting_names(GenerationConfig, self),
-            aliases=set(self.attribute_map),
-        )
-        check_field_types(self)
-        self._resolve_and_validate()
-        super().__post_init__(**kwargs)
-        if generation_settings:  # read by the model's __init__ into its generation_config; never saved here
-            self._generation_settings = generation_settings
-
-    def _remove_keys_not_serialized(self, d: dict) -> None:
-        super()._remove_keys_not_serialized(d)
-        d.pop("_generation_settings", None)
-
     @property
     def num_directions(self) -> int:
         return 2 if self.bidirectional else 1
@@ -188,7 +169,7 @@ class RNNSeq2SeqConfig(PreTrainedConfig):
         step's attention): Bahdanau attention, Luong input feeding, coverage."""
         return self.attention == "bahdanau" or bool(self.input_feeding) or self.coverage
 
-    def _resolve_and_validate(self) -> None:
+    def check_options(self) -> None:
         check_choice("cell_type", self.cell_type, CELL_TYPES)
         check_choice("bridge", self.bridge, BRIDGES)
         check_choice("attention", self.attention, ATTENTIONS)

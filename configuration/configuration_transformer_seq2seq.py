@@ -8,9 +8,7 @@ embeddings tied to the output projection (§3.4), and the package's special-toke
 
 from __future__ import annotations
 
-from transformers import GenerationConfig, PreTrainedConfig
-
-from .configuration_checks import check_choice, check_field_types, generation_setting_names, sort_extra_options
+from .configuration_checks import CheckedConfig, check_choice
 
 POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned")
 NORM_ORDERS = ("post", "pre")
@@ -58,7 +56,7 @@ def _check_divisible(d_model: int, num_heads: int, name: str) -> None:
         )
 
 
-class TransformerSeq2SeqConfig(PreTrainedConfig):
+class TransformerSeq2SeqConfig(CheckedConfig):
     r"""Hyperparameters of [`TransformerSeq2SeqForConditionalGeneration`].
 
     Args:
@@ -113,6 +111,7 @@ class TransformerSeq2SeqConfig(PreTrainedConfig):
     """
 
     model_type = "transformer_seq2seq"
+    foreign_option_names = FOREIGN_OPTION_NAMES
     keys_to_ignore_at_inference = ["cache"]
     attribute_map = {
         "hidden_size": "d_model",
@@ -152,15 +151,7 @@ class TransformerSeq2SeqConfig(PreTrainedConfig):
     eos_token_id: int | None = 2
     decoder_start_token_id: int | None = 1
 
-    def __post_init__(self, **kwargs):
-        generation_settings = sort_extra_options(
-            self,
-            kwargs,
-            foreign_names=FOREIGN_OPTION_NAMES,
-            generation_names=generation_setting_names(GenerationConfig, self),
-            aliases=set(self.attribute_map),
-        )
-        check_field_types(self)
+    def check_options(self) -> None:
         _check_divisible(self.d_model, self.encoder_attention_heads, "encoder_attention_heads")
         _check_divisible(self.d_model, self.decoder_attention_heads, "decoder_attention_heads")
         check_choice("position_embedding_type", self.position_embedding_type, POSITION_EMBEDDING_TYPES)
@@ -171,13 +162,6 @@ class TransformerSeq2SeqConfig(PreTrainedConfig):
             raise ValueError(f"label_smoothing must be in [0, 1); got {self.label_smoothing}")
         if self.max_position_embeddings <= 0:
             raise ValueError(f"max_position_embeddings must be positive; got {self.max_position_embeddings}")
-        super().__post_init__(**kwargs)
-        if generation_settings:  # read by the model's __init__ into its generation_config; never saved here
-            self._generation_settings = generation_settings
-
-    def _remove_keys_not_serialized(self, d: dict) -> None:
-        super()._remove_keys_not_serialized(d)
-        d.pop("_generation_settings", None)
 
 
 __all__ = ["TransformerSeq2SeqConfig"]

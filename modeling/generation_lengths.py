@@ -67,22 +67,9 @@ class Seq2SeqGenerationMixin(GenerationMixin):
         setattr(generation_config, _CALLER_SET_LENGTH, max_length is not None or max_new_tokens is not None)
         return generation_config, model_kwargs
 
-    def _prepare_generated_length(
-        self,
-        generation_config,
-        has_default_max_length,
-        has_default_min_length,
-        model_input_name,
-        input_ids_length,
-        inputs_tensor,
-    ):
+    def _prepare_generated_length(self, generation_config, *args, input_ids_length, **kwargs):
         generation_config = super()._prepare_generated_length(
-            generation_config,
-            has_default_max_length,
-            has_default_min_length,
-            model_input_name,
-            input_ids_length,
-            inputs_tensor,
+            generation_config, *args, input_ids_length=input_ids_length, **kwargs
         )
         limit = self._max_decoder_positions()
         if limit is None or generation_config.max_length is None:

@@ -84,6 +84,7 @@ def plain_cell_weights(rnn: nn.Module) -> list[tuple[torch.Tensor, ...]] | None:
 # ---------------------------------------------------------------------------------------------
 
 
+@dataclass(eq=False, repr=False)
 class RNNDecoderCache:
     """The whole decoder state between two calls: what generation carries from step to step.
 
@@ -105,13 +106,12 @@ class RNNDecoderCache:
     is_compileable = False
     is_linear = (True,)  # a recurrent state: generate must not slice inputs by a key/value length
 
-    def __init__(self, hidden, cell=None, attentional_state=None, coverage=None, keys=None, seen_tokens: int = 0):
-        self.hidden = hidden
-        self.cell = cell
-        self.attentional_state = attentional_state
-        self.coverage = coverage
-        self.keys = keys
-        self.seen_tokens = seen_tokens
+    hidden: torch.Tensor
+    cell: torch.Tensor | None = None
+    attentional_state: torch.Tensor | None = None
+    coverage: torch.Tensor | None = None
+    keys: torch.Tensor | None = None
+    seen_tokens: int = 0
 
     def tensors(self) -> dict[str, torch.Tensor]:
         return {name: getattr(self, name) for name in self._BATCH_DIM if getattr(self, name) is not None}
@@ -546,6 +546,23 @@ class RNNSeq2SeqDecoder(nn.Module):
 # ---------------------------------------------------------------------------------------------
 
 
+def tied_weights_keys(config: RNNSeq2SeqConfig, with_lm_head: bool) -> dict[str, str]:
+    """The parameters that are one tensor, as transformers v5 wants them: {target: source}, named from
+    `RNNSeq2SeqModel`, or from the ForConditionalGeneration model (`model.` prefixed) with `lm_head`.
+
+    With `share_embeddings` the decoder's token embeddings are the encoder's; with
+    `tie_word_embeddings`, `lm_head` is the decoder's (so the shared) embedding matrix.
+    """
+    prefix = "model." if with_lm_head else ""
+    keys = {}
+    if config.share_embeddings:
+        keys[f"{prefix}decoder.embed_tokens.weight"] = f"{prefix}encoder.embed_tokens.weight"
+    if with_lm_head and config.tie_word_embeddings:
+        source = "encoder" if config.share_embeddings else "decoder"
+        keys["lm_head.weight"] = f"model.{source}.embed_tokens.weight"
+    return keys
+
+
 class RNNSeq2SeqPreTrainedModel(Seq2SeqSavingMixin, PreTrainedModel):
     config_class = RNNSeq2SeqConfig
     base_model_prefix = "model"
@@ -564,20 +581,11 @@ class RNNSeq2SeqPreTrainedModel(Seq2SeqSavingMixin, PreTrainedModel):
             if not getattr(module.weight, "_is_hf_initialized", False):
                 init.zeros_(module.weight[module.padding_idx])
 
-    def _tied_embedding_keys(self, prefix: str) -> dict[str, str]:
-        keys = {}
-        if self.config.share_embeddings:
-            keys[f"{prefix}decoder.embed_tokens.weight"] = f"{prefix}encoder.embed_tokens.weight"
-        return keys
-
     def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict[str, str]:
         # transformers ties nothing unless `tie_word_embeddings` is set, but the encoder/decoder
         # sharing (`share_embeddings`) is independent of the output tying: the full {target: source}
-        # mapping of this model (submodules included) is built from the config here.
-        return self._tied_keys_from_config()
-
-    def _tied_keys_from_config(self) -> dict[str, str]:
-        raise NotImplementedError
+        # mapping of this model (submodules included) is read from the config here.
+        return tied_weights_keys(self.config, with_lm_head=hasattr(self, "lm_head"))
 
 
 class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
@@ -588,11 +596,8 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
         super().__init__(config)
         self.encoder = RNNSeq2SeqEncoder(config)
         self.decoder = RNNSeq2SeqDecoder(config)
-        self._tied_weights_keys = self._tied_keys_from_config()  # read by save_pretrained
+        self._tied_weights_keys = tied_weights_keys(config, with_lm_head=False)  # read by save_pretrained
         self.post_init()
-
-    def _tied_keys_from_config(self) -> dict[str, str]:
-        return self._tied_embedding_keys("")
 
     def _encoder_outputs_from_tuple(self, outputs: tuple) -> RNNEncoderOutput:
         # The encoder's to_tuple() drops None fields: (last, final_h[, final_c][, hidden_states]).
@@ -691,7 +696,6 @@ class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, Seq2SeqGener
     """``RNNSeq2SeqModel`` plus ``lm_head``: p(y_t | y_<t, x) = softmax(W_s f_t) (Luong eq. 6;
     Bahdanau A.2.2 W_o t_i), with label-smoothed cross-entropy and the coverage loss."""
 
-    _tied_weights_keys = {"lm_head.weight": "model.decoder.embed_tokens.weight"}
     # forward takes `num_items_in_batch` (transformers' loss-kwargs contract): Trainer then passes
     # the target-token count of the whole accumulated update and does not rescale the loss itself.
     accepts_loss_kwargs = True
@@ -700,7 +704,7 @@ class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, Seq2SeqGener
         super().__init__(config)
         self.model = RNNSeq2SeqModel(config)
         self.lm_head = nn.Linear(config.output_feature_size, config.vocab_size, bias=False)
-        self._tied_weights_keys = self._tied_keys_from_config()  # read by save_pretrained
+        self._tied_weights_keys = tied_weights_keys(config, with_lm_head=True)  # read by save_pretrained
         self.post_init()
         # Generation defaults (saved as generation_config.json).
         self.generation_config.num_beams = 5
@@ -735,13 +739,6 @@ class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, Seq2SeqGener
                 "key/value cache; leave cache_implementation unset (or 'dynamic') for dynamic decoding"
             )
         return generation_config, model_kwargs
-
-    def _tied_keys_from_config(self) -> dict[str, str]:
-        keys = {f"model.{k}": f"model.{v}" for k, v in self._tied_embedding_keys("").items()}
-        if self.config.tie_word_embeddings:
-            source = "encoder" if self.config.share_embeddings else "decoder"
-            keys["lm_head.weight"] = f"model.{source}.embed_tokens.weight"
-        return keys
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.model.get_input_embeddings()

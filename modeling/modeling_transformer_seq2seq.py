@@ -581,18 +581,42 @@ def norm_layer(config: TransformerSeq2SeqConfig) -> nn.Module:
 # --------------------------------------------------------------------------------------------
 
 
-class TransformerSeq2SeqEncoderLayer(GradientCheckpointingLayer):
-    """One encoder layer: self-attention, then the feed-forward network (§3.1), each wrapped as
-    LayerNorm(x + Dropout(Sublayer(x))) (post-norm, the paper) or, with `norm_order="pre"`,
-    x + Dropout(Sublayer(LayerNorm(x))) (a departure: Wang et al. 2019); `norm_type="scale_norm"`
-    puts ScaleNorm where LayerNorm stands (`norm_layer`).
-    """
+class TransformerSeq2SeqLayer(GradientCheckpointingLayer):
+    """What the encoder and decoder layers share: each sublayer wrapped in a residual connection
+    (`residual`), post-norm as in the paper or pre-norm (`config.norm_order`)."""
 
     def __init__(self, config: TransformerSeq2SeqConfig):
         super().__init__()
         self.config = config
         self.pre_norm = config.norm_order == "pre"
         self.dropout = config.dropout
+
+    def residual(self, norm: nn.Module, sublayer: Callable, hidden_states: torch.Tensor, **kwargs):
+        """One sublayer in its residual connection (§3.1, §5.4): Norm(x + Dropout(Sublayer(x)))
+        (post-norm, the paper) or x + Dropout(Sublayer(Norm(x))) (pre-norm, Wang et al. 2019);
+        Norm is LayerNorm or ScaleNorm (`norm_layer`).
+
+        Args:
+            norm: this sublayer's normalisation.
+            sublayer: called as `sublayer(x, **kwargs)`; returns the output, or (output, attention
+                weights) for an attention.
+            hidden_states: x, (batch, len, d_model) or (tokens, d_model).
+
+        Returns:
+            (the new x, the sublayer's attention weights or None).
+        """
+        output = sublayer(norm(hidden_states) if self.pre_norm else hidden_states, **kwargs)
+        output, weights = output if isinstance(output, tuple) else (output, None)
+        hidden_states = hidden_states + dropout(output, self.dropout, self.training, self.config)
+        return (hidden_states if self.pre_norm else norm(hidden_states)), weights
+
+
+class TransformerSeq2SeqEncoderLayer(TransformerSeq2SeqLayer):
+    """One encoder layer: self-attention, then the feed-forward network (§3.1), each in its residual
+    connection (`residual`)."""
+
+    def __init__(self, config: TransformerSeq2SeqConfig):
+        super().__init__(config)
         self.self_attn = TransformerSeq2SeqAttention(config, config.encoder_attention_heads)
         self.self_attn_layer_norm = norm_layer(config)
         self.feed_forward = TransformerSeq2SeqFeedForward(config, config.encoder_ffn_dim)
@@ -608,38 +632,26 @@ class TransformerSeq2SeqEncoderLayer(GradientCheckpointingLayer):
         """hidden_states (batch, src_len, d_model), attention_mask (batch, 1, 1, src_len) boolean →
         (hidden_states (batch, src_len, d_model), self-attention weights or None). With `layout`,
         hidden_states in and out are the real tokens only, (tokens, d_model)."""
-        # Self-attention
-        residual = hidden_states
-        if self.pre_norm:
-            hidden_states = self.self_attn_layer_norm(hidden_states)
-        hidden_states, attn_weights = self.self_attn(
-            hidden_states, attention_mask=attention_mask, layout=layout, output_attentions=output_attentions
+        hidden_states, weights = self.residual(
+            self.self_attn_layer_norm,
+            self.self_attn,
+            hidden_states,
+            attention_mask=attention_mask,
+            layout=layout,
+            output_attentions=output_attentions,
         )
-        hidden_states = residual + dropout(hidden_states, self.dropout, self.training, self.config)
-        if not self.pre_norm:
-            hidden_states = self.self_attn_layer_norm(hidden_states)
-
-        # Feed-forward
-        residual = hidden_states
-        if self.pre_norm:
-            hidden_states = self.final_layer_norm(hidden_states)
-        hidden_states = residual + dropout(self.feed_forward(hidden_states), self.dropout, self.training, self.config)
-        if not self.pre_norm:
-            hidden_states = self.final_layer_norm(hidden_states)
-        return hidden_states, attn_weights
+        hidden_states, _ = self.residual(self.final_layer_norm, self.feed_forward, hidden_states)
+        return hidden_states, weights
 
 
-class TransformerSeq2SeqDecoderLayer(GradientCheckpointingLayer):
+class TransformerSeq2SeqDecoderLayer(TransformerSeq2SeqLayer):
     """One decoder layer: masked self-attention, cross-attention over the encoder output
-    ("encoder-decoder attention", §3.2.3), then the feed-forward network; residual wrapping as in
-    the encoder layer.
+    ("encoder-decoder attention", §3.2.3), then the feed-forward network, each in its residual
+    connection (`residual`).
     """
 
     def __init__(self, config: TransformerSeq2SeqConfig, layer_idx: int):
-        super().__init__()
-        self.config = config
-        self.pre_norm = config.norm_order == "pre"
-        self.dropout = config.dropout
+        super().__init__(config)
         heads = config.decoder_attention_heads
         self.self_attn = TransformerSeq2SeqAttention(config, heads, is_causal=True, layer_idx=layer_idx)
         self.self_attn_layer_norm = norm_layer(config)
@@ -663,49 +675,51 @@ class TransformerSeq2SeqDecoderLayer(GradientCheckpointingLayer):
         (batch, num_heads, tgt_len, src_len) → (hidden_states, self-attention weights,
         cross-attention weights); weights are None unless attn_implementation="eager" or
         `output_attentions`."""
-        # Masked self-attention
-        residual = hidden_states
-        if self.pre_norm:
-            hidden_states = self.self_attn_layer_norm(hidden_states)
-        hidden_states, self_weights = self.self_attn(
+        hidden_states, self_weights = self.residual(
+            self.self_attn_layer_norm,
+            self.self_attn,
             hidden_states,
             attention_mask=self_attention_mask,
             cache=cache,
             is_causal=is_causal,
             output_attentions=output_attentions,
         )
-        hidden_states = residual + dropout(hidden_states, self.dropout, self.training, self.config)
-        if not self.pre_norm:
-            hidden_states = self.self_attn_layer_norm(hidden_states)
-
-        # Cross-attention over the encoder output
-        residual = hidden_states
-        if self.pre_norm:
-            hidden_states = self.encoder_attn_layer_norm(hidden_states)
-        hidden_states, cross_weights = self.encoder_attn(
+        hidden_states, cross_weights = self.residual(
+            self.encoder_attn_layer_norm,
+            self.encoder_attn,
             hidden_states,
             key_value_states=encoder_hidden_states,
             attention_mask=encoder_attention_mask,
             cache=cache,
             output_attentions=output_attentions,
         )
-        hidden_states = residual + dropout(hidden_states, self.dropout, self.training, self.config)
-        if not self.pre_norm:
-            hidden_states = self.encoder_attn_layer_norm(hidden_states)
-
-        # Feed-forward
-        residual = hidden_states
-        if self.pre_norm:
-            hidden_states = self.final_layer_norm(hidden_states)
-        hidden_states = residual + dropout(self.feed_forward(hidden_states), self.dropout, self.training, self.config)
-        if not self.pre_norm:
-            hidden_states = self.final_layer_norm(hidden_states)
+        hidden_states, _ = self.residual(self.final_layer_norm, self.feed_forward, hidden_states)
         return hidden_states, self_weights, cross_weights
 
 
 # --------------------------------------------------------------------------------------------
 # transformers plumbing: base class, initialisation
 # --------------------------------------------------------------------------------------------
+
+
+def tied_weights_keys(config: TransformerSeq2SeqConfig, with_lm_head: bool) -> dict[str, str]:
+    """The parameters that are one tensor, as transformers v5 wants them: {target: source}, named from
+    `TransformerSeq2SeqModel`, or from the ForConditionalGeneration model (`model.` prefixed) with
+    `lm_head`.
+
+    With `share_encoder_decoder_embeddings` (§3.4) both stacks' `embed_tokens` are the module
+    `shared`, whose weight `save_pretrained` writes once; `lm_head` follows `shared` then, else the
+    decoder's embeddings. transformers ties `lm_head` only when `tie_word_embeddings=True`; the
+    encoder/decoder sharing does not depend on it, because the embedding is one module.
+    """
+    prefix = "model." if with_lm_head else ""
+    keys = {}
+    if config.share_encoder_decoder_embeddings:
+        keys = {f"{prefix}{stack}.embed_tokens.weight": f"{prefix}shared.weight" for stack in ("encoder", "decoder")}
+    if with_lm_head:
+        source = "shared" if config.share_encoder_decoder_embeddings else "decoder.embed_tokens"
+        keys["lm_head.weight"] = f"model.{source}.weight"
+    return keys
 
 
 def check_source_rows(attention_mask: torch.Tensor | None) -> None:
@@ -1031,15 +1045,10 @@ class TransformerSeq2SeqModel(TransformerSeq2SeqPreTrainedModel):
 
     def __init__(self, config: TransformerSeq2SeqConfig):
         super().__init__(config)
+        self._tied_weights_keys = tied_weights_keys(config, with_lm_head=False)
         if config.share_encoder_decoder_embeddings:
             self.shared = TransformerSeq2SeqScaledEmbedding(config)
             encoder_embed_tokens = decoder_embed_tokens = self.shared
-            # {target: source}, as Marian declares it: save_pretrained writes shared.weight once and
-            # from_pretrained ties the others to it (transformers applies it with tie_word_embeddings).
-            self._tied_weights_keys = {
-                "encoder.embed_tokens.weight": "shared.weight",
-                "decoder.embed_tokens.weight": "shared.weight",
-            }
         else:
             encoder_embed_tokens = TransformerSeq2SeqScaledEmbedding(config)
             decoder_embed_tokens = TransformerSeq2SeqScaledEmbedding(config)
@@ -1157,31 +1166,15 @@ class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedMod
     `max_new_tokens`.
     """
 
-    # {target: source}, as transformers v5 wants; the instance narrows it to its config (with
-    # `share_encoder_decoder_embeddings=False` only lm_head follows the decoder embeddings).
-    # transformers applies the mapping only when `tie_word_embeddings=True`; encoder/decoder
-    # sharing does not depend on it, because the embedding is one module.
     # forward takes `num_items_in_batch` (transformers' loss-kwargs contract): Trainer then passes
     # the target-token count of the whole accumulated update and does not rescale the loss itself.
     accepts_loss_kwargs = True
-    _tied_weights_keys = {
-        "model.encoder.embed_tokens.weight": "model.shared.weight",
-        "model.decoder.embed_tokens.weight": "model.shared.weight",
-        "lm_head.weight": "model.shared.weight",
-    }
 
     def __init__(self, config: TransformerSeq2SeqConfig):
         super().__init__(config)
         self.model = TransformerSeq2SeqModel(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        tied = {}
-        if config.share_encoder_decoder_embeddings:
-            tied["model.encoder.embed_tokens.weight"] = "model.shared.weight"
-            tied["model.decoder.embed_tokens.weight"] = "model.shared.weight"
-            tied["lm_head.weight"] = "model.shared.weight"
-        else:
-            tied["lm_head.weight"] = "model.decoder.embed_tokens.weight"
-        self._tied_weights_keys = tied
+        self._tied_weights_keys = tied_weights_keys(config, with_lm_head=True)
         self.post_init()
         self.generation_config.num_beams = 5
         self.generation_config.max_new_tokens = 128

@@ -39,21 +39,6 @@ class Seq2SeqGenerationMixin(GenerationMixin):
         """The decoder's position limit, or None when it has none (an RNN)."""
         return None
 
-    @staticmethod
-    def _refuse_inputs_embeds(inputs_embeds, decoder_inputs_embeds) -> None:
-        """`forward` takes `inputs_embeds` / `decoder_inputs_embeds` so that callers which pass them as
-        None (peft's `PeftModelForSeq2SeqLM`, i.e. `LoraConfig(task_type="SEQ_2_SEQ_LM")`) work;
-        embeddings given in place of ids are refused in one line.
-
-        Raises:
-            ValueError: either is not None.
-        """
-        if inputs_embeds is not None or decoder_inputs_embeds is not None:
-            raise ValueError(
-                "inputs_embeds / decoder_inputs_embeds are not supported: pass input_ids and decoder_input_ids "
-                "(or labels); prompt-learning methods that feed embeddings need them"
-            )
-
     def _prepare_generation_config(self, generation_config: GenerationConfig | None, **kwargs):
         max_length = kwargs.get("max_length")
         max_new_tokens = kwargs.get("max_new_tokens")

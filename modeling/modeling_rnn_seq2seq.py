@@ -38,13 +38,13 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from transformers import GenerationConfig, PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import ModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
-from transformers.utils.deprecation import deprecate_kwarg
 
 from ..configuration.configuration_rnn_seq2seq import RNNSeq2SeqConfig
 from .cpu_fast_paths import has_hooks
 from .generation_lengths import Seq2SeqGenerationMixin
-from .losses import seq2seq_lm_loss, shift_tokens_right
+from .losses import shift_tokens_right
 from .saving import Seq2SeqSavingMixin
+from .seq2seq_base import Seq2SeqLMMixin, Seq2SeqModelMixin
 from .rnn_attention import BahdanauAttention, LuongAttention, luong_attentional_state, maxout
 
 # Imported for its side effect on save_pretrained, which copies the model file and the flat
@@ -588,7 +588,7 @@ class RNNSeq2SeqPreTrainedModel(Seq2SeqSavingMixin, PreTrainedModel):
         return tied_weights_keys(self.config, with_lm_head=hasattr(self, "lm_head"))
 
 
-class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
+class RNNSeq2SeqModel(Seq2SeqModelMixin, RNNSeq2SeqPreTrainedModel):
     """The bare encoder-decoder; ``last_hidden_state`` is the decoder's output feature per target
     position (batch, tgt_len, output_feature_size), the vector ``lm_head`` reads."""
 
@@ -599,7 +599,7 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
         self._tied_weights_keys = tied_weights_keys(config, with_lm_head=False)  # read by save_pretrained
         self.post_init()
 
-    def _encoder_outputs_from_tuple(self, outputs: tuple) -> RNNEncoderOutput:
+    def encoder_outputs_from_tuple(self, outputs: tuple) -> RNNEncoderOutput:
         # The encoder's to_tuple() drops None fields: (last, final_h[, final_c][, hidden_states]).
         fields = ["last_hidden_state", "final_hidden_state"]
         if self.config.cell_type == "lstm":
@@ -617,70 +617,37 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
         if self.config.share_embeddings:
             self.decoder.embed_tokens = value
 
-    def get_encoder(self, modality: str | None = None) -> RNNSeq2SeqEncoder:
-        return self.encoder
-
-    def get_decoder(self) -> RNNSeq2SeqDecoder:
-        return self.decoder
-
-    # `past_key_values` is the old name of `cache`: accepted with a FutureWarning, as transformers' own
-    # seq2seq models (Marian, BART) accept it, until the version they drop it in.
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
-    def forward(
+    def decode(
         self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        decoder_input_ids: torch.LongTensor | None = None,
-        decoder_attention_mask: torch.Tensor | None = None,
-        encoder_outputs: RNNEncoderOutput | tuple | None = None,
-        cache: RNNDecoderCache | None = None,
-        use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-    ) -> RNNSeq2SeqModelOutput | tuple:
-        """Encode (unless ``encoder_outputs`` is given) and decode ``decoder_input_ids``.
-
-        Args:
-            input_ids, attention_mask: right-padded source, (batch, src_len).
-            decoder_input_ids: (batch, tgt_len), starting with ``decoder_start_token_id``; with a
-                ``cache``, only the tokens the cache has not seen.
-            decoder_attention_mask: accepted for API compatibility and unused: the decoder is a
-                causal RNN over right-padded targets, so padding cannot reach earlier positions.
-            cache: an ``RNNDecoderCache`` to continue from; updated in place. ``past_key_values``, its
-                old name, is accepted with a FutureWarning (both given: ``cache`` wins).
+        decoder_input_ids: torch.LongTensor,
+        encoder_outputs: RNNEncoderOutput,
+        attention_mask: torch.Tensor | None,
+        decoder_attention_mask: torch.Tensor | None,
+        cache: RNNDecoderCache | None,
+        use_cache: bool,
+        output_attentions: bool,
+        output_hidden_states: bool,
+    ) -> RNNSeq2SeqModelOutput:
+        """The decoder over `encoder_outputs` (see `Seq2SeqModelMixin.forward`), continuing from `cache`
+        (updated in place) or from the bridged encoder state. `decoder_attention_mask` is unused: the
+        decoder is a causal RNN over right-padded targets, so padding cannot reach earlier positions.
 
         Returns:
-            ``RNNSeq2SeqModelOutput``; ``cross_attentions`` (with ``output_attentions``) is a tuple
-            holding one (batch, 1, tgt_len, src_len) tensor (one "head", one decoder attention).
+            `RNNSeq2SeqModelOutput`; `cross_attentions` (with `output_attentions`) is a tuple holding
+            one (batch, 1, tgt_len, src_len) tensor (one "head", one decoder attention).
         """
-        output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
-        output_hidden_states = (
-            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
-        )
-        use_cache = use_cache if use_cache is not None else self.config.use_cache
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
-        if decoder_input_ids is None:
-            raise ValueError("decoder_input_ids are required (or pass labels to the ForConditionalGeneration model)")
-
-        if encoder_outputs is None:
-            encoder_outputs = self.encoder(input_ids, attention_mask, output_hidden_states=output_hidden_states)
-        elif not isinstance(encoder_outputs, RNNEncoderOutput):
-            encoder_outputs = self._encoder_outputs_from_tuple(tuple(encoder_outputs))
         encoder_hidden_states = encoder_outputs.last_hidden_state
         if attention_mask is None:
             attention_mask = torch.ones(
                 encoder_hidden_states.shape[:2], dtype=torch.bool, device=encoder_hidden_states.device
             )
         attention_mask = attention_mask.bool()
-
         if cache is None:
             cache = self.decoder.init_cache(encoder_outputs, attention_mask)
         features, weights, coverage_penalty, rnn_outputs = self.decoder(
             decoder_input_ids, encoder_hidden_states, attention_mask, cache
         )
-
-        output = RNNSeq2SeqModelOutput(
+        return RNNSeq2SeqModelOutput(
             last_hidden_state=features,
             cache=cache if use_cache else None,
             decoder_hidden_states=(rnn_outputs,) if output_hidden_states else None,
@@ -689,16 +656,13 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
             encoder_hidden_states=encoder_outputs.hidden_states,
             coverage_penalty=coverage_penalty,
         )
-        return output if return_dict else output.to_tuple()
 
 
-class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, Seq2SeqGenerationMixin):
+class RNNSeq2SeqForConditionalGeneration(Seq2SeqLMMixin, RNNSeq2SeqPreTrainedModel, Seq2SeqGenerationMixin):
     """``RNNSeq2SeqModel`` plus ``lm_head``: p(y_t | y_<t, x) = softmax(W_s f_t) (Luong eq. 6;
     Bahdanau A.2.2 W_o t_i), with label-smoothed cross-entropy and the coverage loss."""
 
-    # forward takes `num_items_in_batch` (transformers' loss-kwargs contract): Trainer then passes
-    # the target-token count of the whole accumulated update and does not rescale the loss itself.
-    accepts_loss_kwargs = True
+    lm_output_class = RNNSeq2SeqLMOutput
 
     def __init__(self, config: RNNSeq2SeqConfig):
         super().__init__(config)
@@ -706,16 +670,7 @@ class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, Seq2SeqGener
         self.lm_head = nn.Linear(config.output_feature_size, config.vocab_size, bias=False)
         self._tied_weights_keys = tied_weights_keys(config, with_lm_head=True)  # read by save_pretrained
         self.post_init()
-        # Generation defaults (saved as generation_config.json).
-        self.generation_config.num_beams = 5
-        self.generation_config.max_new_tokens = 128
-        self.generation_config.decoder_start_token_id = config.decoder_start_token_id
-        self.generation_config.bos_token_id = config.bos_token_id
-        self.generation_config.eos_token_id = config.eos_token_id
-        self.generation_config.pad_token_id = config.pad_token_id
-        # Generation settings passed to the config (num_beams=3, ...), which moved them out of it
-        for name, value in (getattr(config, "_generation_settings", None) or {}).items():
-            setattr(self.generation_config, name, value)
+        self.set_generation_defaults(config)
 
     # A recurrent state cannot be rolled back to an earlier prefix, which assisted (speculative)
     # decoding needs: transformers' generate refuses assistant_model up front for stateful models.
@@ -740,102 +695,13 @@ class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, Seq2SeqGener
             )
         return generation_config, model_kwargs
 
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.model.get_input_embeddings()
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.model.set_input_embeddings(value)
-
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head
-
-    def set_output_embeddings(self, value: nn.Linear) -> None:
-        self.lm_head = value
-
-    def get_encoder(self, modality: str | None = None) -> RNNSeq2SeqEncoder:
-        return self.model.encoder
-
-    def get_decoder(self) -> RNNSeq2SeqDecoder:
-        return self.model.decoder
-
-    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
-        """Teacher-forcing inputs for ``labels`` (batch, tgt_len): shifted right behind the start
-        token, -100 replaced by padding. ``DataCollatorForSeq2Seq`` and ``Seq2SeqTrainer``'s label
-        smoothing call this when they take the labels away from the model."""
-        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
-
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")  # the old name, as on RNNSeq2SeqModel
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        decoder_input_ids: torch.LongTensor | None = None,
-        decoder_attention_mask: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        encoder_outputs: RNNEncoderOutput | tuple | None = None,
-        cache: RNNDecoderCache | None = None,
-        use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        num_items_in_batch: int | torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        decoder_inputs_embeds: torch.Tensor | None = None,
-    ) -> RNNSeq2SeqLMOutput | tuple:
-        """Logits (batch, tgt_len, vocab_size) and, with ``labels`` (batch, tgt_len; -100 ignored),
-        the mean token loss: label-smoothed cross-entropy + coverage_loss_weight × mean coverage
-        penalty (See et al. 2017, eq. 13). With only ``labels``, ``decoder_input_ids`` are the
-        labels shifted right behind ``decoder_start_token_id``. See ``RNNSeq2SeqModel.forward``.
-
-        ``num_items_in_batch``: the number of labels that are not -100 in the whole update (every
-        micro-batch of a gradient accumulation, every process), as transformers' Trainer passes it;
-        both loss terms are then summed over this batch's kept positions and divided by it, so
-        accumulated micro-batches add up to the full batch's mean. None: this batch's own count.
-        ``inputs_embeds`` / ``decoder_inputs_embeds`` are accepted as None only (peft's
-        ``PeftModelForSeq2SeqLM`` passes them); given, they raise ``ValueError``."""
-        self._refuse_inputs_embeds(inputs_embeds, decoder_inputs_embeds)
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
-        if labels is not None:
-            use_cache = False if use_cache is None else use_cache
-            if decoder_input_ids is None:
-                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
-        outputs = self.model(
-            input_ids,
-            attention_mask=attention_mask,
-            decoder_input_ids=decoder_input_ids,
-            decoder_attention_mask=decoder_attention_mask,
-            encoder_outputs=encoder_outputs,
-            cache=cache,
-            use_cache=use_cache,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
-        )
-        logits = self.lm_head(outputs.last_hidden_state)  # (batch, tgt_len, vocab_size)
-
-        loss = None
-        if labels is not None:  # the coverage penalty is added here, and only here (See et al. 2017, eq. 13)
-            loss = seq2seq_lm_loss(logits, labels, self.config, num_items_in_batch, outputs.coverage_penalty)
-
-        output = RNNSeq2SeqLMOutput(
-            loss=loss,
-            logits=logits,
-            cache=outputs.cache,
-            decoder_hidden_states=outputs.decoder_hidden_states,
-            cross_attentions=outputs.cross_attentions,
-            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
-            encoder_hidden_states=outputs.encoder_hidden_states,
-            coverage_penalty=outputs.coverage_penalty,
-        )
-        return output if return_dict else output.to_tuple()
-
     def _expand_inputs_for_generation(self, expand_size=1, is_encoder_decoder=False, input_ids=None, **model_kwargs):
         """Repeat the inputs for beams or several returned sequences, after reading `encoder_outputs`
         given as a tuple (`RNNEncoderOutput.to_tuple()`) into an `RNNEncoderOutput`: transformers
         expands only a dict of tensors, and failed on a tuple with an obscure `TypeError`."""
         encoder_outputs = model_kwargs.get("encoder_outputs")
         if encoder_outputs is not None and not isinstance(encoder_outputs, RNNEncoderOutput):
-            model_kwargs["encoder_outputs"] = self.model._encoder_outputs_from_tuple(tuple(encoder_outputs))
+            model_kwargs["encoder_outputs"] = self.model.encoder_outputs_from_tuple(tuple(encoder_outputs))
         return super()._expand_inputs_for_generation(
             expand_size, is_encoder_decoder=is_encoder_decoder, input_ids=input_ids, **model_kwargs
         )

@@ -46,7 +46,6 @@ from transformers.modeling_outputs import (
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.utils import logging
-from transformers.utils.deprecation import deprecate_kwarg
 
 from ..configuration.configuration_transformer_seq2seq import TransformerSeq2SeqConfig
 
@@ -58,8 +57,8 @@ except ImportError:  # pragma: no cover - older torch: no flex attention, nothin
 # `label_smoothed_cross_entropy` is re-exported for the trainer, which imports it from here.
 from .cpu_fast_paths import PaddingFreeLayout, fast_paths, label_smoothed_cross_entropy, plain_linears  # noqa: F401
 from .generation_lengths import Seq2SeqGenerationMixin
-from .losses import seq2seq_lm_loss, shift_tokens_right
 from .saving import Seq2SeqSavingMixin
+from .seq2seq_base import Seq2SeqLMMixin, Seq2SeqModelMixin
 
 # Imported for its side effect on save_pretrained, which copies the model file and the flat
 # siblings it imports: a re-saved remote-code model then keeps the pipeline that
@@ -1036,7 +1035,7 @@ class TransformerSeq2SeqDecoder(nn.Module):
 # --------------------------------------------------------------------------------------------
 
 
-class TransformerSeq2SeqModel(TransformerSeq2SeqPreTrainedModel):
+class TransformerSeq2SeqModel(Seq2SeqModelMixin, TransformerSeq2SeqPreTrainedModel):
     """The encoder-decoder without an output layer: returns the decoder's last hidden states.
 
     With `share_encoder_decoder_embeddings` (§3.4, a joint vocabulary) `shared`, `encoder.embed_tokens`
@@ -1064,98 +1063,50 @@ class TransformerSeq2SeqModel(TransformerSeq2SeqPreTrainedModel):
         if self.config.share_encoder_decoder_embeddings:
             self.shared = self.decoder.embed_tokens = value
 
-    def get_encoder(self, modality: str | None = None) -> TransformerSeq2SeqEncoder:
-        return self.encoder
+    def encoder_outputs_from_tuple(self, outputs: tuple) -> BaseModelOutput:
+        """(last_hidden_state[, hidden_states[, attentions]]), as `BaseModelOutput.to_tuple()` gives them."""
+        return BaseModelOutput(*outputs)
 
-    def get_decoder(self) -> TransformerSeq2SeqDecoder:
-        return self.decoder
-
-    # `past_key_values` is the old name of `cache`: accepted with a FutureWarning, as transformers' own
-    # seq2seq models (Marian, BART) accept it, until the version they drop it in.
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
-    def forward(
+    def decode(
         self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        decoder_input_ids: torch.Tensor | None = None,
-        decoder_attention_mask: torch.Tensor | None = None,
-        encoder_outputs: BaseModelOutput | tuple | None = None,
-        cache: Cache | None = None,
-        use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-    ) -> Seq2SeqModelOutput | tuple:
-        """Encode `input_ids` (unless `encoder_outputs` are given) and decode `decoder_input_ids`.
-
-        Args:
-            input_ids: (batch, src_len) source ids, `</s>`-terminated.
-            attention_mask: (batch, src_len), 1 for tokens, 0 for padding.
-            decoder_input_ids: (batch, tgt_len) decoder inputs, starting with `<s>` (id 1). The
-                decoder batch may also be k × the source batch: rows k·i .. k·i + k - 1 then all
-                translate source i (how `generate` runs beams without copying the encoder output).
-            decoder_attention_mask: (batch, past_length + tgt_len) decoder padding mask (optional).
-            encoder_outputs: a `BaseModelOutput` or tuple whose first item is the encoder's
-                last hidden state (batch, src_len, d_model); skips the encoder.
-            cache: `EncoderDecoderCache` from an earlier call (generation).
-            use_cache: return a cache; defaults to `config.use_cache` in eval mode, False in
-                training mode (a training forward has no later step to reuse it).
-            output_attentions / output_hidden_states / return_dict: as in transformers.
+        decoder_input_ids: torch.Tensor,
+        encoder_outputs: BaseModelOutput,
+        attention_mask: torch.Tensor | None,
+        decoder_attention_mask: torch.Tensor | None,
+        cache: Cache | None,
+        **kwargs,
+    ) -> Seq2SeqModelOutput:
+        """The decoder over `encoder_outputs` (see `Seq2SeqModelMixin.forward`). The decoder batch may
+        be k × the source batch: rows k·i .. k·i + k - 1 then all translate source i (how `generate`
+        runs beams without copying the encoder output).
 
         Returns:
             `Seq2SeqModelOutput`: last_hidden_state (batch, tgt_len, d_model), cache,
             encoder_last_hidden_state (batch, src_len, d_model), and, when asked, per-layer
             decoder_attentions / cross_attentions / encoder_attentions (batch, num_heads, q_len,
             k_len) and hidden states.
-
-        Raises:
-            ValueError: no `decoder_input_ids`, neither `input_ids` nor `encoder_outputs`, a
-                or a sequence longer than `max_position_embeddings`.
         """
-        config = self.config
-        if decoder_input_ids is None:
-            raise ValueError("decoder_input_ids are required (or pass labels to the ForConditionalGeneration model)")
-        if use_cache is None:
-            use_cache = config.use_cache and not self.training
-        if encoder_outputs is None:
-            if input_ids is None:
-                raise ValueError("pass either input_ids or encoder_outputs")
-            encoder_outputs = self.encoder(
-                input_ids,
-                attention_mask=attention_mask,
-                output_attentions=output_attentions,
-                output_hidden_states=output_hidden_states,
-            )
-        elif not isinstance(encoder_outputs, BaseModelOutput):
-            encoder_outputs = BaseModelOutput(
-                last_hidden_state=encoder_outputs[0],
-                hidden_states=encoder_outputs[1] if len(encoder_outputs) > 1 else None,
-                attentions=encoder_outputs[2] if len(encoder_outputs) > 2 else None,
-            )
         decoder_outputs = self.decoder(
             decoder_input_ids,
             encoder_outputs.last_hidden_state,
             encoder_attention_mask=attention_mask,
             attention_mask=decoder_attention_mask,
             cache=cache,
-            use_cache=use_cache,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
+            **kwargs,
         )
-        output = Seq2SeqModelOutput(
+        return Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
             cache=decoder_outputs.cache,
             decoder_hidden_states=decoder_outputs.hidden_states,
             decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
-            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
-            encoder_hidden_states=encoder_outputs.hidden_states,
-            encoder_attentions=encoder_outputs.attentions,
+            **{f"encoder_{name}": value for name, value in encoder_outputs.items()},
         )
-        return output if return_dict is not False else output.to_tuple()
 
 
-class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedModel, Seq2SeqGenerationMixin):
+class TransformerSeq2SeqForConditionalGeneration(
+    Seq2SeqLMMixin, TransformerSeq2SeqPreTrainedModel, Seq2SeqGenerationMixin
+):
     """The Transformer translation model: `TransformerSeq2SeqModel` plus the output projection
     `lm_head` (the "learned linear transformation" before the softmax, §3.4), tied by default to
     the decoder's token embeddings.
@@ -1166,9 +1117,7 @@ class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedMod
     `max_new_tokens`.
     """
 
-    # forward takes `num_items_in_batch` (transformers' loss-kwargs contract): Trainer then passes
-    # the target-token count of the whole accumulated update and does not rescale the loss itself.
-    accepts_loss_kwargs = True
+    lm_output_class = Seq2SeqLMOutput
 
     def __init__(self, config: TransformerSeq2SeqConfig):
         super().__init__(config)
@@ -1176,29 +1125,7 @@ class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedMod
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self._tied_weights_keys = tied_weights_keys(config, with_lm_head=True)
         self.post_init()
-        self.generation_config.num_beams = 5
-        self.generation_config.max_new_tokens = 128
-        # Generation settings passed to the config (num_beams=3, ...), which moved them out of it
-        for name, value in (getattr(config, "_generation_settings", None) or {}).items():
-            setattr(self.generation_config, name, value)
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.model.get_input_embeddings()
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.model.set_input_embeddings(value)
-
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head
-
-    def set_output_embeddings(self, value: nn.Linear) -> None:
-        self.lm_head = value
-
-    def get_encoder(self, modality: str | None = None) -> TransformerSeq2SeqEncoder:
-        return self.model.encoder
-
-    def get_decoder(self) -> TransformerSeq2SeqDecoder:
-        return self.model.decoder
+        self.set_generation_defaults(config)
 
     def _resize_token_embeddings(self, new_num_tokens, pad_to_multiple_of=None, mean_resizing=True):
         # One `vocab_size` covers both sides: unshared decoder embeddings are resized as well
@@ -1210,9 +1137,6 @@ class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedMod
                 decoder.embed_tokens, embeddings.weight.shape[0], mean_resizing=mean_resizing
             )
         return embeddings
-
-    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
-        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
     def output_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """The logits `lm_head(hidden_states)` (§3.4), or with `fix_norm` h · e_v / ||e_v||: each
@@ -1273,82 +1197,6 @@ class TransformerSeq2SeqForConditionalGeneration(TransformerSeq2SeqPreTrainedMod
         else:
             cache.reorder_cache(beam_idx)
         return cache
-
-    # `past_key_values` is the old name of `cache`: accepted with a FutureWarning, as transformers' own
-    # seq2seq models (Marian, BART) accept it, until the version they drop it in.
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        decoder_input_ids: torch.Tensor | None = None,
-        decoder_attention_mask: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        encoder_outputs: BaseModelOutput | tuple | None = None,
-        cache: Cache | None = None,
-        use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        num_items_in_batch: int | torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        decoder_inputs_embeds: torch.Tensor | None = None,
-    ) -> Seq2SeqLMOutput | tuple:
-        """Next-token logits for every decoder position, and the loss when `labels` are given.
-
-        Args:
-            labels: (batch, tgt_len) target ids, -100 on padding. Without `decoder_input_ids`,
-                those are `shift_tokens_right(labels)`: `<s>` followed by the labels but the last.
-            num_items_in_batch: the number of labels that are not -100 in the whole update (all
-                micro-batches of a gradient accumulation, all processes); the loss is then the sum
-                over this batch's kept positions divided by it, so that accumulated micro-batches
-                add up to the full batch's mean. transformers' Trainer passes it. None: divide by
-                this batch's own count.
-            inputs_embeds, decoder_inputs_embeds: accepted as None only (peft's
-                `PeftModelForSeq2SeqLM` passes them), see `_refuse_inputs_embeds`.
-            Others: see `TransformerSeq2SeqModel.forward`.
-
-        Returns:
-            `Seq2SeqLMOutput`: loss (the mean label-smoothed cross-entropy over positions whose
-            label is not -100, §5.4), logits (batch, tgt_len, vocab_size), and the
-            `Seq2SeqModelOutput` fields.
-
-        Raises:
-            ValueError: `inputs_embeds` or `decoder_inputs_embeds` given.
-        """
-        self._refuse_inputs_embeds(inputs_embeds, decoder_inputs_embeds)
-        if labels is not None:
-            use_cache = False
-            if decoder_input_ids is None:
-                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
-        outputs = self.model(
-            input_ids,
-            attention_mask=attention_mask,
-            decoder_input_ids=decoder_input_ids,
-            decoder_attention_mask=decoder_attention_mask,
-            encoder_outputs=encoder_outputs,
-            cache=cache,
-            use_cache=use_cache,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-        )
-        logits = self.output_logits(outputs.last_hidden_state)  # (batch, tgt_len, vocab_size)
-
-        loss = None
-        if labels is not None:
-            loss = seq2seq_lm_loss(logits, labels, self.config, num_items_in_batch)
-        output = Seq2SeqLMOutput(
-            loss=loss,
-            logits=logits,
-            cache=outputs.cache,
-            decoder_hidden_states=outputs.decoder_hidden_states,
-            decoder_attentions=outputs.decoder_attentions,
-            cross_attentions=outputs.cross_attentions,
-            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
-            encoder_hidden_states=outputs.encoder_hidden_states,
-            encoder_attentions=outputs.encoder_attentions,
-        )
-        return output if return_dict is not False else output.to_tuple()
 
 
 __all__ = [

@@ -54,9 +54,10 @@ try:  # flex attention's mask type (torch >= 2.5)
 except ImportError:  # pragma: no cover - older torch: no flex attention, nothing is a BlockMask
     BlockMask, create_block_mask = (), None
 
-# `label_smoothed_cross_entropy` is re-exported for the trainer, which imports it from here.
+# `label_smoothed_cross_entropy` and `shift_tokens_right` are re-exported: callers import them from here.
 from .cpu_fast_paths import PaddingFreeLayout, fast_paths, label_smoothed_cross_entropy, plain_linears  # noqa: F401
 from .generation_lengths import Seq2SeqGenerationMixin
+from .losses import shift_tokens_right  # noqa: F401
 from .saving import Seq2SeqSavingMixin
 from .seq2seq_base import Seq2SeqLMMixin, Seq2SeqModelMixin
 
@@ -95,15 +96,7 @@ def causal_mask(tgt_len: int, kv_len: int, device: torch.device) -> torch.Tensor
 # --------------------------------------------------------------------------------------------
 
 
-def scaled_dot_product_attention(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None = None,
-    is_causal: bool = False,
-    scaling: float | None = None,
-    dropout: float = 0.0,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def scaled_dot_product_attention(query, key, value, attention_mask=None, is_causal=False, scaling=None, dropout=0.0):
     """Attention(Q, K, V) = softmax(QKᵀ / √d_k) V  (Vaswani et al. 2017, eq. 1).
 
     Args:

@@ -23,6 +23,7 @@ import sys
 
 __version__ = "0.1.0"
 
+from .errors import lazy_exports
 from .modeling.registry import FAMILIES  # a table of names: imports nothing heavy
 
 # The package's translation metric as an evaluate module folder, shipped inside the package:
@@ -36,19 +37,7 @@ _EXPORTS = {name: module for family in FAMILIES for name, module in family.expor
 _EXPORTS["load_translation_metric"] = ".translation.scores"  # imports evaluate (seconds) only when called
 
 __all__ = [*_EXPORTS, "register_auto_classes", "TRANSLATION_METRIC_PATH"]
-
-
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    register_auto_classes()
-    value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, before_import=lambda: register_auto_classes())
 
 
 _registration = {"done": False, "running": False}

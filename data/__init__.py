@@ -14,7 +14,7 @@
 Names load on first use: importing the package (or ``presets``) imports neither torch nor datasets.
 """
 
-import importlib
+from attention_seq2seq.errors import lazy_exports
 
 # Public name -> the submodule that defines it, imported on first access (PEP 562): reading the
 # corpus presets (the model card does) imports neither torch nor datasets.
@@ -37,15 +37,4 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -5,7 +5,7 @@ folder with its model card (``export_model``), as a native transformers class
 The names load on first use (PEP 562): ``attention-seq2seq --help`` reaches ``hub.push`` through
 this package without importing torch, which the native and CTranslate2 exports need."""
 
-import importlib
+from attention_seq2seq.errors import lazy_exports
 
 _EXPORTS = {
     "CT2ExportRefused": ".export_ct2",
@@ -22,15 +22,4 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from ..translation.ct2_folder import MARKER_FILE, is_ct2_folder
+from ..translation.ct2_folder import MARKER_FILE
 from .export import (
     ExportError,
     _check_destination,
@@ -44,9 +44,9 @@ from .export import (
     _reset_tokenizer_runtime_state,
     resolve_sources,
 )
+from .export_native import refuse_unless_layer_norm_transformer
 
 QUANTIZATIONS = ("int8", "int16", "float32", "bfloat16")
-REMOTE_HINT = "use --format remote (the default export, loaded with trust_remote_code=True)"
 
 
 class CT2ExportRefused(ExportError):
@@ -59,17 +59,7 @@ def check_ct2_convertible(config: dict) -> None:
     Raises:
         CT2ExportRefused: the RNN family, another model type, or ScaleNorm.
     """
-    model_type = config.get("model_type")
-    if model_type == "rnn_seq2seq":
-        raise CT2ExportRefused(
-            f"model_type 'rnn_seq2seq' (the RNN family) has no CTranslate2 equivalent; {REMOTE_HINT}"
-        )
-    if model_type != "transformer_seq2seq":
-        raise CT2ExportRefused(f"model_type {model_type!r} is not this package's Transformer; {REMOTE_HINT}")
-    if config.get("norm_type", "layer_norm") != "layer_norm":
-        raise CT2ExportRefused(
-            f"norm_type={config.get('norm_type')!r} (ScaleNorm) has no CTranslate2 equivalent; {REMOTE_HINT}"
-        )
+    refuse_unless_layer_norm_transformer(config, CT2ExportRefused, "CTranslate2")
 
 
 def _import_ctranslate2():
@@ -258,6 +248,3 @@ def export_ct2(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return export_dir
-
-
-__all__ = ["CT2ExportRefused", "QUANTIZATIONS", "check_ct2_convertible", "export_ct2", "is_ct2_folder"]

@@ -55,6 +55,7 @@ from .export import (
     _reset_tokenizer_runtime_state,
     resolve_sources,
 )
+from .model_card import fill, template_sections
 
 # The epsilon of every nn.LayerNorm in Marian, Pegasus and Blenderbot (not a config field there).
 NATIVE_LAYER_NORM_EPS = 1e-5
@@ -97,6 +98,19 @@ class NativeExportRefused(ExportError):
     """The model has no lossless native transformers equivalent; the message names the setting."""
 
 
+def refuse_unless_layer_norm_transformer(config: dict, refused: type[ExportError], target: str) -> None:
+    """Raise ``refused`` (one line naming the setting, pointing to ``--format remote``) unless a
+    saved ``config.json`` is this package's Transformer with LayerNorm: ``target`` (native
+    transformers, CTranslate2) has no RNN and no ScaleNorm."""
+    model_type = config.get("model_type")
+    if model_type == "rnn_seq2seq":
+        raise refused(f"model_type 'rnn_seq2seq' (the RNN family) has no {target} equivalent; {REMOTE_HINT}")
+    if model_type != "transformer_seq2seq":
+        raise refused(f"model_type {model_type!r} is not this package's Transformer; {REMOTE_HINT}")
+    if config.get("norm_type", "layer_norm") != "layer_norm":
+        raise refused(f"norm_type={config['norm_type']!r} (ScaleNorm) has no {target} equivalent; {REMOTE_HINT}")
+
+
 def native_layout(config: dict) -> NativeLayout:
     """The native class that computes what a saved ``config.json`` (as a dict) describes.
 
@@ -104,18 +118,7 @@ def native_layout(config: dict) -> NativeLayout:
         NativeExportRefused: one line naming the first setting without a lossless native
             equivalent, and pointing to ``--format remote``.
     """
-    model_type = config.get("model_type")
-    if model_type == "rnn_seq2seq":
-        raise NativeExportRefused(
-            f"model_type 'rnn_seq2seq' (the RNN family) has no native transformers class; {REMOTE_HINT}"
-        )
-    if model_type != "transformer_seq2seq":
-        raise NativeExportRefused(f"model_type {model_type!r} is not this package's Transformer; {REMOTE_HINT}")
-    norm_type = config.get("norm_type", "layer_norm")
-    if norm_type != "layer_norm":
-        raise NativeExportRefused(
-            f"norm_type={norm_type!r} (ScaleNorm) has no native transformers equivalent; {REMOTE_HINT}"
-        )
+    refuse_unless_layer_norm_transformer(config, NativeExportRefused, "native transformers")
     eps = config.get("layer_norm_eps", 1e-5)
     if not math.isclose(eps, NATIVE_LAYER_NORM_EPS, rel_tol=0.0, abs_tol=0.0):
         raise NativeExportRefused(
@@ -189,34 +192,25 @@ def native_state_dict(model, layout: NativeLayout) -> dict[str, torch.Tensor]:
     return state
 
 
+# The configuration fields our Transformer and the native classes share, name and meaning.
+_SAME_FIELDS = (
+    "vocab_size d_model encoder_layers decoder_layers encoder_attention_heads decoder_attention_heads "
+    "encoder_ffn_dim decoder_ffn_dim activation_function dropout attention_dropout activation_dropout "
+    "max_position_embeddings scale_embedding pad_token_id bos_token_id eos_token_id decoder_start_token_id "
+    "tie_word_embeddings"
+).split()
+
+
 def native_config(config, layout: NativeLayout):
     """The native class's config for our ``TransformerSeq2SeqConfig``: every field that changes the
     computation or the token ids set explicitly (the native defaults differ: Marian and Pegasus do
     not scale embeddings by default, Blenderbot forces ``</s>`` and blocks repeated source n-grams)."""
     import transformers
 
-    fields = dict(
-        vocab_size=config.vocab_size,
-        d_model=config.d_model,
-        encoder_layers=config.encoder_layers,
-        decoder_layers=config.decoder_layers,
-        encoder_attention_heads=config.encoder_attention_heads,
-        decoder_attention_heads=config.decoder_attention_heads,
-        encoder_ffn_dim=config.encoder_ffn_dim,
-        decoder_ffn_dim=config.decoder_ffn_dim,
-        activation_function=config.activation_function,
-        dropout=config.dropout,
-        attention_dropout=config.attention_dropout,
-        activation_dropout=config.activation_dropout,
-        max_position_embeddings=config.max_position_embeddings,
+    fields = {name: getattr(config, name) for name in _SAME_FIELDS}
+    fields.update(
         init_std=config.init_std if config.init_std is not None else config.d_model**-0.5,
-        scale_embedding=config.scale_embedding,
-        pad_token_id=config.pad_token_id,
-        bos_token_id=config.bos_token_id,
-        eos_token_id=config.eos_token_id,
-        decoder_start_token_id=config.decoder_start_token_id,
         forced_eos_token_id=None,
-        tie_word_embeddings=config.tie_word_embeddings,
         use_cache=True,
     )
     if layout.name == "marian":
@@ -391,63 +385,31 @@ def _test_scores(metrics: dict | None) -> list[str]:
 
 def render_native_card(config, layout: NativeLayout, repo_id: str, metrics: dict | None, difference: float) -> str:
     """The README.md of a native export: which class, how to load it, how to translate."""
+    from huggingface_hub import ModelCardData
+
     corpus = (metrics or {}).get("corpus") or {}
     languages = [lang for lang in (corpus.get("source_lang"), corpus.get("target_lang")) if lang]
-    header = ["---", "library_name: transformers", "pipeline_tag: translation"]
-    if languages:
-        header += ["language:"] + [f"- {lang}" for lang in languages]
-    header += ["tags:", "- translation", f"- {layout.name}", "- attention_seq2seq", "---", ""]
+    tags = ["translation", layout.name, "attention_seq2seq"]
+    data = ModelCardData(language=languages or None, library_name="transformers", pipeline_tag="translation", tags=tags)
     example = {"de": "Ein Mann fährt Fahrrad.", "es": "El rey envió mensajeros.", "fr": "Un homme lit."}.get(
         corpus.get("source_lang"), "Ein Mann fährt Fahrrad."
     )
     scores = _test_scores(metrics)
-    body = f"""# {repo_id.split("/")[-1]}
-
-A Transformer encoder-decoder (Vaswani et al. 2017) trained with `attention_seq2seq`, exported as
-the native
-transformers class **`{layout.model_class}`** ({layout.description}). It loads with transformers
-alone: no `trust_remote_code`, no shipped Python files.
-
-- {config.encoder_layers} + {config.decoder_layers} layers, d_model {config.d_model}, \
-{config.encoder_attention_heads} heads, FFN {config.encoder_ffn_dim}, {config.activation_function}, \
-vocabulary {config.vocab_size}
-- The export computes the same function as the trained model (largest logit difference on the
-  export's check batch: {difference:.1e}; float32 rounding).
-"""
-    if scores:
-        body += "\nTest scores of the trained model (sacreBLEU):\n\n" + "\n".join(scores) + "\n"
-    body += f"""
-## Usage
-
-```python
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-tokenizer = AutoTokenizer.from_pretrained("{repo_id}")
-model = AutoModelForSeq2SeqLM.from_pretrained("{repo_id}")  # a {layout.model_class}
-batch = tokenizer(["{example}"], return_tensors="pt", padding=True)
-print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
-```
-
-transformers v5 has no `pipeline("translation")` for native models (the translation and
-text2text-generation pipelines were removed). These two lines replace it:
-
-```python
-outputs = model.generate(**tokenizer(sentences, return_tensors="pt", padding=True), num_beams=5)
-translations = tokenizer.batch_decode(outputs, skip_special_tokens=True)
-```
-
-The decoding defaults (beam size, length limit) are in `generation_config.json`.
-"""
-    return "\n".join(header) + body
-
-
-__all__ = [
-    "LAYOUTS",
-    "NativeExportRefused",
-    "NativeLayout",
-    "build_native_model",
-    "export_native",
-    "native_layout",
-    "native_state_dict",
-    "sin_first_permutation",
-]
+    values = {
+        "title": repo_id.split("/")[-1],
+        "model_class": layout.model_class,
+        "description": layout.description,
+        "encoder_layers": config.encoder_layers,
+        "decoder_layers": config.decoder_layers,
+        "d_model": config.d_model,
+        "heads": config.encoder_attention_heads,
+        "ffn_dim": config.encoder_ffn_dim,
+        "activation": config.activation_function,
+        "vocab_size": config.vocab_size,
+        "difference": f"{difference:.1e}",
+        "scores": "\nTest scores of the trained model (sacreBLEU):\n\n" + "\n".join(scores) + "\n" if scores else "",
+        "repo_id": repo_id,
+        "example": example,
+    }
+    body = fill(template_sections("native.md")["native"], values, "hub_cards/native.md")
+    return f"---\n{data.to_yaml()}\n---\n{body}\n"

@@ -46,6 +46,7 @@ from .export import (
     family_of,
     resolve_sources,
 )
+from .model_card import fill, template_sections
 from .onnx_graphs import dynamic_axes, graph_interface, graphs_of
 
 QUANTIZATIONS = ("float32", "int8")
@@ -180,26 +181,22 @@ def _export_graphs(model, folder: Path, rows: list[list[int]]) -> dict:
         example = _step_inputs(interface, encoder_outputs, attention_mask, position=2, past=2, group=group)
         with warnings.catch_warnings(), _native_stderr_to(folder / "export.log"):
             warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation and tracer notes
-            torch.onnx.export(
-                encoder_graph,
-                (input_ids, attention_mask),
-                str(folder / "encoder.onnx"),
-                dynamo=False,
-                opset_version=OPSET,
-                input_names=interface["encoder_inputs"],
-                output_names=interface["encoder_outputs"],
-                dynamic_axes=dynamic_axes(interface["encoder_inputs"] + interface["encoder_outputs"]),
-            )
-            torch.onnx.export(
-                step_graph,
-                tuple(example[name] for name in interface["decoder_inputs"]),
-                str(folder / "decoder.onnx"),
-                dynamo=False,
-                opset_version=OPSET,
-                input_names=interface["decoder_inputs"],
-                output_names=interface["decoder_outputs"],
-                dynamic_axes=dynamic_axes(interface["decoder_inputs"] + interface["decoder_outputs"]),
-            )
+            graphs = {
+                "encoder": (encoder_graph, (input_ids, attention_mask)),
+                "decoder": (step_graph, tuple(example[name] for name in interface["decoder_inputs"])),
+            }
+            for name, (graph, inputs) in graphs.items():
+                input_names, output_names = interface[f"{name}_inputs"], interface[f"{name}_outputs"]
+                torch.onnx.export(
+                    graph,
+                    inputs,
+                    str(folder / f"{name}.onnx"),
+                    dynamo=False,
+                    opset_version=OPSET,
+                    input_names=input_names,
+                    output_names=output_names,
+                    dynamic_axes=dynamic_axes(input_names + output_names),
+                )
     (folder / "export.log").unlink()
     return interface
 
@@ -227,14 +224,8 @@ def check_against_pytorch(model, folder: Path, interface: dict, rows: list[list[
     tokens. Returns {"encoder": max |diff| of the encoder outputs, "decoder": max |diff| of the
     logits, "steps": steps compared, "sentences": len(rows)}."""
     import numpy as np
-    import onnxruntime
 
-    options = onnxruntime.SessionOptions()
-    options.log_severity_level = 3
-    sessions = {
-        name: onnxruntime.InferenceSession(str(folder / f"{name}.onnx"), options, providers=["CPUExecutionProvider"])
-        for name in ("encoder", "decoder")
-    }
+    sessions = _sessions(folder)
     encoder_graph, step_graph = graphs_of(model)
     input_ids, attention_mask = _pad(rows, model.config.pad_token_id)
     eos = set(generation_defaults(model)["eos_token_id"])
@@ -383,11 +374,19 @@ def _write_runtime_files(folder, model, tokenizer, interface, quantization, chec
     shutil.copyfile(onnx_runtime.__file__, folder / RUNTIME_FILE)
     metrics = _read_metrics(sources.metrics)
     (folder / "README.md").write_text(render_onnx_card(model.config, quantization, check, metrics), encoding="utf-8")
-    # Every session must open the int8 graphs too (quantization can emit operators a build lacks).
+    _sessions(folder)  # the int8 graphs must open too (quantization can emit operators a build lacks)
+
+
+def _sessions(folder: Path) -> dict:
+    """onnxruntime sessions of the folder's two graphs, on the CPU, warnings off."""
+    import onnxruntime
+
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3
-    for graph in ("encoder", "decoder"):
-        onnxruntime.InferenceSession(str(folder / f"{graph}.onnx"), options, providers=["CPUExecutionProvider"])
+    return {
+        name: onnxruntime.InferenceSession(str(folder / f"{name}.onnx"), options, providers=["CPUExecutionProvider"])
+        for name in ("encoder", "decoder")
+    }
 
 
 def render_onnx_card(config, quantization: str, check: dict, metrics: dict | None) -> str:
@@ -400,36 +399,13 @@ def render_onnx_card(config, quantization: str, check: dict, metrics: dict | Non
         if found:
             listed = ", ".join(f"{bleu:.1f} on {name}" for name, bleu in found)
             scores = f"\nThe PyTorch model's test BLEU (the run's metrics.json): {listed}.\n"
-    return f"""# ONNX export ({family}, {quantization})
-
-Two ONNX graphs written by `attention-seq2seq export --format onnx`: `encoder.onnx` (the source
-once) and `decoder.onnx` (one target token per call, with the decoder's state as inputs and
-outputs), plus the tokenizer and `attention_seq2seq_onnx.json` (the graphs' interface and the
-decoding defaults). Before writing, the export compared the float32 graphs with the PyTorch model
-on {check["sentences"]} sentences over {check["steps"]} decoder steps: the largest logit difference
-was {check["encoder"]:.2g} (encoder) and {check["decoder"]:.2g} (decoder).
-{scores}
-## With attention-seq2seq
-
-    pip install 'attention-seq2seq[onnx]'
-    attention-seq2seq translate -m THIS_FOLDER -i input.txt -o output.txt --num-beams 5
-
-## Without PyTorch
-
-`onnx_runtime.py` (beside this file) needs only numpy, onnxruntime and tokenizers:
-
-    pip install numpy onnxruntime tokenizers
-    python onnx_runtime.py THIS_FOLDER --num-beams 5 < input.txt > output.txt
-
-or from Python:
-
-    from onnx_runtime import OnnxSeq2Seq
-    model = OnnxSeq2Seq("THIS_FOLDER")
-    print(model.translate(["a sentence"], num_beams=5))
-
-Greedy and beam search follow transformers' `generate` (length penalty, `early_stopping`,
-`num_return_sequences`); sampling and logits processors are not implemented.
-"""
-
-
-__all__ = ["CHECK_TOLERANCE", "OnnxExportRefused", "QUANTIZATIONS", "check_against_pytorch", "export_onnx"]
+    values = {
+        "family": family,
+        "quantization": quantization,
+        "sentences": check["sentences"],
+        "steps": check["steps"],
+        "encoder_difference": f"{check['encoder']:.2g}",
+        "decoder_difference": f"{check['decoder']:.2g}",
+        "scores": scores,
+    }
+    return fill(template_sections("onnx.md")["onnx"], values, "hub_cards/onnx.md") + "\n"

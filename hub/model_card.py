@@ -36,79 +36,6 @@ EXAMPLES = {
     "zh": "我们明天去公园吧。",
 }
 
-CITATIONS = {
-    "bahdanau2015": """@inproceedings{bahdanau2015neural,
-  title     = {Neural Machine Translation by Jointly Learning to Align and Translate},
-  author    = {Bahdanau, Dzmitry and Cho, Kyunghyun and Bengio, Yoshua},
-  booktitle = {3rd International Conference on Learning Representations (ICLR)},
-  year      = {2015},
-  url       = {https://arxiv.org/abs/1409.0473}
-}""",
-    "luong2015": """@inproceedings{luong2015effective,
-  title     = {Effective Approaches to Attention-based Neural Machine Translation},
-  author    = {Luong, Thang and Pham, Hieu and Manning, Christopher D.},
-  booktitle = {Proceedings of the 2015 Conference on Empirical Methods in Natural Language Processing},
-  pages     = {1412--1421},
-  year      = {2015},
-  doi       = {10.18653/v1/D15-1166}
-}""",
-    "sutskever2014": """@inproceedings{sutskever2014sequence,
-  title     = {Sequence to Sequence Learning with Neural Networks},
-  author    = {Sutskever, Ilya and Vinyals, Oriol and Le, Quoc V.},
-  booktitle = {Advances in Neural Information Processing Systems 27},
-  year      = {2014},
-  url       = {https://arxiv.org/abs/1409.3215}
-}""",
-    "vaswani2017": """@inproceedings{vaswani2017attention,
-  title     = {Attention Is All You Need},
-  author    = {Vaswani, Ashish and Shazeer, Noam and Parmar, Niki and Uszkoreit, Jakob and Jones, Llion and
-               Gomez, Aidan N. and Kaiser, {\\L}ukasz and Polosukhin, Illia},
-  booktitle = {Advances in Neural Information Processing Systems 30},
-  year      = {2017},
-  url       = {https://arxiv.org/abs/1706.03762}
-}""",
-    "nguyen2019": """@inproceedings{nguyen2019transformers,
-  title     = {Transformers without Tears: Improving the Normalization of Self-Attention},
-  author    = {Nguyen, Toan Q. and Salazar, Julian},
-  booktitle = {Proceedings of the 16th International Conference on Spoken Language Translation},
-  year      = {2019},
-  url       = {https://arxiv.org/abs/1910.05895}
-}""",
-    "nguyen2018": """@inproceedings{nguyen2018improving,
-  title     = {Improving Lexical Choice in Neural Machine Translation},
-  author    = {Nguyen, Toan Q. and Chiang, David},
-  booktitle = {Proceedings of NAACL-HLT 2018},
-  year      = {2018},
-  url       = {https://arxiv.org/abs/1710.01329}
-}""",
-    "tu2016": """@inproceedings{tu2016modeling,
-  title     = {Modeling Coverage for Neural Machine Translation},
-  author    = {Tu, Zhaopeng and Lu, Zhengdong and Liu, Yang and Liu, Xiaohua and Li, Hang},
-  booktitle = {Proceedings of the 54th Annual Meeting of the Association for Computational Linguistics},
-  pages     = {76--85},
-  year      = {2016},
-  doi       = {10.18653/v1/P16-1008}
-}""",
-    "see2017": """@inproceedings{see2017get,
-  title     = {Get To The Point: Summarization with Pointer-Generator Networks},
-  author    = {See, Abigail and Liu, Peter J. and Manning, Christopher D.},
-  booktitle = {Proceedings of the 55th Annual Meeting of the Association for Computational Linguistics},
-  pages     = {1073--1083},
-  year      = {2017},
-  doi       = {10.18653/v1/P17-1099}
-}""",
-    "multi30k": """@inproceedings{W16-3210,
-  author    = {Elliott, Desmond and Frank, Stella and Sima'an, Khalil and Specia, Lucia},
-  title     = {Multi30K: Multilingual English-German Image Descriptions},
-  booktitle = {Proceedings of the 5th Workshop on Vision and Language},
-  year      = {2016},
-  publisher = {Association for Computational Linguistics},
-  pages     = {70--74},
-  doi       = {10.18653/v1/W16-3210},
-  url       = {http://www.aclweb.org/anthology/W16-3210}
-}""",
-}
-
 
 class ModelCardError(ValueError):
     """A card cannot be rendered: a template slot without a value, or metrics not in the documented schema."""
@@ -121,16 +48,15 @@ def _template(name: str) -> str:
     return resources.files("attention_seq2seq.hub_cards").joinpath(name).read_text(encoding="utf-8")
 
 
-def _sections(name: str) -> dict[str, str]:
-    """The named sections of a template file."""
+def template_sections(name: str) -> dict[str, str]:
+    """The named sections of a template file. A setting without a section of its own yet gets a
+    plain sentence instead (``sections.get(name, sentence)``): a new option value must not make
+    the export fail."""
     parts = _SECTION.split(_template(name))
     return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts), 2)}
 
 
-def _section(sections: dict[str, str], name: str, fallback: str) -> str:
-    """Section ``name``, or ``fallback`` (a plain sentence) for a setting that has no section of
-    its own yet: a new option value must not make the export fail."""
-    return sections.get(name, fallback)
+CITATIONS = template_sections("citations.md")  # key -> BibTeX entry
 
 
 def fill(template: str, values: dict[str, object], where: str) -> str:
@@ -258,7 +184,7 @@ def _fmt(value: object) -> str:
 
 def _rnn_architecture(config, num_parameters: int, lm_class: str) -> tuple[str, list[str], list[str], str]:
     """Markdown, tags, citation keys and the limitation line of an RNN model, from its config."""
-    sections = _sections("rnn_seq2seq.md")
+    sections = template_sections("rnn_seq2seq.md")
     cell = config.cell_type.upper()
     directions = "bidirectional" if config.bidirectional else "unidirectional"
     attention = config.attention
@@ -304,9 +230,9 @@ def _rnn_architecture(config, num_parameters: int, lm_class: str) -> tuple[str, 
         parts.append(sections["bahdanau"])
         tags.append("bahdanau-attention")
     else:
-        parts += [sections["luong"], _section(sections, f"score-{config.score}", f"Score function: `{config.score}`.")]
+        parts += [sections["luong"], sections.get(f"score-{config.score}", f"Score function: `{config.score}`.")]
         if config.window not in (None, "global"):
-            parts.append(_section(sections, config.window, f"Attention window: `{config.window}`."))
+            parts.append(sections.get(config.window, f"Attention window: `{config.window}`."))
         if config.input_feeding:
             parts.append(sections["input-feeding"])
         tags.append("luong-attention")
@@ -328,7 +254,7 @@ def _rnn_architecture(config, num_parameters: int, lm_class: str) -> tuple[str, 
 
 def _transformer_architecture(config, num_parameters: int, lm_class: str) -> tuple[str, list[str], list[str], str]:
     """Markdown, tags, citation keys and the limitation line of a Transformer model, from its config."""
-    sections = _sections("transformer_seq2seq.md")
+    sections = template_sections("transformer_seq2seq.md")
     embeddings = "shared by encoder and decoder" if config.share_encoder_decoder_embeddings else "separate per side"
     if config.tie_word_embeddings:
         embeddings += ", tied to the output projection"
@@ -358,8 +284,8 @@ def _transformer_architecture(config, num_parameters: int, lm_class: str) -> tup
     }
     parts = [
         sections["overview"],
-        _section(sections, config.position_embedding_type, f"Position embeddings: `{config.position_embedding_type}`."),
-        _section(sections, config.norm_order, f"Layer normalisation order: `{config.norm_order}`."),
+        sections.get(config.position_embedding_type, f"Position embeddings: `{config.position_embedding_type}`."),
+        sections.get(config.norm_order, f"Layer normalisation order: `{config.norm_order}`."),
     ]
     citations = ["vaswani2017"]
     if config.norm_type == "scale_norm":
@@ -385,13 +311,13 @@ def _training_data(metrics: dict | None) -> tuple[str, list[str]]:
     if not corpus:
         return "Not recorded: this export was made without a metrics.json.", []
     preset = preset_of_record(corpus)
-    sections = _sections("corpora.md")
+    sections = template_sections("corpora.md")
     languages = " → ".join(_languages(corpus) or ["?"])
     spec = public_spec(corpus.get("spec"))
     header = f"Language pair: {languages}. Corpus specification: `{spec}`."
     name = corpus.get("name")
     body = fill(
-        sections["other"] if preset is None else _section(sections, preset.card_section, sections["other"]),
+        sections.get(preset.kind if preset else "other", sections["other"]),
         {
             "spec": spec,
             "name_part": f" ({name})" if name else "",
@@ -503,7 +429,7 @@ def _usage(config, generation_config, metrics: dict | None, repo_id: str) -> str
         "num_beams": getattr(generation_config, "num_beams", None) or 1,
         "max_new_tokens": getattr(generation_config, "max_new_tokens", None) or 128,
     }
-    return fill(_sections("usage.md")["usage"], values, "hub_cards/usage.md")
+    return fill(template_sections("usage.md")["usage"], values, "hub_cards/usage.md")
 
 
 def code_checksums(folder: Path, repo_id: str) -> str:

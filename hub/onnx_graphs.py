@@ -283,19 +283,3 @@ def graphs_of(model) -> tuple[nn.Module, nn.Module]:
     # eval: a new module starts in training mode, and torch.onnx.export restores a module's mode
     # after tracing it in eval mode, which would switch the model's dropout back on
     return tuple(graph.eval() for graph in graphs)
-
-
-__all__ = [
-    "AXES",
-    "axes_of",
-    "RNNDecoderStepGraph",
-    "RNNEncoderGraph",
-    "TransformerDecoderStepGraph",
-    "TransformerEncoderGraph",
-    "dynamic_axes",
-    "graph_interface",
-    "graphs_of",
-    "rnn_decoder_inputs",
-    "rnn_source_names",
-    "rnn_state_names",
-]

@@ -263,12 +263,12 @@ def test_a_setting_without_its_own_card_section_still_renders(monkeypatch):
     # e.g. a new Luong score added to the config before hub_cards/rnn_seq2seq.md has a section for it
     from attention_seq2seq.hub import model_card
 
-    real_sections = model_card._sections
+    real_sections = model_card.template_sections
 
     def without_score_sections(name):
         return {k: v for k, v in real_sections(name).items() if not k.startswith("score-")}
 
-    monkeypatch.setattr(model_card, "_sections", without_score_sections)
+    monkeypatch.setattr(model_card, "template_sections", without_score_sections)
     config = RNNSeq2SeqConfig(**{**RNN, "attention": "luong", "score": "general"})
     text = ModelCard(_render(config, _metrics())).text
     assert "Score function: `general`." in text

@@ -87,24 +87,9 @@ CHAPTER_PERIOD, VALIDATION_PHASE, TEST_PHASE = 64, 21, 53
 _TAG = re.compile(r"<(/?)([A-Za-z]+)\b([^>]*?)(/?)>")
 _ATTR = re.compile(r'([A-Za-z]+)="([^"]*)"')
 # Elements whose words are the verse's own words: the tags go, the text stays, no space added.
-_INLINE = {
-    "w",
-    "transChange",
-    "divineName",
-    "hi",
-    "foreign",
-    "seg",
-    "name",
-    "reference",
-    "abbr",
-    "q",
-    "inscription",
-    "mentioned",
-    "salute",
-    "signed",
-    "closer",
-    "a",
-}
+_INLINE = set(
+    "w transChange divineName hi foreign seg name reference abbr q inscription mentioned salute signed closer a".split()
+)
 # Elements removed together with their content.
 _DROPPED = {"note", "rdg", "rdgGroup", "catchWord", "index", "figure", "speaker"}
 # Milestone spans (<div sID=.. type=../> .. <div eID=.. />) removed with their content.
@@ -321,18 +306,8 @@ def split_of_unit(unit_number: int) -> str:
 
 # Gale & Church (1993) alignment moves (source verses, target verses) and their costs,
 # -log of prior probabilities close to the paper's (1-1 common, merges and gaps rare).
-_MOVES = {
-    (1, 1): 0.1,
-    (2, 1): 3.0,
-    (1, 2): 3.0,
-    (3, 1): 4.5,
-    (1, 3): 4.5,
-    (4, 1): 6.0,
-    (1, 4): 6.0,
-    (1, 0): 5.5,
-    (0, 1): 5.5,
-    (2, 2): 4.5,
-}
+_MOVES = {(1, 1): 0.1, (2, 1): 3.0, (1, 2): 3.0, (3, 1): 4.5, (1, 3): 4.5}  # tried in this order
+_MOVES |= {(4, 1): 6.0, (1, 4): 6.0, (1, 0): 5.5, (0, 1): 5.5, (2, 2): 4.5}
 _ORPHAN_COST = 0.5  # a verse whose slot is empty in the other module: dropping or merging it is expected
 _MISMATCH_COST = 0.5  # a pair that shares no verse reference: allowed, but equal numbering is preferred
 
@@ -423,18 +398,12 @@ def build_bible_pairs(source: SwordModule, target: SwordModule) -> tuple[dict[st
     started = time.perf_counter()
     source_chapters = _by_chapter(read_verses(source))
     target_chapters = _by_chapter(read_verses(target, {book for book, _ in source_chapters}))
-    counts = {
-        "source_verses": sum(len(v) for v in source_chapters.values()),
-        "missing_in_target": 0,
-        "empty_in_source": 0,
-        "empty_in_target": 0,
-        "empty_in_both": 0,
-        "irregular_chapters": 0,
-        "merged_pairs": 0,
-        "unaligned_source_verses": 0,
-        "unaligned_target_verses": 0,
-        "paired_source_verses": 0,
-    }
+    counts = {"source_verses": sum(len(v) for v in source_chapters.values())}
+    counts |= dict.fromkeys(
+        "missing_in_target empty_in_source empty_in_target empty_in_both irregular_chapters merged_pairs "
+        "unaligned_source_verses unaligned_target_verses paired_source_verses".split(),
+        0,
+    )
     units = _pairing_units(source_chapters, target_chapters, counts)
     regular = [
         pair
@@ -457,11 +426,9 @@ def build_bible_pairs(source: SwordModule, target: SwordModule) -> tuple[dict[st
             continue
         columns = splits[split_of_unit(unit_number)]
         unit_number += 1
-        for src, tgt, ref, target_ref in pairs:
-            columns["source"].append(src)
-            columns["target"].append(tgt)
-            columns["ref"].append(ref)
-            columns["target_ref"].append(target_ref)
+        for pair in pairs:
+            for column, value in zip(("source", "target", "ref", "target_ref"), pair):
+                columns[column].append(value)
     counts["pairs"] = sum(len(c["source"]) for c in splits.values())
     counts["dropped_source_verses"] = counts["source_verses"] - counts["paired_source_verses"]
     counts["units"] = unit_number
@@ -571,16 +538,8 @@ def default_cache_dir() -> Path:
 
 
 def _cache_key(source: SwordModule, target: SwordModule) -> str:
-    parts = [
-        source.name,
-        source.version,
-        target.name,
-        target.version,
-        CLEANER_VERSION,
-        CHAPTER_PERIOD,
-        VALIDATION_PHASE,
-        TEST_PHASE,
-    ]
+    parts = [source.name, source.version, target.name, target.version, CLEANER_VERSION]
+    parts += [CHAPTER_PERIOD, VALIDATION_PHASE, TEST_PHASE]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:12]
 
 

@@ -88,7 +88,6 @@ import datasets
 
 from .presets import PRESETS
 from .spec import (  # noqa: F401  (public names of this module)
-    KINDS,
     SPLITS,
     CorpusError,
     CorpusInfo,
@@ -251,11 +250,6 @@ def _split_files(spec: CorpusSpec, folder: Path, exists) -> dict[str, str]:
             f"files there: {sorted(p.name for p in folder.iterdir())[:20]}"
         )
     return found
-
-
-def _read_lines(path: Path) -> Iterator[str]:
-    """The lines of a text file, one at a time (a file of any size is never held whole)."""
-    yield from text_lines(path)  # UTF-8 checked, BOM and CRLF dropped
 
 
 def _aligned_lines(src_path: Path, tgt_path: Path) -> Iterator[tuple[str, str]]:
@@ -421,11 +415,10 @@ def _read_tsv(spec: CorpusSpec) -> tuple[dict[str, datasets.Dataset], CorpusInfo
     src_col, tgt_col = _int_option(spec, "src_col", default_cols[0]), _int_option(spec, "tgt_col", default_cols[1])
     skip_header = spec.options.get("header", "false").lower() in ("1", "true", "yes")
     needed = max(src_col, tgt_col) + 1
-    out = {}
 
     def rows(path: Path, lines: list[int]) -> Iterator[tuple[str, str]]:
         first = None  # (line number, columns) of the first row: every row has as many
-        for number, line in enumerate(_read_lines(path), start=1):
+        for number, line in enumerate(text_lines(path), start=1):
             lines[0] = number
             if (number == 1 and skip_header) or not line.strip():
                 continue  # the header; a blank line holds no pair
@@ -444,29 +437,30 @@ def _read_tsv(spec: CorpusSpec) -> tuple[dict[str, datasets.Dataset], CorpusInfo
                 )
             yield row[src_col], row[tgt_col]
 
-    for split, path in _local_files(spec, ".tsv").items():
+    return _read_local_files(spec, ".tsv", rows, "one pair per line, source and target tab-separated")
+
+
+def _read_local_files(spec: CorpusSpec, suffix: str, rows, valid: str) -> tuple[dict, CorpusInfo]:
+    """Each split's file read by ``rows(path, lines)`` (which keeps ``lines[0]`` at the last line
+    number read); a file that holds no pair (empty, or nothing but blank lines and a header) is
+    one line naming it and what would be ``valid``."""
+    out = {}
+    for split, path in _local_files(spec, suffix).items():
         lines = [0]
         out[split] = _pairs_from_rows(rows(path, lines))
         if len(out[split]) == 0:
-            raise CorpusError(_no_pairs(path, lines[0], "one pair per line, source and target tab-separated"))
+            what = "the file is empty" if lines[0] == 0 else f"its {lines[0]} line(s) hold no pair (blank, or a header)"
+            raise CorpusError(f"{path}: no pairs in it ({what}); give {valid}")
     return out, _info(spec)
-
-
-def _no_pairs(path: Path, lines: int, valid: str) -> str:
-    """The message for a file of a local format that holds no pair: empty, or nothing but blank
-    lines (and a header)."""
-    what = "the file is empty" if lines == 0 else f"its {lines} line(s) hold no pair (blank, or a header)"
-    return f"{path}: no pairs in it ({what}); give {valid}"
 
 
 def _read_jsonl(spec: CorpusSpec) -> tuple[dict[str, datasets.Dataset], CorpusInfo]:
     default_keys = (spec.source_lang, spec.target_lang) if spec.source_lang else ("source", "target")
     src_key = spec.options.get("src_key", default_keys[0])
     tgt_key = spec.options.get("tgt_key", default_keys[1])
-    out = {}
 
     def rows(path: Path, lines: list[int]) -> Iterator[tuple[str, str]]:
-        for number, line in enumerate(_read_lines(path), start=1):
+        for number, line in enumerate(text_lines(path), start=1):
             lines[0] = number
             if not line.strip():
                 continue
@@ -487,13 +481,8 @@ def _read_jsonl(spec: CorpusSpec) -> tuple[dict[str, datasets.Dataset], CorpusIn
                     )
             yield row[src_key], row[tgt_key]
 
-    for split, path in _local_files(spec, ".jsonl").items():
-        lines = [0]
-        out[split] = _pairs_from_rows(rows(path, lines))
-        if len(out[split]) == 0:
-            example = json.dumps({src_key: "...", tgt_key: "..."})
-            raise CorpusError(_no_pairs(path, lines[0], f"one JSON object per line, e.g. {example}"))
-    return out, _info(spec)
+    example = json.dumps({src_key: "...", tgt_key: "..."})
+    return _read_local_files(spec, ".jsonl", rows, f"one JSON object per line, e.g. {example}")
 
 
 def _read_hf(
@@ -509,9 +498,7 @@ def _read_hf(
             _check_data_files(local)
         try:
             loaded = datasets.load_dataset(str(local) if local.exists() else spec.location, config, cache_dir=hf_cache)
-        except (FileNotFoundError, datasets.exceptions.DatasetNotFoundError) as err:
-            raise CorpusError(f"cannot load dataset {spec.location!r} (config {config!r}): {err}") from None
-        except ValueError as err:  # e.g. a missing or unknown config, listing the valid ones
+        except (FileNotFoundError, ValueError) as err:  # ValueError: e.g. a missing or unknown config
             raise CorpusError(f"cannot load dataset {spec.location!r} (config {config!r}): {err}") from None
         except Exception as err:  # a data file the builder cannot parse: its own error says where
             if not local.is_dir() and not isinstance(err, datasets.exceptions.DatasetGenerationError):
@@ -591,19 +578,15 @@ def _hf_strings(values, location: str, split_name: str, column: str) -> list[str
 def _hf_columns(dataset: datasets.Dataset, spec: CorpusSpec, split_name: str) -> datasets.Dataset:
     """Pick the source and target strings out of a 🤗 split, in either layout."""
     columns = dataset.column_names
+    nested = spec.options.get("field", "translation")
     if "src_key" in spec.options or "tgt_key" in spec.options:
-        src_key = spec.options.get("src_key", "source")
-        tgt_key = spec.options.get("tgt_key", "target")
-        for key in (src_key, tgt_key):
+        keys = spec.options.get("src_key", "source"), spec.options.get("tgt_key", "target")
+        for key in keys:
             if key not in columns:
                 raise CorpusError(
                     f"dataset {spec.location!r} split {split_name!r} has no column {key!r}; columns: {columns}"
                 )
-        return _pairs_dataset(
-            *(_hf_strings(dataset[k], spec.location, split_name, repr(k)) for k in (src_key, tgt_key))
-        )
-    nested = spec.options.get("field", "translation")
-    if nested in columns:
+    elif nested in columns:
         if spec.source_lang is None:
             raise CorpusError(
                 f"dataset {spec.location!r} has a {nested!r} column: give the language pair, e.g. hf:<id>::de-en"
@@ -627,18 +610,16 @@ def _hf_columns(dataset: datasets.Dataset, spec: CorpusSpec, split_name: str) ->
                 for lang in (spec.source_lang, spec.target_lang)
             )
         )
-    if spec.source_lang and spec.source_lang in columns and spec.target_lang in columns:
-        return _pairs_dataset(
-            *(_hf_strings(dataset[k], spec.location, split_name, repr(k)) for k in (spec.source_lang, spec.target_lang))
+    elif spec.source_lang and spec.source_lang in columns and spec.target_lang in columns:
+        keys = spec.source_lang, spec.target_lang
+    elif "source" in columns and "target" in columns:
+        keys = "source", "target"
+    else:
+        raise CorpusError(
+            f"dataset {spec.location!r} split {split_name!r}: cannot find the text; columns: {columns}. "
+            f"Use a {nested!r} column with a language pair, or src_key=/tgt_key="
         )
-    if "source" in columns and "target" in columns:
-        return _pairs_dataset(
-            *(_hf_strings(dataset[k], spec.location, split_name, repr(k)) for k in ("source", "target"))
-        )
-    raise CorpusError(
-        f"dataset {spec.location!r} split {split_name!r}: cannot find the text; columns: {columns}. "
-        f"Use a {nested!r} column with a language pair, or src_key=/tgt_key="
-    )
+    return _pairs_dataset(*(_hf_strings(dataset[k], spec.location, split_name, repr(k)) for k in keys))
 
 
 # One reader per generic format (data/spec.py's FORMAT_OPTIONS); a preset is read by its format's.

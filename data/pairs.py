@@ -12,7 +12,8 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import torch
 
-from .batching import IGNORE_INDEX, Seq2SeqCollator
+from ..modeling.losses import shift_tokens_right
+from .batching import Seq2SeqCollator
 
 
 class PairDataset(torch.utils.data.Dataset):
@@ -54,11 +55,7 @@ class Collate:
 
     def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
         batch = self.collator(features)
-        labels = batch["labels"]
-        decoder_input_ids = labels.new_full(labels.shape, self.pad)
-        decoder_input_ids[:, 0] = self.start
-        decoder_input_ids[:, 1:] = labels[:, :-1].masked_fill(labels[:, :-1] == IGNORE_INDEX, self.pad)
-        batch["decoder_input_ids"] = decoder_input_ids
+        batch["decoder_input_ids"] = shift_tokens_right(batch["labels"], self.pad, self.start)
         batch["id"] = torch.tensor([f["id"] for f in features])
         return batch
 

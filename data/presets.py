@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+DEFAULT_CARD_LICENSE = {"license": "apache-2.0"}  # corpora that are no preset: the package's own licence
+
 TATOEBA_ATTRIBUTION = (
     "Attribution: www.manythings.org/anki and tatoeba.org. Sentence pairs from the Tatoeba Project "
     "(https://tatoeba.org), licensed under CC-BY 2.0 FR (https://creativecommons.org/licenses/by/2.0/fr/)."
@@ -37,13 +39,15 @@ class CorpusPreset:
             the loader names it (the Bible's name comes from its modules).
         license: the terms recorded in ``metrics.json``; None: the loader finds them.
         attribution: the attribution recorded in ``metrics.json``; None: the loader finds it.
-        card_section: the section of ``hub_cards/corpora.md`` that describes it.
         card_license: the model card's licence metadata (the data's terms bind the model).
         hub_dataset: its Hub dataset id, where it exists there with the same splits.
         citations: keys of the model card's ``CITATIONS`` to cite for the data.
         limitation: the card's line under "Limitations", or None.
-        legacy_names: lower-case words by which a ``metrics.json`` written before ``corpus.preset``
-            was recorded names this corpus in its spec or name (read by the card only for such files).
+        legacy_names: lower-case words besides ``kind`` by which a ``metrics.json`` written before
+            ``corpus.preset`` was recorded names this corpus in its spec or name (read by the card
+            only for such files).
+
+    The model card describes it with the section of ``hub_cards/corpora.md`` named ``kind``.
     """
 
     kind: str
@@ -52,9 +56,8 @@ class CorpusPreset:
     name: str | None
     license: str | None
     attribution: str | None
-    card_section: str
     columns: dict[str, int] | None = None
-    card_license: dict = field(default_factory=lambda: {"license": "apache-2.0"})
+    card_license: dict = field(default_factory=lambda: dict(DEFAULT_CARD_LICENSE))
     hub_dataset: str | None = None
     citations: tuple[str, ...] = ()
     limitation: str | None = None
@@ -71,10 +74,7 @@ PRESETS: dict[str, CorpusPreset] = {
             name=None,  # "Bible <source abbreviation>-<target abbreviation>", from the SWORD modules
             license=None,  # from the modules' DistributionLicense
             attribution=None,  # from the modules' descriptions and copyright lines
-            card_section="bible",
-            card_license={"license": "apache-2.0"},
             limitation="- Bible translations use archaic, religious language unlike everyday text.",
-            legacy_names=("bible",),
         ),
         CorpusPreset(
             kind="multi30k",
@@ -83,7 +83,6 @@ PRESETS: dict[str, CorpusPreset] = {
             name="Multi30k {src}-{tgt}",
             license="non-commercial research (Flickr30K terms)",
             attribution=MULTI30K_ATTRIBUTION,
-            card_section="multi30k",
             card_license={
                 "license": "other",
                 "license_name": "multi30k-non-commercial-research",
@@ -92,31 +91,27 @@ PRESETS: dict[str, CorpusPreset] = {
             hub_dataset="bentrevett/multi30k",
             citations=("multi30k",),
             limitation="- Multi30k is short image descriptions; its terms restrict use to non-commercial research.",
-            legacy_names=("multi30k",),
         ),
         CorpusPreset(
             kind="tatoeba",
             format="tsv",
-            default_pair=("zh", "en"),
             columns={"zh": 0, "en": 1},  # manythings' cmn-eng, split into train/dev/test.tsv
+            default_pair=("zh", "en"),
             name="Tatoeba {src}-{tgt} (manythings.org)",
             license="CC-BY 2.0 FR",
             attribution=TATOEBA_ATTRIBUTION,
-            card_section="tatoeba",
             card_license={"license": "cc-by-2.0"},
             limitation="- Tatoeba sentences are short and conversational; the data contains some errors.",
-            legacy_names=("tatoeba", "manythings", "cmn"),
+            legacy_names=("manythings", "cmn"),
         ),
     )
 }
-
-DEFAULT_CARD_LICENSE = {"license": "apache-2.0"}  # corpora that are no preset: the package's own licence
 
 
 def preset_of_record(corpus: dict | None) -> CorpusPreset | None:
     """The preset of a ``metrics.json`` ``corpus`` record: its ``preset`` entry, or, for a record
     written before that entry existed, the spec's kind, else the first preset whose
-    ``legacy_names`` occur in the spec or name (the order of :data:`PRESETS`). None: no preset."""
+    kind or ``legacy_names`` occur in the spec or name (the order of :data:`PRESETS`). None: no preset."""
     if not corpus:
         return None
     if "preset" in corpus:
@@ -126,6 +121,6 @@ def preset_of_record(corpus: dict | None) -> CorpusPreset | None:
         return PRESETS[kind]
     text = f"{corpus.get('spec', '')} {corpus.get('name', '')}".lower()
     for preset in PRESETS.values():
-        if any(word in text for word in preset.legacy_names):
+        if any(word in text for word in (preset.kind, *preset.legacy_names)):
             return preset
     return None

@@ -38,7 +38,6 @@ def kind_options() -> dict[str, tuple[str, ...]]:
     return {**presets, **FORMAT_OPTIONS}
 
 
-KINDS = tuple(kind_options())  # the kinds when the package was imported (kind_options() is current)
 _PAIR = re.compile(r"^([A-Za-z]{2,3}(?:[_][A-Za-z0-9]+)?)-([A-Za-z]{2,3}(?:[_][A-Za-z0-9]+)?)$")
 
 

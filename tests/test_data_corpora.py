@@ -615,7 +615,6 @@ def test_a_new_named_corpus_is_one_preset_entry_read_by_the_loader_and_the_card(
             name="Europarl {src}-{tgt}",
             license="public (EU reuse notice)",
             attribution="Koehn (2005)",
-            card_section="europarl",
             card_license={"license": "cc-by-4.0"},
             limitation="- Parliament proceedings only.",
         ),

@@ -45,9 +45,7 @@ from pathlib import Path
 from . import training as training_package
 from .translation.scores import format_score
 
-RECIPES = (
-    Path(training_package.__file__).resolve().parent / "recipes"
-)  # installed as attention_seq2seq/training/recipes
+RECIPES = Path(training_package.__file__).resolve().parent / "recipes"  # attention_seq2seq/training/recipes
 
 #: (name, recipe) of the two models the job trains.
 MODELS = (
@@ -65,47 +63,18 @@ NEW_SENTENCES = (
 #: Overrides of the --quick smoke version: a tiny model and corpus slice, so the whole job runs in
 #: about two minutes on 2 CPU cores. It proves the plumbing, not the quality.
 QUICK_OVERRIDES = {
-    "bible-rnn-luong": ["--model_config.hidden_size", "64", "--model_config.embedding_size", "64"],
-    "bible-transformer-small": [
-        "--model_config.d_model",
-        "64",
-        "--model_config.encoder_ffn_dim",
-        "128",
-        "--model_config.decoder_ffn_dim",
-        "128",
-        "--model_config.encoder_attention_heads",
-        "4",
-        "--model_config.decoder_attention_heads",
-        "4",
-    ],
+    "bible-rnn-luong": "--model_config.hidden_size 64 --model_config.embedding_size 64".split(),
+    "bible-transformer-small": (
+        "--model_config.d_model 64 --model_config.encoder_ffn_dim 128 --model_config.decoder_ffn_dim 128 "
+        "--model_config.encoder_attention_heads 4 --model_config.decoder_attention_heads 4"
+    ).split(),
 }
-QUICK_COMMON = [
-    "--max_train_samples",
-    "3000",
-    "--vocab_size",
-    "2000",
-    "--max_steps",
-    "60",
-    "--warmup_steps",
-    "20",
-    "--max_eval_samples",
-    "20",
-    "--max_test_samples",
-    "40",
-    "--eval_num_beams",
-    "2",
-    "--test_num_beams",
-    "2",
-    "--save_every",
-    "1000",
-    "--max_tokens",
-    "2048",
+QUICK_COMMON = (
+    "--max_train_samples 3000 --vocab_size 2000 --max_steps 60 --warmup_steps 20 --max_eval_samples 20 "
+    "--max_test_samples 40 --eval_num_beams 2 --test_num_beams 2 --save_every 1000 --max_tokens 2048 "
     # Untrained models rarely emit </s>: a short generation limit keeps their evaluation quick.
-    "--max_source_length",
-    "48",
-    "--max_target_length",
-    "24",
-]
+    "--max_source_length 48 --max_target_length 24"
+).split()
 
 # Runs in a fresh interpreter: our package is made unimportable before transformers is imported,
 # so the export must stand on its own shipped code, as it will on the Hub.
@@ -196,13 +165,10 @@ def _child_env() -> dict:
 
 def _quiet_libraries() -> None:
     """No per-split progress bars from datasets in this process (the corpus check)."""
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    try:
-        import datasets
+    import datasets
 
-        datasets.disable_progress_bars()
-    except ImportError:
-        pass
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    datasets.disable_progress_bars()
 
 
 def _bin(name: str) -> str:
@@ -316,14 +282,14 @@ def results_table(rows: list[dict]) -> str:
             f"{r['target_tokens_per_s']:.0f} | "
             f"{r['test_set']} ({r['test_sentences']}) | {format_score(r, 'bleu', 1)} | {format_score(r, 'chrf', 1)} |"
         )
-    lines.append("")
-    lines.append(f"BLEU signature: `{rows[0]['bleu_signature']}`; chrF signature: `{rows[0]['chrf_signature']}`")
-    lines.append("")
-    lines.append(
+    lines += [
+        "",
+        f"BLEU signature: `{rows[0]['bleu_signature']}`; chrF signature: `{rows[0]['chrf_signature']}`",
+        "",
         "Translations of sentences that are not in the corpus "
-        "(exports loaded with pipeline(..., trust_remote_code=True)):"
-    )
-    lines.append("")
+        "(exports loaded with pipeline(..., trust_remote_code=True)):",
+        "",
+    ]
     for sentence in NEW_SENTENCES:
         lines.append(f"- es: {sentence}")
         for r in rows:
@@ -394,26 +360,10 @@ def main(argv: list[str] | None = None) -> int:
         run_dir, export_dir = out / "runs" / name, out / "exports" / name
         timings = {}
         print(f"== 3/5 train and test {name} with Accelerate ({recipe.name})", flush=True)
-        cmd = [
-            _bin("accelerate"),
-            "launch",
-            "--cpu",
-            "--num_processes",
-            "1",
-            "--num_machines",
-            "1",
-            "--mixed_precision",
-            "no",
-            "--dynamo_backend",
-            "no",
-            "-m",
-            "attention_seq2seq.training.train",
-            *train_arguments(name, recipe, args.quick, args.minutes),
-            "--output_dir",
-            str(run_dir),
-            "--log_with",
-            "none",
-        ]
+        launch = "launch --cpu --num_processes 1 --num_machines 1 --mixed_precision no --dynamo_backend no"
+        cmd = [_bin("accelerate"), *launch.split(), "-m", "attention_seq2seq.training.train"]
+        cmd += [*train_arguments(name, recipe, args.quick, args.minutes), "--output_dir", str(run_dir)]
+        cmd += ["--log_with", "none"]
         stage = time.time()
         _run(cmd, log=out / "logs" / f"train-{name}.log", env=_child_env())
         timings["train_and_test_s"] = round(time.time() - stage, 1)

@@ -213,30 +213,3 @@ def _pin_card(api, folder: Path, repo_id: str, branch: str, oid: str | None) -> 
         commit_message=f"Model card: pin REVISION to {oid[:12]}, the upload's commit",
     )
     return oid
-
-
-# ---------------------------------------------------------------------------- command line
-
-
-def build_parser(parser=None):
-    """The arguments of ``attention-seq2seq push`` (added to ``parser`` if given)."""
-    import argparse
-
-    parser = parser or argparse.ArgumentParser(
-        prog="attention-seq2seq push", description="Upload an exported folder to the Hugging Face Hub."
-    )
-    parser.add_argument("folder", help="folder written by `attention-seq2seq export`")
-    parser.add_argument("repo_id", help="Hub repository, e.g. user/rnn-de-en")
-    parser.add_argument("--private", action="store_true", help="create the repository as private")
-    parser.add_argument("--revision", help="branch to commit to (created if missing; default main)")
-    parser.add_argument("--token", help="Hub token (default: HF_TOKEN or the `hf auth login` cache)")
-    parser.add_argument("--dry-run", action="store_true", help="list the files and sizes; no network")
-    parser.add_argument("--commit-message", default="Upload model exported with attention_seq2seq")
-    parser.add_argument(
-        "--no-pin-card",
-        dest="pin_card",
-        action="store_false",
-        help="leave the card's REVISION placeholder as it is (by default a second commit sets it to the upload's "
-        "commit, so the snippets users copy load the code uploaded)",
-    )
-    return parser

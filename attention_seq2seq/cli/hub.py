@@ -162,6 +162,17 @@ def add_commands(add) -> None:
     )
 
     p = add("push", "upload an export folder to the Hugging Face Hub", _PUSH_EPILOG, cmd_push)
-    from ..hub.push import build_parser as add_push_arguments
-
-    add_push_arguments(p)
+    p.add_argument("folder", help="folder written by `attention-seq2seq export`")
+    p.add_argument("repo_id", help="Hub repository, e.g. user/rnn-de-en")
+    p.add_argument("--private", action="store_true", help="create the repository as private")
+    p.add_argument("--revision", help="branch to commit to (created if missing; default main)")
+    p.add_argument("--token", help="Hub token (default: HF_TOKEN or the `hf auth login` cache)")
+    p.add_argument("--dry-run", action="store_true", help="list the files and sizes; no network")
+    p.add_argument("--commit-message", default="Upload model exported with attention_seq2seq")
+    p.add_argument(
+        "--no-pin-card",
+        dest="pin_card",
+        action="store_false",
+        help="leave the card's REVISION placeholder as it is (by default a second commit sets it to the upload's "
+        "commit, so the snippets users copy load the code uploaded)",
+    )

@@ -78,6 +78,17 @@ def check_sentences(name, sentences):
             )
 
 
+def _check_inputs(hypotheses, references, tokenize) -> None:
+    """Raise ``ValueError`` unless both are lists of strings of one length and ``tokenize`` is None
+    or a sacreBLEU tokenizer."""
+    check_sentences("hypotheses", hypotheses)
+    check_sentences("references", references)
+    if len(hypotheses) != len(references):
+        raise ValueError(f"got {len(hypotheses)} hypotheses for {len(references)} references")
+    if tokenize is not None and tokenize not in sacrebleu.BLEU.TOKENIZERS:
+        raise ValueError(f"tokenize must be one of {', '.join(sacrebleu.BLEU.TOKENIZERS)}; got {tokenize!r}")
+
+
 def translation_scores(hypotheses, references, target_lang=None, n_bootstrap=1, tokenize=None):
     """Corpus-level BLEU, lower-cased BLEU, chrF and TER of detokenized hypotheses, one reference each.
 
@@ -108,16 +119,11 @@ def translation_scores(hypotheses, references, target_lang=None, n_bootstrap=1, 
             than strings, the two lists differ in length or are empty, ``n_bootstrap`` is below 1,
             or ``tokenize`` is not a sacreBLEU tokenizer.
     """
-    check_sentences("hypotheses", hypotheses)
-    check_sentences("references", references)
-    if len(hypotheses) != len(references):
-        raise ValueError(f"got {len(hypotheses)} hypotheses for {len(references)} references")
+    _check_inputs(hypotheses, references, tokenize)
     if not references:
         raise ValueError("cannot score an empty corpus")
     if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, int) or n_bootstrap < 1:
         raise ValueError(f"n_bootstrap must be 1 (no confidence interval) or more resamples; got {n_bootstrap!r}")
-    if tokenize is not None and tokenize not in sacrebleu.BLEU.TOKENIZERS:
-        raise ValueError(f"tokenize must be one of {', '.join(sacrebleu.BLEU.TOKENIZERS)}; got {tokenize!r}")
     bleu_tokenizer = tokenize or bleu_tokenizer_for(target_lang)
     hyps, refs = list(hypotheses), [list(references)]
     metrics = {
@@ -154,12 +160,7 @@ def sentence_scores(hypotheses, references, target_lang=None, tokenize=None):
     Raises:
         ValueError: as :func:`translation_scores`.
     """
-    check_sentences("hypotheses", hypotheses)
-    check_sentences("references", references)
-    if len(hypotheses) != len(references):
-        raise ValueError(f"got {len(hypotheses)} hypotheses for {len(references)} references")
-    if tokenize is not None and tokenize not in sacrebleu.BLEU.TOKENIZERS:
-        raise ValueError(f"tokenize must be one of {', '.join(sacrebleu.BLEU.TOKENIZERS)}; got {tokenize!r}")
+    _check_inputs(hypotheses, references, tokenize)
     metrics = {
         "bleu": sacrebleu.BLEU(tokenize=tokenize or bleu_tokenizer_for(target_lang), effective_order=True),
         "chrf": sacrebleu.CHRF(),

@@ -25,27 +25,6 @@ _CITATION = """\
     pages = "186--191",
     url = "https://www.aclweb.org/anthology/W18-6319",
 }
-@inproceedings{popovic-2015-chrf,
-    title = "chr{F}: character n-gram {F}-score for automatic {MT} evaluation",
-    author = "Popovi{\\'c}, Maja",
-    booktitle = "Proceedings of the Tenth Workshop on Statistical Machine Translation",
-    year = "2015",
-    pages = "392--395",
-}
-@inproceedings{snover-etal-2006-study,
-    title = "A Study of Translation Edit Rate with Targeted Human Annotation",
-    author = "Snover, Matthew and Dorr, Bonnie and Schwartz, Rich and Micciulla, Linnea and Makhoul, John",
-    booktitle = "Proceedings of the 7th Conference of the Association for Machine Translation in the Americas",
-    year = "2006",
-    pages = "223--231",
-}
-@inproceedings{koehn-2004-statistical,
-    title = "Statistical Significance Tests for Machine Translation Evaluation",
-    author = "Koehn, Philipp",
-    booktitle = "Proceedings of EMNLP 2004",
-    year = "2004",
-    pages = "388--395",
-}
 """
 
 _DESCRIPTION = """\
@@ -54,7 +33,10 @@ lower is better) of detokenized translations
 against one raw reference each, computed by sacreBLEU, each with its sacreBLEU signature. BLEU uses
 sacreBLEU's recommended tokenizer for the target language: "zh" for Chinese, "char" for Japanese
 and Korean, "13a" otherwise. Optionally each score's 95% confidence half-width from bootstrap
-resamples of the test sentences (Koehn 2004; sacreBLEU's implementation, seeded).
+resamples of the test sentences (Koehn 2004; sacreBLEU's implementation, seeded). Cite sacreBLEU
+(Post 2018, below) and the scores' papers: chrF (Popović 2015, WMT, pp. 392-395), TER (Snover et
+al. 2006, AMTA, pp. 223-231), the bootstrap (Koehn 2004, EMNLP, pp. 388-395); their addresses are
+the metric's reference_urls.
 """
 
 _KWARGS_DESCRIPTION = """
@@ -103,6 +85,7 @@ class TranslationScores(evaluate.Metric):
                 "https://www.aclweb.org/anthology/W18-6319",
                 "https://aclanthology.org/W15-3049",
                 "https://aclanthology.org/2006.amta-papers.25",
+                "https://aclanthology.org/W04-3250",
             ],
         )
 

@@ -75,10 +75,15 @@ files, and blank lines of a TSV file, hold no pair.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import itertools
 import json
 import os
+import shutil
+import tempfile
 import unicodedata
+import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -288,25 +293,17 @@ def _aligned_lines(src_path: Path, tgt_path: Path) -> Iterator[tuple[str, str]]:
 # (datasets' own format), and cleaned into files beside it rather than in memory; smaller ones
 # stay in memory as before.
 SPILL_PAIRS = 200_000
-_spill_root: list[Path] = []
 
 
+@functools.cache
 def _spill_dir() -> Path:
     """This process's folder of temporary Arrow files (removed at exit)."""
-    if not _spill_root:
-        import atexit
-        import shutil
-        import tempfile
-
-        folder = Path(tempfile.mkdtemp(prefix="attention_seq2seq_corpus_"))
-        atexit.register(shutil.rmtree, folder, ignore_errors=True)
-        _spill_root.append(folder)
-    return _spill_root[0]
+    folder = Path(tempfile.mkdtemp(prefix="attention_seq2seq_corpus_"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 def _spill_file(stem: str) -> str:
-    import uuid
-
     return str(_spill_dir() / f"{stem}-{uuid.uuid4().hex[:12]}.arrow")
 
 

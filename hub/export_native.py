@@ -55,7 +55,7 @@ from .export import (
     _reset_tokenizer_runtime_state,
     resolve_sources,
 )
-from .model_card import fill, template_sections
+from .model_card import EXAMPLES, fill, template_sections, test_scores
 
 # The epsilon of every nn.LayerNorm in Marian, Pegasus and Blenderbot (not a config field there).
 NATIVE_LAYER_NORM_EPS = 1e-5
@@ -373,16 +373,6 @@ def export_native(
     return export_dir
 
 
-def _test_scores(metrics: dict | None) -> list[str]:
-    rows = []
-    for name, entry in ((metrics or {}).get("test") or {}).items():
-        if isinstance(entry, dict) and "bleu" in entry:
-            chrf = f", chrF {entry['chrf']:.1f}" if isinstance(entry.get("chrf"), (int, float)) else ""
-            beams = f" (beam {entry['num_beams']})" if entry.get("num_beams") else ""
-            rows.append(f"- {name}: BLEU {entry['bleu']:.1f}{chrf}{beams}")
-    return rows
-
-
 def render_native_card(config, layout: NativeLayout, repo_id: str, metrics: dict | None, difference: float) -> str:
     """The README.md of a native export: which class, how to load it, how to translate."""
     from huggingface_hub import ModelCardData
@@ -391,10 +381,7 @@ def render_native_card(config, layout: NativeLayout, repo_id: str, metrics: dict
     languages = [lang for lang in (corpus.get("source_lang"), corpus.get("target_lang")) if lang]
     tags = ["translation", layout.name, "attention_seq2seq"]
     data = ModelCardData(language=languages or None, library_name="transformers", pipeline_tag="translation", tags=tags)
-    example = {"de": "Ein Mann fährt Fahrrad.", "es": "El rey envió mensajeros.", "fr": "Un homme lit."}.get(
-        corpus.get("source_lang"), "Ein Mann fährt Fahrrad."
-    )
-    scores = _test_scores(metrics)
+    scores = test_scores(metrics)
     values = {
         "title": repo_id.split("/")[-1],
         "model_class": layout.model_class,
@@ -409,7 +396,7 @@ def render_native_card(config, layout: NativeLayout, repo_id: str, metrics: dict
         "difference": f"{difference:.1e}",
         "scores": "\nTest scores of the trained model (sacreBLEU):\n\n" + "\n".join(scores) + "\n" if scores else "",
         "repo_id": repo_id,
-        "example": example,
+        "example": EXAMPLES.get(corpus.get("source_lang"), EXAMPLES["de"]),
     }
     body = fill(template_sections("native.md")["native"], values, "hub_cards/native.md")
     return f"---\n{data.to_yaml()}\n---\n{body}\n"

@@ -46,7 +46,7 @@ from .export import (
     family_of,
     resolve_sources,
 )
-from .model_card import fill, template_sections
+from .model_card import fill, template_sections, test_scores
 from .onnx_graphs import dynamic_axes, graph_interface, graphs_of
 
 QUANTIZATIONS = ("float32", "int8")
@@ -57,22 +57,14 @@ CHECK_TOLERANCE = 1e-4
 RUNTIME_FILE = "onnx_runtime.py"
 
 # Generation settings that need a logits processor or sampling, which the runtime does not have:
-# (name, the value that means "off").
-_UNSUPPORTED_GENERATION = (
-    ("do_sample", False),
-    ("repetition_penalty", 1.0),
-    ("no_repeat_ngram_size", 0),
-    ("encoder_no_repeat_ngram_size", 0),
-    ("bad_words_ids", None),
-    ("forced_bos_token_id", None),
-    ("forced_eos_token_id", None),
-    ("suppress_tokens", None),
-    ("begin_suppress_tokens", None),
-    ("min_length", 0),
-    ("num_beam_groups", 1),
-    ("diversity_penalty", 0.0),
-    ("exponential_decay_length_penalty", None),
-    ("sequence_bias", None),
+# name -> the value that means "off".
+_UNSUPPORTED_GENERATION = {"do_sample": False, "repetition_penalty": 1.0, "num_beam_groups": 1}
+_UNSUPPORTED_GENERATION |= dict.fromkeys(
+    "no_repeat_ngram_size encoder_no_repeat_ngram_size min_length diversity_penalty".split(), 0
+)
+_UNSUPPORTED_GENERATION |= dict.fromkeys(
+    "bad_words_ids forced_bos_token_id forced_eos_token_id suppress_tokens begin_suppress_tokens "
+    "exponential_decay_length_penalty sequence_bias".split()
 )
 
 
@@ -95,7 +87,7 @@ def check_generation_config(generation_config) -> None:
     Raises:
         OnnxExportRefused: e.g. ``no_repeat_ngram_size=3``.
     """
-    for name, off in _UNSUPPORTED_GENERATION:
+    for name, off in _UNSUPPORTED_GENERATION.items():
         value = getattr(generation_config, name, off)
         if value is not None and value != off and value != []:
             raise OnnxExportRefused(
@@ -392,13 +384,8 @@ def _sessions(folder: Path) -> dict:
 def render_onnx_card(config, quantization: str, check: dict, metrics: dict | None) -> str:
     """The folder's README.md: what it holds and how to run it."""
     family = "RNN encoder-decoder" if config.model_type == "rnn_seq2seq" else "Transformer"
-    scores = ""
-    tests = (metrics or {}).get("test") if isinstance(metrics, dict) else None
-    if isinstance(tests, dict):
-        found = [(name, r["bleu"]) for name, r in tests.items() if isinstance(r, dict) and r.get("bleu") is not None]
-        if found:
-            listed = ", ".join(f"{bleu:.1f} on {name}" for name, bleu in found)
-            scores = f"\nThe PyTorch model's test BLEU (the run's metrics.json): {listed}.\n"
+    scores = "\n".join(test_scores(metrics))
+    scores = f"\nThe PyTorch model's test scores (the run's metrics.json):\n\n{scores}\n" if scores else ""
     values = {
         "family": family,
         "quantization": quantization,

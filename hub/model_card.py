@@ -373,6 +373,17 @@ def _training_procedure(metrics: dict | None, recipe: dict | None, generation_co
     return "\n\n".join(parts)
 
 
+def test_scores(metrics: dict | None) -> list[str]:
+    """One Markdown list line per test set of metrics.json: BLEU, chrF where recorded, beams."""
+    rows = []
+    for name, entry in ((metrics or {}).get("test") or {}).items():
+        if isinstance(entry, dict) and "bleu" in entry:
+            chrf = f", chrF {entry['chrf']:.1f}" if isinstance(entry.get("chrf"), (int, float)) else ""
+            beams = f" (beam {entry['num_beams']})" if entry.get("num_beams") else ""
+            rows.append(f"- {name}: BLEU {entry['bleu']:.1f}{chrf}{beams}")
+    return rows
+
+
 def _evaluation(metrics: dict | None) -> str:
     tests = (metrics or {}).get("test") or {}
     if not tests:

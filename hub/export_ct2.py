@@ -133,23 +133,17 @@ def transformer_spec(model, ctranslate2):
     embed_scale = model.model.encoder.embed_tokens.embed_scale
     encoder, decoder = model.model.encoder, model.model.decoder
 
-    _set_stack(spec.encoder, encoder, model, embed_scale)
-    for layer_spec, layer in zip(spec.encoder.layer, encoder.layers):
-        _set_attention(layer_spec.self_attention, layer.self_attn, cross=False)
-        _set_norm(layer_spec.self_attention.layer_norm, layer.self_attn_layer_norm)
-        _set_linear(layer_spec.ffn.linear_0, layer.feed_forward.fc1)
-        _set_linear(layer_spec.ffn.linear_1, layer.feed_forward.fc2)
-        _set_norm(layer_spec.ffn.layer_norm, layer.final_layer_norm)
-
-    _set_stack(spec.decoder, decoder, model, embed_scale)
-    for layer_spec, layer in zip(spec.decoder.layer, decoder.layers):
-        _set_attention(layer_spec.self_attention, layer.self_attn, cross=False)
-        _set_norm(layer_spec.self_attention.layer_norm, layer.self_attn_layer_norm)
-        _set_attention(layer_spec.attention, layer.encoder_attn, cross=True)
-        _set_norm(layer_spec.attention.layer_norm, layer.encoder_attn_layer_norm)
-        _set_linear(layer_spec.ffn.linear_0, layer.feed_forward.fc1)
-        _set_linear(layer_spec.ffn.linear_1, layer.feed_forward.fc2)
-        _set_norm(layer_spec.ffn.layer_norm, layer.final_layer_norm)
+    for stack_spec, stack in ((spec.encoder, encoder), (spec.decoder, decoder)):
+        _set_stack(stack_spec, stack, model, embed_scale)
+        for layer_spec, layer in zip(stack_spec.layer, stack.layers):
+            _set_attention(layer_spec.self_attention, layer.self_attn, cross=False)
+            _set_norm(layer_spec.self_attention.layer_norm, layer.self_attn_layer_norm)
+            if stack is decoder:
+                _set_attention(layer_spec.attention, layer.encoder_attn, cross=True)
+                _set_norm(layer_spec.attention.layer_norm, layer.encoder_attn_layer_norm)
+            _set_linear(layer_spec.ffn.linear_0, layer.feed_forward.fc1)
+            _set_linear(layer_spec.ffn.linear_1, layer.feed_forward.fc2)
+            _set_norm(layer_spec.ffn.layer_norm, layer.final_layer_norm)
     spec.decoder.projection.weight = _array(_embedding_rows(model, model.lm_head))
     return spec
 

@@ -7,8 +7,8 @@
 training's heat-maps (training/evaluation.py), word alignments (attention/alignment.py) and the
 attention explorer (attention/explorer.py) call it.
 
-Copied into the explorer's Space (hub/space.py) as ``attention_sentences.py``: imports only torch,
-transformers and the attention pass (there, its copy ``modeling_attention_pass.py``).
+Shipped in the explorer's Space (hub/space.py): imports only torch, transformers and the
+attention pass.
 """
 
 from __future__ import annotations
@@ -19,15 +19,7 @@ from typing import Sequence
 import torch
 from transformers.utils import ModelOutput
 
-try:
-    from ..modeling.attention_pass import ForcedBatch, eager_attention, force_sequences, force_targets
-except ImportError:  # the Space copy: modeling/attention_pass.py copied beside it (hub/space.py)
-    from modeling_attention_pass import (  # type: ignore[no-redef]
-        ForcedBatch,
-        eager_attention,
-        force_sequences,
-        force_targets,
-    )
+from ..modeling.attention_pass import ForcedBatch, eager_attention, force_sequences, force_targets
 
 
 @dataclass

@@ -77,7 +77,7 @@ def build_model(folder: Path, tgt_tokens: int) -> None:
 
 _SERVE = (
     "import sys; from attention_seq2seq.translation.loading import load_for_inference; "
-    "from attention_seq2seq.attention.explorer import build_app, launch; "
+    "from attention_seq2seq.explorer_app import build_app, launch; "
     "loaded = load_for_inference(sys.argv[1], device='cpu', attn_implementation='eager'); "
     "launch(build_app(loaded.model, loaded.tokenizer, warm=sys.argv[3] == 'warm'), port=int(sys.argv[2]), quiet=True)"
 )

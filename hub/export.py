@@ -8,9 +8,9 @@
       generation_config.json
       model.safetensors
       tokenizer.json, tokenizer_config.json, ...
-      configuration_<family>.py    the package's code, flattened into one folder: the modeling
-      modeling_<family>.py         file's ``from ..configuration.configuration_x import C`` becomes
-      pipeline_translation.py      ``from .configuration_x import C``; flat siblings it imports too
+      configuration_<family>.py    the package's code, shipped flat (hub/shipped_code.py): the
+      modeling_<family>.py         family's modules, the pipeline and the package modules they
+      pipeline_translation.py      import, each under its own name
       custom_generate/generate.py  lexically constrained beam search (translation/constraints.py) in
       custom_generate/requirements.txt  transformers' custom_generate convention: loaded with
                                    trust_remote_code=True, ``generate(..., constraints=[...])`` works
@@ -18,10 +18,8 @@
       attention_heatmap.png        the card's image, when the source has one
       metrics.json, recipe.yaml    copied from the source, when it has them (published as they are:
                                    check them for local paths you would rather not share)
-      app.py, attention_fonts.py,  with ``space=True``: the attention explorer as a Gradio app
-      attention_sentences.py,      (hub/space.py)
-      modeling_attention_pass.py,
-      modeling_generation_lengths.py,
+      app.py, space.json,          with ``space=True``: the attention explorer as a Gradio app
+      explorer_app.py, ...,        (hub/space.py)
       requirements.txt
 
 The export is deterministic (same input, byte-identical files) and written to a temporary folder
@@ -31,15 +29,11 @@ existing export is only replaced with ``overwrite=True``.
 
 from __future__ import annotations
 
-import ast
 import importlib
-import importlib.util
 import json
 import os
-import re
 import shutil
 import struct
-import sys
 import tempfile
 import zlib
 from dataclasses import dataclass
@@ -48,11 +42,7 @@ from pathlib import Path
 from ..modeling.registry import BY_MODEL_TYPE, ModelFamily
 from ..data.durability import writing
 from .model_card import ModelCardError, code_checksums, render_model_card
-from ..translation.constraints import write_custom_generate
-
-
-class ExportError(Exception):
-    """An export cannot be written; the message says which file or option and what would be valid."""
+from .shipped_code import ExportError, shipped_files, write_files
 
 
 # model_type -> where the family's shipped code lives and what ``auto_map`` names (modeling/registry.py)
@@ -62,15 +52,9 @@ PIPELINE_MODULE = "pipeline_translation"
 PIPELINE_CLASS = "Seq2SeqTranslationPipeline"
 PIPELINE_TASKS = ("translation", "text2text-generation")
 HEATMAP_NAME = "attention_heatmap.png"
-
-# The packages shipped code may import: torch, transformers, and huggingface_hub, which transformers
-# itself requires (v5 configurations use its @strict dataclass decorator). Everything else must be
-# standard library or a flat sibling shipped alongside.
-ALLOWED_THIRD_PARTY = frozenset({"torch", "transformers", "huggingface_hub"})
-
-# Folders of the package whose modules ship flat (file names are unique across them).
-_CODE_PACKAGES = ("attention_seq2seq.modeling", "attention_seq2seq.configuration")
-_PACKAGE_IMPORT = re.compile(r"^(\s*from\s+)\.\.(?:configuration|modeling)\.(\w+)(\s+import\b)", re.MULTILINE)
+# Constrained beam search, shipped as custom_generate/generate.py (transformers' convention).
+CONSTRAINTS_MODULE = "attention_seq2seq.translation.constraints"
+CUSTOM_GENERATE_REQUIREMENTS = ("torch>=2.6", "transformers>=5.24")
 
 
 # ---------------------------------------------------------------------------- source folders
@@ -142,123 +126,39 @@ def resolve_sources(
     return ExportSources(model_dir=model_dir, **chosen)
 
 
-# ---------------------------------------------------------------------------- code flattening
-
-
-def _code_dirs() -> list[Path]:
-    dirs = []
-    for package in _CODE_PACKAGES:
-        spec = importlib.util.find_spec(package)
-        if spec is None or not spec.submodule_search_locations:
-            raise ExportError(f"cannot locate the package folder of {package}; is attention_seq2seq installed?")
-        dirs.extend(Path(location) for location in spec.submodule_search_locations)
-    return dirs
-
-
-def _find_module_file(name: str, code_dirs: list[Path], imported_by: str | None) -> Path:
-    for folder in code_dirs:
-        candidate = folder / f"{name}.py"
-        if candidate.is_file():
-            return candidate
-    where = f" (imported by {imported_by})" if imported_by else ""
-    raise ExportError(
-        f"module {name}.py{where} is not in {' or '.join(str(d) for d in code_dirs)}; shipped code may import "
-        "flat siblings of modeling/ and configuration/ only"
-    )
-
-
-def flatten_source(text: str) -> str:
-    """Rewrite the package-relative imports of a shipped file into flat sibling imports.
-
-    ``from ..configuration.configuration_x import C`` (and ``..modeling.x``) becomes
-    ``from .configuration_x import C``; nothing else changes.
-    """
-    return _PACKAGE_IMPORT.sub(r"\1.\2\3", text)
-
-
-def check_shipped_imports(text: str, filename: str) -> list[str]:
-    """Check every import of a flattened file; return the flat siblings it imports.
-
-    Allowed: the standard library, ``torch``, ``transformers``, ``huggingface_hub`` and
-    ``from .sibling import X``. Every import statement counts, including those inside functions
-    and ``try`` blocks, so a file cannot need our package only on some code path.
-
-    Raises:
-        ExportError: naming the file, line and import that would break loading where only
-            transformers is installed.
-    """
-    try:
-        tree = ast.parse(text, filename=filename)
-    except SyntaxError as error:
-        raise ExportError(f"{filename}: cannot be parsed ({error.msg}, line {error.lineno})") from None
-    siblings: list[str] = []
-
-    def reject(node: ast.AST, what: str, why: str) -> None:
-        raise ExportError(f"{filename}:{node.lineno}: {what} {why}")
-
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                top = alias.name.split(".")[0]
-                if top not in sys.stdlib_module_names and top not in ALLOWED_THIRD_PARTY:
-                    reject(node, f"'import {alias.name}'", _ALLOWED_TEXT)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level == 0:
-                top = (node.module or "").split(".")[0]
-                if top not in sys.stdlib_module_names and top not in ALLOWED_THIRD_PARTY:
-                    reject(node, f"'from {node.module} import ...'", _ALLOWED_TEXT)
-            elif node.level == 1 and node.module and "." not in node.module:
-                if node.module not in siblings:
-                    siblings.append(node.module)
-            else:
-                dots = "." * node.level
-                reject(
-                    node,
-                    f"'from {dots}{node.module or ''} import ...'",
-                    "cannot be flattened; use 'from .sibling import X' (or "
-                    "'from ..configuration.configuration_x import X' in a modeling file)",
-                )
-        elif isinstance(node, ast.Call) and _is_dynamic_import(node):
-            reject(node, "a dynamic import of attention_seq2seq", "would not exist where the export is loaded")
-    return siblings
-
-
-_ALLOWED_TEXT = "is not allowed in shipped code: only the standard library, torch, transformers and flat siblings"
-
-
-def _is_dynamic_import(node: ast.Call) -> bool:
-    name = getattr(node.func, "attr", None) or getattr(node.func, "id", None)
-    if name not in ("import_module", "__import__"):
-        return False
-    return any(
-        isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.startswith("attention_seq2seq")
-        for arg in node.args
-    )
+# ---------------------------------------------------------------------------- shipped code
 
 
 def collect_shipped_code(family: ModelFamily) -> dict[str, str]:
-    """The flattened shipped files of ``family``: ``{file name: text}``, in a fixed order.
-
-    Starts from the configuration, modeling and pipeline modules and follows their flat sibling
-    imports recursively.
+    """The remote code of ``family``: its configuration, modeling and pipeline modules and the
+    package modules they import, flat (hub/shipped_code.py): ``{file name: text}``.
 
     Raises:
         ExportError: a file imports something that would not load where only transformers is
-            installed, or imports a sibling that does not exist.
+            installed, or imports a module that does not exist.
     """
-    code_dirs = _code_dirs()
-    pending = [(family.config_module, None), (family.modeling_module, None), (PIPELINE_MODULE, None)]
-    shipped: dict[str, str] = {}
-    while pending:
-        name, imported_by = pending.pop(0)
-        file_name = f"{name}.py"
-        if file_name in shipped:
-            continue
-        path = _find_module_file(name, code_dirs, imported_by)
-        text = flatten_source(path.read_text(encoding="utf-8"))
-        shipped[file_name] = text
-        pending.extend((sibling, file_name) for sibling in check_shipped_imports(text, str(path)))
-    return dict(sorted(shipped.items()))
+    return shipped_files(
+        [
+            f"attention_seq2seq.configuration.{family.config_module}",
+            f"attention_seq2seq.modeling.{family.modeling_module}",
+            f"attention_seq2seq.modeling.{PIPELINE_MODULE}",
+        ]
+    )
+
+
+def write_custom_generate(folder: str | os.PathLike) -> list[Path]:
+    """Write ``custom_generate/generate.py`` (translation/constraints.py, shipped as it is) and
+    ``custom_generate/requirements.txt`` into the model folder ``folder``, so that
+    ``model.generate(custom_generate=folder, trust_remote_code=True, constraints=...)`` runs
+    constrained beam search where this package is not installed.
+
+    Note: ``from_pretrained(folder, trust_remote_code=True)`` then replaces the loaded model's
+    ``generate`` by the shipped ``generate`` (plain ``generate`` when no ``constraints``).
+    """
+    files = shipped_files([CONSTRAINTS_MODULE])
+    files["generate.py"] = files.pop("constraints.py")
+    files["requirements.txt"] = "".join(line + "\n" for line in CUSTOM_GENERATE_REQUIREMENTS)
+    return write_files(Path(folder) / "custom_generate", files)
 
 
 def auto_map(family: ModelFamily) -> dict[str, str]:
@@ -295,8 +195,7 @@ def write_remote_code(model, save_directory: str | os.PathLike) -> None:
     if model_type not in FAMILIES:
         raise ExportError(f"model_type {model_type!r} is not one of {', '.join(FAMILIES)}")
     family = FAMILIES[model_type]
-    for file_name, text in collect_shipped_code(family).items():
-        (folder / file_name).write_text(text, encoding="utf-8")
+    write_files(folder, collect_shipped_code(family))
     write_custom_generate(folder)
     config_file = folder / "config.json"
     config = json.loads(config_file.read_text(encoding="utf-8"))
@@ -441,10 +340,8 @@ def export_model(
         license: the card's license id; default chosen from the training corpus's license.
         overwrite: replace a non-empty ``export_dir``; the old content is removed only once the
             new export is complete.
-        space: also write the attention explorer's ``app.py``, ``attention_fonts.py``, its copies
-            of the attention pass (``attention_sentences.py``, ``modeling_attention_pass.py``,
-            ``modeling_generation_lengths.py``)
-            and ``requirements.txt`` (hub/space.py), with ``repo_id`` as the Space's default model.
+        space: also write the attention explorer's modules, ``app.py``, ``space.json`` (with
+            ``repo_id`` as the Space's default model) and ``requirements.txt`` (hub/space.py).
 
     Raises:
         ExportError: bad source or destination, a model type this package does not export, shipped
@@ -488,8 +385,7 @@ def _write_export(export_dir, model, tokenizer, shipped, heatmap_bytes, sources,
     try:
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
-        for file_name, text in shipped.items():
-            (staging / file_name).write_text(text, encoding="utf-8")
+        write_files(staging, shipped)
         # Terminology constraints travel with the model: transformers' custom_generate convention.
         write_custom_generate(staging)
         if heatmap_bytes is not None:

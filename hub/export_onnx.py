@@ -48,13 +48,15 @@ from .export import (
 )
 from .model_card import fill, template_sections, test_scores
 from .onnx_graphs import dynamic_axes, graph_interface, graphs_of
+from .shipped_code import shipped_files, write_files
 
 QUANTIZATIONS = ("float32", "int8")
 OPSET = 17
 #: The largest |logit difference| the export accepts between onnxruntime and PyTorch (float32).
 CHECK_TOLERANCE = 1e-4
-#: The runtime module shipped in the folder (translation/onnx_runtime.py, standard library + numpy + onnxruntime).
-RUNTIME_FILE = "onnx_runtime.py"
+#: The runtime module shipped in the folder (hub/shipped_code.py), and what it may import besides the standard library.
+RUNTIME_MODULE = "attention_seq2seq.translation.onnx_runtime"
+RUNTIME_PACKAGES = ("numpy", "onnxruntime", "tokenizers")
 
 # Generation settings that need a logits processor or sampling, which the runtime does not have:
 # name -> the value that means "off".
@@ -346,7 +348,6 @@ def _write_runtime_files(folder, model, tokenizer, interface, quantization, chec
     import onnx
 
     from ..translation.onnx_folder import MARKER_FILE
-    from ..translation import onnx_runtime
 
     tokenizer.save_pretrained(folder)
     model.generation_config.save_pretrained(folder)
@@ -363,7 +364,7 @@ def _write_runtime_files(folder, model, tokenizer, interface, quantization, chec
         "versions": {"onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__, "torch": torch.__version__},
     }
     (folder / MARKER_FILE).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    shutil.copyfile(onnx_runtime.__file__, folder / RUNTIME_FILE)
+    write_files(folder, shipped_files([RUNTIME_MODULE], RUNTIME_PACKAGES))
     metrics = _read_metrics(sources.metrics)
     (folder / "README.md").write_text(render_onnx_card(model.config, quantization, check, metrics), encoding="utf-8")
     _sessions(folder)  # the int8 graphs must open too (quantization can emit operators a build lacks)

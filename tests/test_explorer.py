@@ -1,5 +1,6 @@
-"""The attention explorer's computations (attention/explorer.py), its bertviz adapter and
-the Space files of ``export --space``, without a browser (test_explorer_browser.py drives the app).
+"""The attention explorer's computations (attention/explorer.py), its heat-maps
+(attention_seq2seq/explorer_app.py), its bertviz adapter and the Space files of ``export --space``,
+without a browser (test_explorer_browser.py drives the app).
 
 Models: the tiny trained runs of tests/helpers.py, and untrained tiny RNNs of every attention
 variant (seeded), whose weights are as good as trained ones for checking what is shown against
@@ -31,12 +32,11 @@ from attention_seq2seq.attention.explorer import (
     Explanation,
     HeatMap,
     explain,
-    heatmap_html,
-    render_attention,
     select,
     to_words,
     word_groups,
 )
+from attention_seq2seq.explorer_app import heatmap_html, render_attention
 from attention_seq2seq.translation.loading import load_for_inference
 
 SOURCE = "Y dijo Dios: Sea la luz."
@@ -320,15 +320,7 @@ def test_bertviz_inputs_have_bertvizs_encoder_decoder_structure(trained):
 # export --space
 
 
-ALLOWED_IN_SPACE = {
-    "gradio",
-    "numpy",
-    "torch",
-    "transformers",
-    "attention_fonts",
-    "attention_sentences",
-    "modeling_attention_pass",
-}
+ALLOWED_IN_SPACE = {"gradio", "numpy", "torch", "transformers", "attention_explorer"}
 
 
 def test_space_files_import_only_the_hub_packages(runs_root, tmp_path, capsys):
@@ -339,17 +331,20 @@ def test_space_files_import_only_the_hub_packages(runs_root, tmp_path, capsys):
     folder = tmp_path / "export"
     requirements = (folder / "requirements.txt").read_text().split()
     assert sorted(r.split(">")[0].split("=")[0] for r in requirements) == ["gradio", "torch", "transformers"]
-    for name in ("app.py", "attention_fonts.py", "attention_sentences.py"):
+    for name in ("app.py", "explorer_app.py", "explorer.py", "fonts.py", "sentences.py", "attention_pass.py"):
         tree = ast.parse((folder / name).read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 tops = {alias.name.split(".")[0] for alias in node.names}
             elif isinstance(node, ast.ImportFrom) and node.level == 0:
                 tops = {node.module.split(".")[0]}
+            elif isinstance(node, ast.ImportFrom):
+                assert node.level == 1 and (folder / f"{node.module}.py").is_file(), (name, node.module)
+                continue
             else:
                 continue
             assert tops <= ALLOWED_IN_SPACE | set(sys.stdlib_module_names) | {"matplotlib"}, (name, tops)
-    assert "DEFAULT_MODEL = 'me/rnn'" in (folder / "app.py").read_text()
+    assert json.loads((folder / "space.json").read_text()) == {"model": "me/rnn"}
 
 
 _SPACE_WITHOUT_PACKAGE = r"""

@@ -12,7 +12,7 @@
 Each test keeps a screenshot in ``$ATTN_SEQ2SEQ_ARTIFACTS`` (default
 ``<tmp>/attention-seq2seq-artifacts``, outside pytest's rotating tmp folders; replaced by the next
 run) and prints its path. The browser runs with
-networking features off; Gradio runs without analytics or share link (explorer.launch).
+networking features off; Gradio runs without analytics or share link (explorer_app.launch).
 """
 
 from __future__ import annotations

@@ -23,6 +23,8 @@ from helpers import FAMILIES, build_tiny_run, read_pairs, tiny_model, write_json
 
 from attention_seq2seq.cli import main
 from attention_seq2seq.training import finetune_trainer as ft
+from attention_seq2seq.training import lora
+from attention_seq2seq.training.config import FinetuneConfig
 
 peft = pytest.importorskip("peft")
 
@@ -154,23 +156,23 @@ def test_default_targets_are_the_attention_projections_and_rnn_output_layers():
     from torch import nn
 
     transformer = tiny_model("transformer_seq2seq", 40, encoder_layers=2, decoder_layers=2)
-    targets = ft.default_lora_targets(transformer)
+    targets = lora.default_lora_targets(transformer)
     # q/k/v/out of 2 encoder self-attentions and 2 decoder self- and cross-attentions
     assert len(targets) == 4 * 2 + 8 * 2
     assert {t.rsplit(".", 1)[-1] for t in targets} == {"q_proj", "k_proj", "v_proj", "out_proj"}
     assert any(".encoder_attn." in t for t in targets) and any(".encoder." in t for t in targets)
 
     bahdanau = tiny_model("rnn_seq2seq", 40, attention="bahdanau", coverage=True, cell_type="lstm")
-    assert ft.default_lora_targets(bahdanau) == [
+    assert lora.default_lora_targets(bahdanau) == [
         "model.decoder.attention.q_proj",
         "model.decoder.attention.k_proj",
         "model.decoder.attention.coverage_proj",
         "model.decoder.deep_output",
     ]
     luong = tiny_model("rnn_seq2seq", 40, attention="luong", score="general")
-    assert ft.default_lora_targets(luong) == ["model.decoder.attention.k_proj", "model.decoder.attn_combine"]
+    assert lora.default_lora_targets(luong) == ["model.decoder.attention.k_proj", "model.decoder.attn_combine"]
     local_p = tiny_model("rnn_seq2seq", 40, attention="luong", score="general", window="local-p")
-    assert ft.default_lora_targets(local_p) == [
+    assert lora.default_lora_targets(local_p) == [
         "model.decoder.attention.k_proj",
         "model.decoder.attention.w_p",
         "model.decoder.attention.v_p",
@@ -178,17 +180,17 @@ def test_default_targets_are_the_attention_projections_and_rnn_output_layers():
     ]
     for model in (transformer, bahdanau, luong, local_p):
         linears = {n for n, m in model.named_modules() if isinstance(m, nn.Linear)}
-        assert set(ft.default_lora_targets(model)) <= linears - {"lm_head"}
+        assert set(lora.default_lora_targets(model)) <= linears - {"lm_head"}
 
 
 def test_target_patterns_are_suffix_lists_or_regexes():
     model = tiny_model("transformer_seq2seq", 40)
-    assert ft.resolve_lora_targets(model, "encoder_attn.q_proj, fc2") == [
+    assert lora.resolve_lora_targets(model, "encoder_attn.q_proj, fc2") == [
         "model.encoder.layers.0.feed_forward.fc2",
         "model.decoder.layers.0.encoder_attn.q_proj",
         "model.decoder.layers.0.feed_forward.fc2",
     ]
-    assert ft.resolve_lora_targets(model, r".*decoder.*self_attn\.(q|v)_proj") == [
+    assert lora.resolve_lora_targets(model, r".*decoder.*self_attn\.(q|v)_proj") == [
         "model.decoder.layers.0.self_attn.q_proj",
         "model.decoder.layers.0.self_attn.v_proj",
     ]
@@ -207,8 +209,8 @@ def test_target_patterns_are_suffix_lists_or_regexes():
 )
 def test_bad_target_patterns_are_refused_by_name(family, spec, message):
     model = tiny_model(family, 40, **({"attention": "bahdanau"} if family == "rnn_seq2seq" else {}))
-    with pytest.raises(ft.LoraSettingError) as error:
-        ft.resolve_lora_targets(model, spec)
+    with pytest.raises(lora.LoraSettingError) as error:
+        lora.resolve_lora_targets(model, spec)
     text = str(error.value)
     assert text.startswith(message) and "\n" not in text
     assert "comma list of module-name suffixes or a regex" in text and "q_proj" in text  # what is valid
@@ -217,7 +219,7 @@ def test_bad_target_patterns_are_refused_by_name(family, spec, message):
 def test_an_untied_rnn_lm_head_may_be_targeted_explicitly():
     model = tiny_model("rnn_seq2seq", 40, attention="bahdanau")
     assert not model.config.tie_word_embeddings
-    assert ft.resolve_lora_targets(model, "lm_head") == ["lm_head"]
+    assert lora.resolve_lora_targets(model, "lm_head") == ["lm_head"]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -431,7 +433,7 @@ def test_lora_options_without_lora_are_refused(runs_root, data, tmp_path, capsys
 def test_lora_evaluation_decodes_with_the_configured_settings(runs_root, data, tmp_path):
     """The Trainer sets the evaluation's generation settings on the peft wrapper; generate runs on
     the base model, which must get them too (else it decodes with the base's own 24 tokens)."""
-    config = ft.FinetuneConfig(
+    config = FinetuneConfig(
         base_model=str(build_tiny_run("transformer_seq2seq", runs_root)),
         output_dir=str(tmp_path),
         train_file=str(data["train"]),
@@ -441,7 +443,7 @@ def test_lora_evaluation_decodes_with_the_configured_settings(runs_root, data, t
         lora=True,
     )
     model, tokenizer = ft.load_model_and_tokenizer(config)
-    adapted = ft.apply_lora(model, config)
+    adapted = lora.apply_lora(model, config)
     raw, _ = ft.load_pairs(config)
     tokenized = {split: ft.tokenize_pairs(dataset, tokenizer, config) for split, dataset in raw.items()}
     trainer = ft.build_trainer(config, adapted, tokenizer, tokenized)
@@ -459,7 +461,7 @@ def test_lora_with_gradient_checkpointing_gives_the_same_training(runs_root, dat
     base = str(build_tiny_run("transformer_seq2seq", runs_root))
     results = {}
     for checkpointing in (False, True):
-        config = ft.FinetuneConfig(
+        config = FinetuneConfig(
             base_model=base,
             output_dir=str(tmp_path / str(checkpointing)),
             train_file=str(data["train"]),
@@ -473,7 +475,7 @@ def test_lora_with_gradient_checkpointing_gives_the_same_training(runs_root, dat
         )
         transformers.set_seed(config.seed)
         model, tokenizer = ft.load_model_and_tokenizer(config)
-        adapted = ft.apply_lora(model, config)
+        adapted = lora.apply_lora(model, config)
         raw, _ = ft.load_pairs(config)
         tokenized = {split: ft.tokenize_pairs(dataset, tokenizer, config) for split, dataset in raw.items()}
         trainer = ft.build_trainer(config, adapted, tokenizer, tokenized)

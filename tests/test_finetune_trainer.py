@@ -11,9 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +31,7 @@ from helpers import (
 
 from attention_seq2seq.cli import main
 from attention_seq2seq.training import finetune_trainer as ft
+from attention_seq2seq.training.config import FinetuneConfig, finetune_config
 
 STEPS = 20
 BASE_IDS = {family: f"someone/tiny-{family.replace('_', '-')}" for family in FAMILIES}
@@ -172,7 +171,7 @@ def test_compute_metrics_uses_the_chinese_bleu_tokenizer_when_asked(runs_root):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_evaluation_generation_settings_are_explicit(family, runs_root, finetune_data, tmp_path):
     """Evaluation decodes with the configured beam and length, never the 20-token default."""
-    config = ft.FinetuneConfig(
+    config = FinetuneConfig(
         base_model=str(build_tiny_run(family, runs_root)),
         output_dir=str(tmp_path),
         **{**_common_options(finetune_data), "generation_max_new_tokens": 37, "generation_num_beams": 3},
@@ -195,7 +194,7 @@ def test_evaluation_loss_is_unsmoothed_cross_entropy(runs_root, finetune_data, t
     """Training smooths the labels; eval_loss is plain cross-entropy, so exp(eval_loss) is perplexity."""
     import torch
 
-    config = ft.FinetuneConfig(
+    config = FinetuneConfig(
         base_model=str(build_tiny_run("transformer_seq2seq", runs_root)),
         output_dir=str(tmp_path),
         **{**_common_options(finetune_data), "label_smoothing": 0.3},
@@ -249,7 +248,7 @@ def test_finetune_loss_falls_and_writes_a_run_folder(family, finetuned_runs, run
     assert len(translate(loaded, ["Ein Hund läuft."], num_beams=1)) == 1
 
     # recipe.yaml is the fully resolved config and reads back as the same config
-    assert ft.FinetuneConfig(**ft.load_recipe(run / "recipe.yaml")) == ft.FinetuneConfig(
+    assert finetune_config(run / "recipe.yaml") == FinetuneConfig(
         base_model=str(build_tiny_run(family, runs_root)),
         base_model_id=BASE_IDS[family],
         output_dir=str(run),
@@ -280,7 +279,7 @@ def test_gradient_checkpointing_gives_the_same_training(runs_root, finetune_data
     losses = {}
     for checkpointing in (False, True):
         options = {**_common_options(finetune_data), "max_steps": 3, "validation_file": "", "test_file": ""}
-        config = ft.FinetuneConfig(
+        config = FinetuneConfig(
             base_model=base,
             output_dir=str(tmp_path / str(checkpointing)),
             gradient_checkpointing=checkpointing,
@@ -301,7 +300,7 @@ def test_gradient_checkpointing_gives_the_same_training(runs_root, finetune_data
 
 def test_gradient_checkpointing_on_a_model_without_support_is_refused_by_name(runs_root, finetune_data, tmp_path):
     base = build_tiny_run("rnn_seq2seq", runs_root)
-    config = ft.FinetuneConfig(
+    config = FinetuneConfig(
         base_model=str(base),
         output_dir=str(tmp_path),
         gradient_checkpointing=True,
@@ -316,75 +315,6 @@ def test_gradient_checkpointing_on_a_model_without_support_is_refused_by_name(ru
 
 
 # ------------------------------------------------------------------------------------------------
-# Without the package: an export loaded as remote code
-
-
-_ABSENT_SCRIPT = textwrap.dedent(
-    """
-    import json, runpy, sys
-    sys.modules["attention_seq2seq"] = None  # the package cannot be imported in this process
-    try:
-        import attention_seq2seq
-    except ImportError:
-        pass
-    else:
-        raise SystemExit("attention_seq2seq is importable")
-    script, options = sys.argv[1], json.loads(sys.argv[2])
-    namespace = runpy.run_path(script)  # the example script, run as a plain file
-    config = namespace["FinetuneConfig"](**options)
-    model, _ = namespace["load_model_and_tokenizer"](config)
-    out = namespace["finetune"](config)
-    blocked = [name for name in sys.modules if name.startswith("attention_seq2seq.")]
-    print(json.dumps({"model_module": type(model).__module__, "blocked_leaks": blocked, "out": str(out)}))
-    """
-)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("family", FAMILIES)
-def test_finetune_an_export_without_the_package(family, runs_root, finetune_data, tmp_path):
-    from attention_seq2seq.hub.export import export_model
-
-    export = export_model(build_tiny_run(family, runs_root), tmp_path / "export")
-    script = tmp_path / "absent.py"
-    script.write_text(_ABSENT_SCRIPT)
-    options = {
-        **_common_options(finetune_data),
-        "base_model": str(export),
-        "trust_remote_code": True,
-        "output_dir": str(tmp_path / "finetuned"),
-    }
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "HF_MODULES_CACHE": str(tmp_path / "modules"),
-        "OMP_NUM_THREADS": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-    }
-    result = subprocess.run(
-        [sys.executable, str(script), str(REPO_ROOT / "training" / "finetune_trainer.py"), json.dumps(options)],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
-    assert report["model_module"].startswith("transformers_modules."), report
-    assert report["blocked_leaks"] == []
-
-    metrics = json.loads((tmp_path / "finetuned" / "metrics.json").read_text())
-    _assert_loss_falls(_losses(metrics))
-    assert metrics["base_model"] == str(export)
-    assert 0.0 < metrics["validation"][-1]["chrf"] <= 100.0
-    # The result loads again, here with the package: it is an ordinary model folder.
-    from attention_seq2seq.translation.loading import load_for_inference
-
-    assert load_for_inference(tmp_path / "finetuned").model.config.model_type == family
-
-
-# ------------------------------------------------------------------------------------------------
 # Recipes
 
 
@@ -395,7 +325,7 @@ RECIPES = sorted((REPO_ROOT / "training" / "recipes").glob("finetune-*.yaml"))
 def test_finetune_recipes_are_valid_and_start_from_a_shipped_training_recipe(recipe, tmp_path, monkeypatch):
     import yaml
 
-    config = ft.FinetuneConfig(**ft.load_recipe(recipe))
+    config = finetune_config(recipe)
     config.validate()
     trained = {
         Path(yaml.safe_load(path.read_text()).get("output_dir")): path
@@ -420,7 +350,7 @@ def test_a_finetune_recipe_is_shipped_for_each_family():
 
     families = set()
     for recipe in RECIPES:
-        base = ft.load_recipe(recipe)["base_model"]
+        base = finetune_config(recipe).base_model
         trained = recipe.parent / f"{Path(base).name}.yaml"
         families.add(yaml.safe_load(trained.read_text())["model_family"])
     assert families == {"rnn", "transformer"}
@@ -552,14 +482,18 @@ def test_ddp_over_two_cpu_processes_equals_the_full_batch(family, tmp_path):
 
 
 def test_finetune_options_take_the_training_commands_spelling_too(capsys):
-    import argparse
+    from attention_seq2seq.cli import build_parser, dashed
 
-    parser = argparse.ArgumentParser()
-    ft.add_config_arguments(parser)
-    dashed = parser.parse_args(["--max-steps", "5", "--output-dir", "o", "--max-train-samples", "7", "--fp16"])
-    underscored = parser.parse_args(["--max_steps", "5", "--output_dir", "o", "--max_train_samples", "7", "--fp16"])
-    assert vars(dashed) == vars(underscored)
+    parser = build_parser()
+    written = parser.parse_args(
+        ["finetune", "--max-steps", "5", "--output-dir", "o", "--max-train-samples", "7", "--fp16"]
+    )
+    underscored = parser.parse_args(
+        dashed(["finetune", "--max_steps", "5", "--output_dir", "o", "--max_train_samples", "7", "--fp16"])
+    )
+    assert vars(written) == vars(underscored)
     assert (underscored.max_steps, underscored.output_dir, underscored.max_train_samples) == (5, "o", 7)
-    parser.print_help()
+    with pytest.raises(SystemExit):
+        parser.parse_args(["finetune", "--help"])
     documented = capsys.readouterr().out
     assert "--max-steps" in documented and "--max_steps" not in documented  # one spelling documented

@@ -23,15 +23,7 @@ from safetensors import safe_open
 import attention_seq2seq
 
 from attention_seq2seq.cli import main as cli_main
-from attention_seq2seq.hub import export as export_module
-from attention_seq2seq.hub.export import (
-    ExportError,
-    check_shipped_imports,
-    collect_shipped_code,
-    export_model,
-    flatten_source,
-    strip_png_metadata,
-)
+from attention_seq2seq.hub.export import ExportError, export_model, strip_png_metadata
 from attention_seq2seq.modeling.pipeline_translation import Seq2SeqTranslationPipeline
 from attention_seq2seq.translation.constraints import constrained_decoding
 from helpers import build_tokenizer, read_pairs, tiny_model
@@ -459,79 +451,6 @@ def test_export_rejects_a_foreign_model_type(tmp_path):
     (tmp_path / "bart" / "config.json").write_text(json.dumps({"model_type": "bart"}))
     with pytest.raises(ExportError, match="model_type 'bart'.*'rnn_seq2seq' or 'transformer_seq2seq'"):
         export_model(tmp_path / "bart", tmp_path / "out")
-
-
-# ---------------------------------------------------------------------------- flattening
-
-
-def test_flatten_source_rewrites_package_imports_only():
-    text = (
-        "from ..configuration.configuration_x import XConfig\n"
-        "from ..configuration.configuration_y import (\n    A,\n    B,\n)\n"
-        "from .rnn_attention import Luong\n"
-        "from transformers import PreTrainedModel\n"
-    )
-    flat = flatten_source(text)
-    assert flat == (
-        "from .configuration_x import XConfig\n"
-        "from .configuration_y import (\n    A,\n    B,\n)\n"
-        "from .rnn_attention import Luong\n"
-        "from transformers import PreTrainedModel\n"
-    )
-    assert check_shipped_imports(flat, "m.py") == ["configuration_x", "configuration_y", "rnn_attention"]
-
-
-@pytest.mark.parametrize(
-    "line, message",
-    [
-        ("import numpy as np", "m.py:3: 'import numpy'"),
-        ("from attention_seq2seq.data import x", "'from attention_seq2seq.data import ...'"),
-        ("from . import helpers", "'from . import ...' cannot be flattened"),
-        ("from ..training.metrics import bleu", "'from ..training.metrics import ...' cannot be flattened"),
-        ("from .layers.attention import A", "'from .layers.attention import ...' cannot be flattened"),
-        ("def f():\n    import sacrebleu", "m.py:4: 'import sacrebleu'"),
-        ("import importlib\nimportlib.import_module('attention_seq2seq.data')", "dynamic import"),
-    ],
-)
-def test_shipped_code_with_a_disallowed_import_fails_loudly(line, message):
-    text = f"import os\nimport torch\n{line}\n"
-    with pytest.raises(ExportError, match=message.replace("(", r"\(").replace(".", r"\.")):
-        check_shipped_imports(text, "m.py")
-
-
-def test_collect_shipped_code_follows_siblings_and_checks_them(tmp_path, monkeypatch):
-    modeling, configuration = tmp_path / "modeling", tmp_path / "configuration"
-    modeling.mkdir(), configuration.mkdir()
-    family = export_module.FAMILIES["rnn_seq2seq"]
-    (configuration / f"{family.config_module}.py").write_text("import json\n")
-    (modeling / f"{family.modeling_module}.py").write_text(
-        f"from ..configuration.{family.config_module} import C\nfrom .helpers import h\n"
-    )
-    (modeling / "pipeline_translation.py").write_text("import torch\n")
-    (modeling / "helpers.py").write_text("from .more_helpers import g\n")
-    (modeling / "more_helpers.py").write_text("import transformers\n")
-    monkeypatch.setattr(export_module, "_code_dirs", lambda: [modeling, configuration])
-
-    shipped = collect_shipped_code(family)
-    assert list(shipped) == sorted(
-        [f"{family.config_module}.py", f"{family.modeling_module}.py", "pipeline_translation.py", "helpers.py",
-         "more_helpers.py"]
-    )  # fmt: skip
-    assert shipped[f"{family.modeling_module}.py"].startswith(f"from .{family.config_module} import C")
-
-    (modeling / "more_helpers.py").write_text("import scipy\n")
-    with pytest.raises(ExportError, match=r"more_helpers\.py:1: 'import scipy'"):
-        collect_shipped_code(family)
-    (modeling / "helpers.py").write_text("from .missing import g\n")
-    with pytest.raises(ExportError, match=r"missing\.py \(imported by helpers\.py\)"):
-        collect_shipped_code(family)
-
-
-def test_the_package_code_ships_clean():
-    for family in export_module.FAMILIES.values():
-        shipped = collect_shipped_code(family)
-        assert "pipeline_translation.py" in shipped
-        assert all("from .." not in text for text in shipped.values())
 
 
 # ---------------------------------------------------------------------------- PNG

@@ -130,12 +130,13 @@ def test_importing_the_data_layer_builds_no_model_yet_the_auto_classes_still_wor
 
 
 def test_the_package_root_is_only_the_package_s_face():
-    # The root holds the package's face (registration, errors, the entry points); translation,
+    # The root holds the package's face (registration, errors, the entry points: the main job,
+    # translate for launchers, the attention explorer's app); translation,
     # attention analysis and scores live in their own layers (docs/layout.md).
     root = REPO_ROOT / "attention_seq2seq"
     modules = sorted(p.name for p in root.glob("*.py"))
     folders = sorted(p.name for p in root.iterdir() if p.is_dir() and (p / "__init__.py").exists())
-    assert modules == ["__init__.py", "errors.py", "main_job.py", "translate.py"]
+    assert modules == ["__init__.py", "errors.py", "explorer_app.py", "main_job.py", "translate.py"]
     assert folders == ["cli", "evaluate_modules"]
     for layer in LAYERS:
         assert (REPO_ROOT / layer / "__init__.py").exists(), layer

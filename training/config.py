@@ -1,8 +1,9 @@
 """Reading hyperparameters: recipe files (YAML or JSON) and command-line overrides.
 
-The hyperparameter dataclass itself, ``TrainConfig``, lives in ``train_config.py``; the helpers
-here work on any flat dataclass whose fields have simple types (``int``, ``float``, ``str``,
-``bool``, optional forms of these, and ``dict``).
+The training script's dataclass, ``TrainConfig``, lives in ``train_config.py``; the fine-tuning
+run's, ``FinetuneConfig``, at the end of this file. The helpers here work on any flat dataclass
+whose fields have simple types (``int``, ``float``, ``str``, ``bool``, optional forms of these,
+and ``dict``).
 
 Precedence, lowest first: the dataclass defaults, the recipe (``--recipe FILE``), then each
 ``--field value`` on the command line. A ``dict`` field is *merged* key by key, so
@@ -253,3 +254,121 @@ def dump_recipe(config: Any, path: str | Path) -> None:
     Path(path).write_text(
         yaml.safe_dump(dataclasses.asdict(config), sort_keys=False, allow_unicode=True), encoding="utf-8"
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# The fine-tuning recipe (training/finetune_trainer.py)
+
+_FINETUNE_AT_LEAST_ONE = (
+    "max_steps", "per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
+    "generation_num_beams", "generation_max_new_tokens", "max_source_length", "max_target_length", "logging_steps",
+)  # fmt: skip
+_FINETUNE_AT_LEAST_ZERO = (
+    "max_train_samples", "max_eval_samples", "max_test_samples", "eval_steps", "save_steps", "warmup_steps",
+    "save_total_limit",
+)  # fmt: skip
+
+
+@dataclasses.dataclass
+class FinetuneConfig:
+    """Hyperparameters of a fine-tuning run (every field is a command-line option and a recipe key)."""
+
+    # --- where to start and where to write --------------------------------------------------
+    base_model: str = ""  # training output folder, export folder, model folder or Hub id
+    output_dir: str = ""  # gets model/, metrics.json, recipe.yaml, checkpoints/, logs/
+    base_model_id: str = ""  # the base's Hub id for the card's `base_model` (when base_model is a path)
+    trust_remote_code: bool = False  # run the code shipped in an export (needed without this package)
+
+    # --- data: a corpus spec (needs this package) or JSONL files with "source"/"target" -----
+    corpus: str = ""  # e.g. "multi30k:../shared/data/multi30k" (see attention_seq2seq.data)
+    train_file: str = ""
+    validation_file: str = ""
+    test_file: str = ""
+    max_train_samples: int = 0  # 0 = all; a small slice is the point of fine-tuning
+    max_eval_samples: int = 500  # validation sentences decoded at each evaluation (0 = all)
+    max_test_samples: int = 0  # test sentences scored at the end (0 = all)
+    max_source_length: int = 128  # longer inputs are truncated (tokens)
+    max_target_length: int = 128
+
+    # --- optimisation (Seq2SeqTrainingArguments) --------------------------------------------
+    max_steps: int = 1000
+    per_device_train_batch_size: int = 32
+    per_device_eval_batch_size: int = 64
+    gradient_accumulation_steps: int = 1
+    learning_rate: float = 1e-4  # smaller than from scratch: keep what the base model knows
+    lr_scheduler_type: str = "linear"  # any transformers SchedulerType: linear, cosine, constant, ...
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    label_smoothing: float = 0.1
+    gradient_checkpointing: bool = False  # trade compute for memory (recompute activations)
+    bf16: bool = False
+    fp16: bool = False
+    seed: int = 42
+
+    # --- evaluation and checkpoints ---------------------------------------------------------
+    eval_steps: int = 200  # validation BLEU/chrF every N steps (0 = only at the end)
+    logging_steps: int = 50
+    save_steps: int = 0  # 0 = save at each evaluation
+    save_total_limit: int = 2
+    # Generation during evaluation is always set explicitly (the library default stops at 20 tokens).
+    generation_num_beams: int = 4
+    generation_max_new_tokens: int = 128
+    report_to: str = "none"  # "tensorboard" writes to <output_dir>/logs
+    resume: bool = False  # continue from the newest checkpoint in <output_dir>/checkpoints
+
+    # --- LoRA (peft: pip install 'attention-seq2seq[lora]'); docs/training.md ---------------
+    lora: bool = False  # train low-rank adapters on chosen Linear layers; every base weight stays frozen
+    lora_r: int = 8  # the adapters' rank (>= 1)
+    lora_alpha: int = 16  # adapter outputs are scaled by lora_alpha / lora_r
+    lora_dropout: float = 0.05  # dropout on each adapter's input, in [0, 1)
+    lora_target_modules: str = ""  # comma list of module-name suffixes or a regex over full names ("": family default)
+    merge: bool = False  # with lora: also write model/, the merged plain model (exports like a full fine-tune)
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the field for settings that cannot work."""
+        if not self.base_model:
+            raise ValueError("base_model is required (a training folder, an export folder or a Hub id)")
+        if not self.output_dir:
+            raise ValueError("output_dir is required")
+        if not self.corpus and not self.train_file:
+            raise ValueError("give either corpus (a corpus spec) or train_file (JSONL with source/target)")
+        if self.corpus and self.train_file:
+            raise ValueError("give corpus or train_file, not both")
+        at_least = dict.fromkeys(_FINETUNE_AT_LEAST_ONE, 1) | dict.fromkeys(_FINETUNE_AT_LEAST_ZERO, 0)
+        for name, low in at_least.items():
+            if getattr(self, name) < low:
+                raise ValueError(f"{name} must be >= {low}; got {getattr(self, name)}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1); got {self.label_smoothing}")
+        if self.bf16 and self.fp16:
+            raise ValueError("bf16 and fp16 are exclusive; choose one")
+        if self.report_to not in ("none", "tensorboard"):
+            raise ValueError(f"report_to must be one of 'none', 'tensorboard'; got {self.report_to!r}")
+        if self.lora_r < 1:
+            raise ValueError(f"lora_r must be a positive integer (the adapters' rank, e.g. 8); got {self.lora_r}")
+        if self.lora_alpha <= 0:
+            raise ValueError(f"lora_alpha must be > 0 (adapter outputs are scaled by alpha / r); got {self.lora_alpha}")
+        if not 0.0 <= self.lora_dropout < 1.0:
+            raise ValueError(f"lora_dropout must be in [0, 1); got {self.lora_dropout}")
+        if not self.lora:
+            defaults = {f.name: f.default for f in dataclasses.fields(self)}
+            changed = [
+                name
+                for name in ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "merge")
+                if getattr(self, name) != defaults[name]
+            ]
+            if changed:
+                raise ValueError(f"{', '.join(changed)} apply to LoRA runs only: add --lora (recipe: lora: true)")
+
+
+def finetune_config(recipe: str | Path | None = None, overrides: dict[str, Any] | None = None) -> FinetuneConfig:
+    """The fine-tuning recipe file ``recipe`` (YAML or JSON; None: the defaults), with ``overrides``
+    (field -> value, e.g. the command line's) on top. Not validated (``FinetuneConfig.validate``).
+
+    Raises:
+        RecipeError: the file cannot be read, names an unknown field (with the closest valid
+            names) or gives a value of the wrong type.
+    """
+    config = config_from_dict(FinetuneConfig, load_recipe(recipe) if recipe else {})
+    return config_from_dict(FinetuneConfig, overrides or {}, base=config)

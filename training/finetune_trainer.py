@@ -1,28 +1,20 @@
 """Fine-tune a trained or exported model with transformers' ``Seq2SeqTrainer``.
 
 This is the path a Hugging Face user already knows: ``Seq2SeqTrainer`` + ``DataCollatorForSeq2Seq``
-with ``predict_with_generate`` and BLEU/chrF from sacrebleu. It starts from any model this package
-wrote (a training output folder, an export folder, a plain model folder or a Hub id) and writes a
-folder with the same layout as ``training/train.py``, so ``attention-seq2seq export`` turns it into a
-Hub repo whose card names the base model.
+with ``predict_with_generate`` and BLEU/chrF from the package's one translation metric
+(``attention_seq2seq.TRANSLATION_METRIC_PATH``: the same BLEU and chrF as the package's own trainer
+and ``evaluate`` command). It starts from any model this package wrote (a training output folder,
+an export folder with ``trust_remote_code``, a plain model folder or a Hub id) and writes a folder
+with the same layout as ``training/train.py``, so ``attention-seq2seq export`` turns it into a Hub
+repo whose card names the base model. The data is a corpus spec of
+``attention_seq2seq.data.load_corpus`` or JSONL files (``{"source": ..., "target": ...}`` per line).
 
-The file needs only torch, transformers, datasets and sacrebleu. With the package installed the
-scores come from its evaluate module (``attention_seq2seq.TRANSLATION_METRIC_PATH``: the same BLEU
-and chrF as the package's own trainer and ``evaluate`` command); without it, from plain sacrebleu
-calls that give the same numbers. Run next to an
-export with ``--trust-remote-code`` it works where this package is not installed at all: the data
-then comes from JSONL files (``{"source": ..., "target": ...}`` per line). With the package
-installed, ``--corpus`` takes any corpus spec of ``attention_seq2seq.data.load_corpus``.
+The recipe is ``FinetuneConfig`` (training/config.py), LoRA is training/lora.py, and the command
+is ``attention-seq2seq finetune`` (attention_seq2seq/cli/training.py).
 
 Examples::
 
-    # the recipe: a Bible es->en model fine-tuned on 2,000 Multi30k de->en pairs
     attention-seq2seq finetune --recipe training/recipes/finetune-bible-multi30k.yaml
-    python -m attention_seq2seq.training.finetune_trainer --recipe training/recipes/finetune-bible-multi30k.yaml
-
-    # from an export, with transformers alone
-    python finetune_trainer.py --base-model ./export --trust-remote-code \\
-        --train-file train.jsonl --validation-file dev.jsonl --output-dir runs/ft --max-steps 500
 
     # several GPUs: the Trainer runs on Accelerate, any launcher works
     torchrun --nproc_per_node 4 -m attention_seq2seq.training.finetune_trainer --recipe ...
@@ -34,14 +26,11 @@ processes times ``gradient_accumulation_steps``.
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import json
 import math
 import os
 import sys
 import time
-from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable
 
@@ -56,118 +45,16 @@ from transformers import (
     set_seed,
 )
 
-
-@dataclass
-class FinetuneConfig:
-    """Hyperparameters of a fine-tuning run (every field is a command-line option and a recipe key)."""
-
-    # --- where to start and where to write --------------------------------------------------
-    base_model: str = ""  # training output folder, export folder, model folder or Hub id
-    output_dir: str = ""  # gets model/, metrics.json, recipe.yaml, checkpoints/, logs/
-    base_model_id: str = ""  # the base's Hub id for the card's `base_model` (when base_model is a path)
-    trust_remote_code: bool = False  # run the code shipped in an export (needed without this package)
-
-    # --- data: a corpus spec (needs this package) or JSONL files with "source"/"target" -----
-    corpus: str = ""  # e.g. "multi30k:../shared/data/multi30k" (see attention_seq2seq.data)
-    train_file: str = ""
-    validation_file: str = ""
-    test_file: str = ""
-    max_train_samples: int = 0  # 0 = all; a small slice is the point of fine-tuning
-    max_eval_samples: int = 500  # validation sentences decoded at each evaluation (0 = all)
-    max_test_samples: int = 0  # test sentences scored at the end (0 = all)
-    max_source_length: int = 128  # longer inputs are truncated (tokens)
-    max_target_length: int = 128
-
-    # --- optimisation (Seq2SeqTrainingArguments) --------------------------------------------
-    max_steps: int = 1000
-    per_device_train_batch_size: int = 32
-    per_device_eval_batch_size: int = 64
-    gradient_accumulation_steps: int = 1
-    learning_rate: float = 1e-4  # smaller than from scratch: keep what the base model knows
-    lr_scheduler_type: str = "linear"  # any transformers SchedulerType: linear, cosine, constant, ...
-    warmup_steps: int = 0
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    label_smoothing: float = 0.1
-    gradient_checkpointing: bool = False  # trade compute for memory (recompute activations)
-    bf16: bool = False
-    fp16: bool = False
-    seed: int = 42
-
-    # --- evaluation and checkpoints ---------------------------------------------------------
-    eval_steps: int = 200  # validation BLEU/chrF every N steps (0 = only at the end)
-    logging_steps: int = 50
-    save_steps: int = 0  # 0 = save at each evaluation
-    save_total_limit: int = 2
-    # Generation during evaluation is always set explicitly (the library default stops at 20 tokens).
-    generation_num_beams: int = 4
-    generation_max_new_tokens: int = 128
-    report_to: str = "none"  # "tensorboard" writes to <output_dir>/logs
-    resume: bool = False  # continue from the newest checkpoint in <output_dir>/checkpoints
-
-    # --- LoRA (peft: pip install 'attention-seq2seq[lora]'); docs/training.md ---------------
-    lora: bool = False  # train low-rank adapters on chosen Linear layers; every base weight stays frozen
-    lora_r: int = 8  # the adapters' rank (>= 1)
-    lora_alpha: int = 16  # adapter outputs are scaled by lora_alpha / lora_r
-    lora_dropout: float = 0.05  # dropout on each adapter's input, in [0, 1)
-    lora_target_modules: str = ""  # comma list of module-name suffixes or a regex over full names ("": family default)
-    merge: bool = False  # with lora: also write model/, the merged plain model (exports like a full fine-tune)
-
-    def validate(self) -> None:
-        """Raise ``ValueError`` naming the field for settings that cannot work."""
-        if not self.base_model:
-            raise ValueError("base_model is required (a training folder, an export folder or a Hub id)")
-        if not self.output_dir:
-            raise ValueError("output_dir is required")
-        if not self.corpus and not self.train_file:
-            raise ValueError("give either corpus (a corpus spec) or train_file (JSONL with source/target)")
-        if self.corpus and self.train_file:
-            raise ValueError("give corpus or train_file, not both")
-        for name in (
-            "max_steps",
-            "per_device_train_batch_size",
-            "per_device_eval_batch_size",
-            "gradient_accumulation_steps",
-            "generation_num_beams",
-            "generation_max_new_tokens",
-            "max_source_length",
-            "max_target_length",
-            "logging_steps",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1; got {getattr(self, name)}")
-        for name in (
-            "max_train_samples",
-            "max_eval_samples",
-            "max_test_samples",
-            "eval_steps",
-            "save_steps",
-            "warmup_steps",
-            "save_total_limit",
-        ):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0; got {getattr(self, name)}")
-        if not 0.0 <= self.label_smoothing < 1.0:
-            raise ValueError(f"label_smoothing must be in [0, 1); got {self.label_smoothing}")
-        if self.bf16 and self.fp16:
-            raise ValueError("bf16 and fp16 are exclusive; choose one")
-        if self.report_to not in ("none", "tensorboard"):
-            raise ValueError(f"report_to must be one of 'none', 'tensorboard'; got {self.report_to!r}")
-        if self.lora_r < 1:
-            raise ValueError(f"lora_r must be a positive integer (the adapters' rank, e.g. 8); got {self.lora_r}")
-        if self.lora_alpha <= 0:
-            raise ValueError(f"lora_alpha must be > 0 (adapter outputs are scaled by alpha / r); got {self.lora_alpha}")
-        if not 0.0 <= self.lora_dropout < 1.0:
-            raise ValueError(f"lora_dropout must be in [0, 1); got {self.lora_dropout}")
-        if not self.lora:
-            defaults = {f.name: f.default for f in fields(self)}
-            changed = [
-                name
-                for name in ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "merge")
-                if getattr(self, name) != defaults[name]
-            ]
-            if changed:
-                raise ValueError(f"{', '.join(changed)} apply to LoRA runs only: add --lora (recipe: lora: true)")
+from ..translation.scores import corpus_scores, load_translation_metric
+from .config import FinetuneConfig, dump_recipe, finetune_config, parse_command_line
+from .lora import (
+    apply_lora,
+    lora_parameter_counts,
+    merge_command,
+    merge_lora,
+    require_peft,
+    write_lora_readme,
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -182,19 +69,12 @@ def build_compute_metrics(tokenizer, *, bleu_tokenize: str | None = None) -> Cal
     position; -100 is not a token id, so both are replaced by the pad id before decoding, and
     decoding drops special tokens, giving the plain detokenized text sacrebleu expects.
     ``bleu_tokenize`` is sacrebleu's tokenizer ("13a" by default; "zh" for Chinese targets).
-
-    With the package installed the scores come from ``evaluate.load`` of its translation metric
-    (`attention_seq2seq.translation.scores.load_translation_metric`, in memory: no cache file per process); without
-    it, from `score_corpus`.
+    The scores come from ``evaluate.load`` of the package's translation metric
+    (``translation.scores.load_translation_metric``, in memory: no cache file per process).
     """
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     special_ids = np.array(sorted(set(tokenizer.all_special_ids) | {-100}))
-    try:
-        from attention_seq2seq.translation.scores import load_translation_metric
-    except ImportError:  # run next to an export, with transformers alone
-        metric = None
-    else:
-        metric = load_translation_metric(keep_in_memory=True)
+    metric = load_translation_metric(keep_in_memory=True)
 
     def compute_metrics(eval_pred) -> dict:
         predictions, labels = eval_pred.predictions, eval_pred.label_ids
@@ -202,10 +82,7 @@ def build_compute_metrics(tokenizer, *, bleu_tokenize: str | None = None) -> Cal
             predictions = predictions[0]
         hypotheses = decode_ids(tokenizer, predictions, pad_id)
         references = decode_ids(tokenizer, labels, pad_id)
-        if metric is None:
-            scores = score_corpus(hypotheses, references, bleu_tokenize=bleu_tokenize)
-        else:
-            scores = metric.compute(predictions=hypotheses, references=references, tokenize=bleu_tokenize)
+        scores = metric.compute(predictions=hypotheses, references=references, tokenize=bleu_tokenize)
         lengths = (~np.isin(np.asarray(predictions), special_ids)).sum(axis=-1)  # output tokens only
         return {
             "bleu": scores["bleu"],
@@ -214,45 +91,6 @@ def build_compute_metrics(tokenizer, *, bleu_tokenize: str | None = None) -> Cal
         }
 
     return compute_metrics
-
-
-def score_corpus(hypotheses: list[str], references: list[str], *, bleu_tokenize: str | None = None) -> dict:
-    """Corpus BLEU and chrF with their sacreBLEU signatures (one reference per sentence).
-
-    With the package installed: its translation metric's computation (``translation_scores`` of
-    attention_seq2seq/evaluate_modules/translation_scores, which adds ``bleu_lowercase`` and its
-    signature). Without it (this file run next to an export, with transformers and sacrebleu
-    alone): the same sacrebleu calls, written out here; both give the same numbers and signatures.
-
-    Raises:
-        ValueError: ``hypotheses`` or ``references`` is a single string (sacreBLEU would score
-            each of its characters as a sentence), or the two differ in length.
-    """
-    try:
-        from attention_seq2seq.evaluate_modules.translation_scores import compute_scores as module
-    except ImportError:
-        module = None
-    if module is not None:
-        return module.translation_scores(hypotheses, references, tokenize=bleu_tokenize)
-
-    import sacrebleu
-
-    for name, sentences in (("hypotheses", hypotheses), ("references", references)):
-        if isinstance(sentences, str):
-            raise ValueError(f"{name} must be a list of strings, one per sentence; got a single string")
-    if len(hypotheses) != len(references):
-        raise ValueError(f"got {len(hypotheses)} hypotheses for {len(references)} references")
-
-    bleu = sacrebleu.BLEU(**({"tokenize": bleu_tokenize} if bleu_tokenize else {}))
-    chrf = sacrebleu.CHRF()
-    bleu_score = bleu.corpus_score(hypotheses, [references])
-    chrf_score = chrf.corpus_score(hypotheses, [references])
-    return {
-        "bleu": bleu_score.score,
-        "chrf": chrf_score.score,
-        "bleu_signature": str(bleu.get_signature()),
-        "chrf_signature": str(chrf.get_signature()),
-    }
 
 
 def decode_ids(tokenizer, ids, pad_id: int) -> list[str]:
@@ -285,10 +123,6 @@ def resolve_model_path(base_model: str) -> str:
 
 def load_model_and_tokenizer(config: FinetuneConfig):
     """Model and tokenizer of ``config.base_model`` (remote code only with ``trust_remote_code``)."""
-    try:  # registers both families with the Auto classes; absent where only the export is used
-        import attention_seq2seq  # noqa: F401
-    except ImportError:
-        pass
     model_path = resolve_model_path(config.base_model)
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=config.trust_remote_code)
@@ -307,7 +141,7 @@ def load_pairs(config: FinetuneConfig):
     from datasets import DatasetDict, load_dataset
 
     if config.corpus:
-        from attention_seq2seq.data import load_corpus  # the package's corpus specs
+        from ..data import load_corpus
 
         splits, info = load_corpus(config.corpus, return_info=True)
         corpus = {
@@ -363,222 +197,6 @@ def evaluation_generation_config(model, config: FinetuneConfig):
     return generation_config
 
 
-# --------------------------------------------------------------------------------------------
-# LoRA (peft is an optional dependency: imported only when a run asks for it)
-
-LORA_INSTALL = "pip install 'attention-seq2seq[lora]'"
-# The Transformer's attention projections (Marian's and BART's names too): self- and cross-attention.
-TRANSFORMER_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "out_proj")
-# The RNN layers that turn the attention's context into the vector the lm_head reads.
-RNN_LORA_OUTPUT_LAYERS = ("deep_output", "attn_combine")
-# A --lora-target-modules value with one of these is a regex; otherwise a comma list of suffixes.
-_REGEX_CHARACTERS = frozenset("^$*+?()[]{}|\\")
-
-
-class LoraSettingError(ValueError):
-    """A LoRA setting that does not fit the loaded model (found only once it is loaded)."""
-
-
-def require_peft():
-    """The ``peft`` module.
-
-    Raises:
-        ImportError: one line naming the install command, where peft is missing.
-    """
-    try:
-        import peft
-    except ImportError:
-        raise ImportError(f"lora: peft is not installed; {LORA_INSTALL} (or: pip install peft)") from None
-    return peft
-
-
-def default_lora_targets(model) -> list[str]:
-    """Full names of the modules LoRA adapts when ``lora_target_modules`` is empty.
-
-    RNN (``model_type == "rnn_seq2seq"``): every ``nn.Linear`` of the decoder's attention (whichever
-    of q_proj, k_proj, coverage_proj, w_p, v_p, key_strength the variant has) and the output layer
-    between the attention and the lm_head (Bahdanau's ``deep_output``, Luong's ``attn_combine``).
-    Any other model: the attention projections ``q_proj``, ``k_proj``, ``v_proj``, ``out_proj`` of
-    every layer (the Transformer's self- and cross-attention). Never the lm_head or the embeddings
-    (tied in the Transformer; a merge would change both), nor the RNN cells (peft has no LoRA
-    for ``nn.GRU`` / ``nn.LSTM``). The list may be empty (an RNN without attention whose output
-    layer is the lm_head alone); `resolve_lora_targets` then asks for explicit targets.
-    """
-    from torch import nn
-
-    names = [name for name, module in model.named_modules() if isinstance(module, nn.Linear)]
-    if getattr(model.config, "model_type", None) == "rnn_seq2seq":
-        return [
-            name for name in names if ".attention." in f".{name}." or name.rsplit(".", 1)[-1] in RNN_LORA_OUTPUT_LAYERS
-        ]
-    return [name for name in names if name.rsplit(".", 1)[-1] in TRANSFORMER_LORA_TARGETS]
-
-
-def resolve_lora_targets(model, spec: str) -> list[str]:
-    """Full module names (in ``named_modules`` order) that ``spec`` selects in ``model``.
-
-    ``spec`` is ``lora_target_modules``: "" for `default_lora_targets`; a regex (it holds one of
-    ``^$*+?()[]{}|`` or a backslash) that must match a module's whole name, as peft reads a
-    string; or a comma list of suffixes, each matching a module named exactly so or ending in
-    ``.<suffix>`` (``q_proj``, ``attention.k_proj``), as peft reads a list.
-
-    Raises:
-        LoraSettingError: (a ValueError) one line naming ``lora_target_modules``: the regex does
-            not compile, a pattern matches no module, or a match is not an ``nn.Linear`` /
-            ``nn.Embedding`` or shares its weight with another module (a tied lm_head or
-            embedding: merging would change both).
-    """
-    import re
-
-    from torch import nn
-
-    modules = dict(model.named_modules())
-    family = getattr(model.config, "model_type", type(model).__name__)
-    linear_suffixes = sorted({name.rsplit(".", 1)[-1] for name, m in modules.items() if isinstance(m, nn.Linear)})
-    valid = (
-        "valid: a comma list of module-name suffixes or a regex over full names; "
-        f"this {family} model's Linear layers end in {', '.join(linear_suffixes)}"
-    )
-    spec = spec.strip()
-    if not spec:
-        targets = default_lora_targets(model)
-        if not targets:
-            raise LoraSettingError(f"lora_target_modules: this {family} model has no default LoRA targets; {valid}")
-    elif _REGEX_CHARACTERS & set(spec):
-        try:
-            pattern = re.compile(spec)
-        except re.error as err:
-            raise LoraSettingError(f"lora_target_modules: {spec!r} is not a valid regex ({err}); {valid}") from None
-        targets = [name for name in modules if name and pattern.fullmatch(name)]
-        if not targets:
-            raise LoraSettingError(f"lora_target_modules: the regex {spec!r} matches no module name; {valid}")
-    else:
-        targets = []
-        for suffix in (part.strip() for part in spec.split(",")):
-            matched = [name for name in modules if name and (name == suffix or name.endswith("." + suffix))]
-            if not suffix or not matched:
-                raise LoraSettingError(f"lora_target_modules: {suffix!r} matches no module; {valid}")
-            targets += matched
-        targets = [name for name in modules if name in set(targets)]
-
-    owners: dict[int, list[str]] = {}
-    for name, module in modules.items():
-        for param_name, param in module.named_parameters(prefix=name, recurse=False):
-            owners.setdefault(id(param), []).append(param_name)
-    for name in targets:
-        module = modules[name]
-        if not isinstance(module, (nn.Linear, nn.Embedding)):
-            raise LoraSettingError(
-                f"lora_target_modules: {name} is a {type(module).__name__}; LoRA here adapts Linear "
-                f"(and untied Embedding) layers; {valid}"
-            )
-        sharing = [other for other in owners.get(id(module.weight), []) if not other.startswith(name + ".")]
-        if sharing:
-            raise LoraSettingError(
-                f"lora_target_modules: {name} shares its weight with {sharing[0]} (tied embeddings): a merge "
-                f"would change both; leave it out ({valid})"
-            )
-    return targets
-
-
-def apply_lora(model, config: FinetuneConfig):
-    """``model`` wrapped by peft's LoRA on `resolve_lora_targets` of ``config.lora_target_modules``.
-
-    Every base parameter is frozen; each target gets ``lora_A`` (r x in) and ``lora_B`` (out x r,
-    zero at the start, so the wrapped model starts as the base) scaled by ``lora_alpha / lora_r``.
-    The result is a plain ``peft.PeftModel`` (no ``task_type``): ``PeftModelForSeq2SeqLM`` passes
-    ``inputs_embeds`` and ``decoder_inputs_embeds``, which neither family's forward takes.
-
-    Raises:
-        ImportError: peft is missing (`require_peft`).
-        LoraSettingError: see `resolve_lora_targets`.
-    """
-    peft = require_peft()
-    targets = resolve_lora_targets(model, config.lora_target_modules)
-    lora_config = peft.LoraConfig(
-        r=config.lora_r,
-        lora_alpha=config.lora_alpha,
-        lora_dropout=config.lora_dropout,
-        target_modules=targets,
-        bias="none",
-    )
-    return peft.get_peft_model(model, lora_config)
-
-
-def lora_parameter_counts(peft_model) -> tuple[int, int]:
-    """(trainable, total) parameters as peft's ``print_trainable_parameters`` counts them
-    (total = base + adapters; tied weights once)."""
-    trainable, total = peft_model.get_nb_trainable_parameters()
-    return int(trainable), int(total)
-
-
-def _teacher_forced_logits(model, batch: dict) -> torch.Tensor:
-    model.eval()
-    with torch.no_grad():
-        return model(**batch).logits.float()
-
-
-def merge_lora(peft_model, check_batch: dict | None = None):
-    """The adapters merged into the base weights (``merge_and_unload``): ``(plain model, difference)``.
-
-    ``difference`` is the largest absolute difference between the teacher-forced logits of the
-    adapted and the merged model on ``check_batch`` (model inputs with ``labels`` or
-    ``decoder_input_ids``, on the model's device), or None without a batch. Merging changes the
-    base model in place; the returned model is in eval mode.
-    """
-    before = _teacher_forced_logits(peft_model, check_batch) if check_batch else None
-    merged = peft_model.merge_and_unload()
-    if before is None:
-        return merged.eval(), None
-    after = _teacher_forced_logits(merged, check_batch)
-    return merged, float((after - before).abs().max())
-
-
-def _check_batch(collator, dataset, device, n: int = 8) -> dict | None:
-    """The first ``n`` examples of a tokenized split, collated and on ``device`` (None when empty)."""
-    if dataset is None or len(dataset) == 0:
-        return None
-    batch = collator([dataset[i] for i in range(min(n, len(dataset)))])
-    return {key: value.to(device) for key, value in batch.items()}
-
-
-def merge_command(output_dir: str | Path) -> str:
-    return f"attention-seq2seq finetune --merge-adapter {output_dir}"
-
-
-def _write_lora_readme(output_dir: Path, lora: dict) -> None:
-    """README.md of a LoRA run's folder: what it holds and how to merge or load the adapter."""
-    merged = lora["merged"]
-    lines = [
-        "# LoRA fine-tuning run",
-        "",
-        f"LoRA r={lora['r']}, alpha={lora['alpha']}, dropout={lora['dropout']} on {len(lora['target_modules'])} "
-        f"modules; {lora['trainable_parameters']:,} trainable of {lora['total_parameters']:,} parameters.",
-        "",
-        "- `adapter/`: the adapter alone (peft `save_pretrained`), with the tokenizer.",
-    ]
-    if merged:
-        lines += [
-            "- `model/`: the adapter merged into the base model (`merge_and_unload`), a plain model:",
-            f"  `attention-seq2seq export {output_dir}` exports it like a full fine-tune.",
-        ]
-    else:
-        lines += [
-            "- no `model/` yet: merge the adapter into the base model (writes `model/`) with",
-            "",
-            f"      {merge_command(output_dir)}",
-            "",
-            "  (the base is read from `recipe.yaml`; `--base-model PATH` overrides it), then export as usual.",
-        ]
-    lines += [
-        "- `metrics.json`, `recipe.yaml`, `checkpoints/`: as for every fine-tuning run.",
-        "",
-        "Loading the adapter on the base with peft: `PeftModel.from_pretrained(base_model, 'adapter')`.",
-        "",
-    ]
-    (output_dir / "README.md").write_text("\n".join(lines), encoding="utf-8")
-
-
 def merge_adapter(run_dir: str | Path, *, base_model: str | None = None) -> Path:
     """Merge the adapter of a finished LoRA run into its base model and write ``<run_dir>/model``.
 
@@ -602,8 +220,7 @@ def merge_adapter(run_dir: str | Path, *, base_model: str | None = None) -> Path
     if model_dir.exists():
         raise FileExistsError(f"merge_adapter: {model_dir} exists already; remove it to merge again")
     peft = require_peft()
-    values = load_recipe(run_dir / "recipe.yaml")
-    config = FinetuneConfig(**{**values, **({"base_model": base_model} if base_model else {})})
+    config = finetune_config(run_dir / "recipe.yaml", {"base_model": base_model} if base_model else None)
     model, tokenizer = load_model_and_tokenizer(config)
     adapted = peft.PeftModel.from_pretrained(model, str(adapter_dir))
     sentences = ["A man is walking his dog in the park.", "Two children are playing on the beach."]
@@ -622,7 +239,7 @@ def merge_adapter(run_dir: str | Path, *, base_model: str | None = None) -> Path
         lora.pop("merge_command", None)
         metrics_path.write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
         if {"r", "alpha", "dropout", "target_modules", "trainable_parameters", "total_parameters"} <= set(lora):
-            _write_lora_readme(run_dir, lora)
+            write_lora_readme(run_dir, lora)
     return model_dir
 
 
@@ -646,6 +263,14 @@ def check_output_dir(config: FinetuneConfig) -> str | None:
             "(recipe: resume: true) or choose another output_dir"
         )
     return str(checkpoints[-1]) if checkpoints else None
+
+
+def _check_batch(collator, dataset, device, n: int = 8) -> dict | None:
+    """The first ``n`` examples of a tokenized split, collated and on ``device`` (None when empty)."""
+    if dataset is None or len(dataset) == 0:
+        return None
+    batch = collator([dataset[i] for i in range(min(n, len(dataset)))])
+    return {key: value.to(device) for key, value in batch.items()}
 
 
 # --------------------------------------------------------------------------------------------
@@ -816,7 +441,7 @@ def finetune(config: FinetuneConfig) -> Path:
     if "test" in tokenized:
         prediction = trainer.predict(tokenized["test"], metric_key_prefix="test")
         hypotheses = decode_ids(tokenizer, prediction.predictions, tokenizer.pad_token_id or 0)
-        test_scores = score_corpus(hypotheses, list(raw["test"]["target"]), bleu_tokenize=bleu_tokenize)
+        test_scores = corpus_scores(hypotheses, list(raw["test"]["target"]), target_lang=corpus.get("target_lang"))
 
     # The saved model keeps the base model's generation settings, not the evaluation's.
     trainer.model.generation_config = deploy_generation_config
@@ -840,7 +465,7 @@ def finetune(config: FinetuneConfig) -> Path:
                 tokenizer.save_pretrained(str(output_dir / "model"))
             else:
                 lora["merge_command"] = merge_command(output_dir)
-            _write_lora_readme(output_dir, lora)
+            write_lora_readme(output_dir, lora)
         write_run_files(config, trainer, train_result, wall_time, test_scores, raw, corpus, lora=lora)
         if lora is not None and not config.merge:
             print(f"LoRA adapter written to {output_dir / 'adapter'}; merge it into a plain model with:")
@@ -903,114 +528,24 @@ def write_run_files(
             **test_scores,
         }
     (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
-    _write_recipe(config, output_dir / "recipe.yaml")
-
-
-def _write_recipe(config: FinetuneConfig, path: Path) -> None:
-    values = dataclasses.asdict(config)
-    try:
-        import yaml
-
-        text = "# Resolved fine-tuning recipe (re-run: attention-seq2seq finetune --recipe this-file)\n"
-        text += yaml.safe_dump(values, sort_keys=False)
-    except ImportError:  # pyyaml is a package dependency, but this file also runs without the package
-        text = json.dumps(values, indent=2) + "\n"
-    path.write_text(text, encoding="utf-8")
+    dump_recipe(config, output_dir / "recipe.yaml")
 
 
 # --------------------------------------------------------------------------------------------
-# Command line (shared with `attention-seq2seq finetune`)
-
-
-def load_recipe(path: str | Path) -> dict:
-    """A recipe file (YAML or JSON) as a dict; unknown keys raise ``ValueError`` naming them."""
-    from .config import load_recipe as read_recipe  # one reader: UTF-8, YAML and JSON errors as one line
-
-    values = read_recipe(path)
-    known = {f.name for f in fields(FinetuneConfig)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ValueError(f"{path}: unknown field(s) {', '.join(unknown)}; valid fields: {', '.join(sorted(known))}")
-    return values
-
-
-def add_config_arguments(parser: argparse.ArgumentParser, comments: dict[str, str] | None = None) -> None:
-    """One ``--field-name`` option per ``FinetuneConfig`` field; ``comments`` are their help texts.
-
-    Options left out stay ``None``, so the recipe's value (or the field's default) applies.
-    """
-    comments = comments or {}
-    parser.add_argument("--recipe", help="YAML or JSON file of fields; options given here override it")
-    parser.add_argument(
-        "--merge-adapter",
-        metavar="RUN_DIR",
-        help="merge the adapter of a finished LoRA run (RUN_DIR/adapter) into its base model and write "
-        "RUN_DIR/model; --base-model overrides the base named in RUN_DIR/recipe.yaml; nothing is trained",
-    )
-    parser.add_argument("--merge_adapter", dest="merge_adapter", help=argparse.SUPPRESS)
-    for f in fields(FinetuneConfig):
-        flag = "--" + f.name.replace("_", "-")
-        # the training command's spelling (--max_steps, --output_dir) works too, undocumented
-        hidden = [f"--{f.name}"] if "_" in f.name else []
-        text = f"{comments[f.name]} " if comments.get(f.name) else ""
-        if f.type in ("bool", bool):
-            parser.add_argument(
-                flag,
-                dest=f.name,
-                action=argparse.BooleanOptionalAction,
-                default=None,
-                help=f"{text}(default: {f.default})",
-            )
-            for alias in hidden:
-                parser.add_argument(alias, dest=f.name, action="store_true", default=None, help=argparse.SUPPRESS)
-        else:
-            kind = {"int": int, "float": float}.get(str(f.type), str)
-            parser.add_argument(
-                flag,
-                dest=f.name,
-                type=kind,
-                default=None,
-                metavar={int: "N", float: "X"}.get(kind, "TEXT"),
-                help=f"{text}(default: {f.default!r})".replace("%", "%%"),
-            )
-            for alias in hidden:
-                parser.add_argument(alias, dest=f.name, type=kind, default=None, help=argparse.SUPPRESS)
-
-
-def config_from_args(args: argparse.Namespace) -> FinetuneConfig:
-    values = load_recipe(args.recipe) if args.recipe else {}
-    for f in fields(FinetuneConfig):
-        given = getattr(args, f.name, None)
-        if given is not None:
-            values[f.name] = given
-    config = FinetuneConfig(**values)
-    config.validate()
-    if config.lora:
-        require_peft()  # before anything is loaded
-    return config
+# python -m attention_seq2seq.training.finetune_trainer (what torchrun / accelerate launch run)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="finetune_trainer",
-        description="Fine-tune an attention-seq2seq model with transformers' Seq2SeqTrainer.",
-        epilog=__doc__.split("Examples::", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_config_arguments(parser)
-    args = parser.parse_args(argv)
+    """``--recipe FILE`` and ``--field value`` options, as ``attention-seq2seq finetune`` takes them."""
     try:
-        if args.merge_adapter:
-            model_dir = merge_adapter(args.merge_adapter, base_model=args.base_model)
-            print(f"merged model written to {model_dir}", file=sys.stderr)
-            return 0
-        config = config_from_args(args)
-    except (ValueError, FileNotFoundError, FileExistsError, ImportError, TypeError) as err:
-        parser.error(str(err))
-    try:
+        config = parse_command_line(FinetuneConfig, argv, prog="finetune_trainer")
+        config.validate()
+        if config.lora:
+            require_peft()  # before anything is loaded
         output_dir = finetune(config)
-    except (FileExistsError, ImportError, LoraSettingError) as err:  # one-line errors found after loading
-        parser.error(str(err))
+    except (ValueError, FileNotFoundError, FileExistsError, ImportError) as err:  # RecipeError, LoraSettingError
+        print(f"finetune_trainer: error: {err}", file=sys.stderr)
+        return 2
     if int(os.environ.get("RANK", "0")) == 0:
         written = "model" if (output_dir / "model").is_dir() else "adapter"
         print(f"fine-tuned {written} written to {output_dir / written}", file=sys.stderr)

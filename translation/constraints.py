@@ -49,16 +49,16 @@ Three ways to call it (transformers 5.24):
   as the decoding loop (in place of ``_beam_search``), passing it the ``constraints`` keyword
   because the callable's signature names it.
 * ``model.generate(input_ids, custom_generate=FOLDER, trust_remote_code=True, constraints=...)`` for
-  a model folder (or Hub repository) holding ``custom_generate/generate.py``, which
-  :func:`write_custom_generate` writes from the part of this file above the "not shipped" line
-  (it imports only torch and transformers). transformers 5.24 loads it from a local folder as from
+  a model folder (or Hub repository) holding ``custom_generate/generate.py``: this file, which
+  the export ships as it is (hub/export.py's ``write_custom_generate``; it imports only torch and
+  transformers). transformers 5.24 loads it from a local folder as from
   the Hub, and ``from_pretrained(FOLDER, trust_remote_code=True)`` then replaces the loaded
   model's ``generate`` by this file's :func:`generate`, which decodes as transformers does when no
   ``constraints`` are given.
 
 ``constraints[i]`` is the list of phrases of source sentence i (possibly empty); a phrase is the
 token ids of ``tokenizer(text_target=phrase, add_special_tokens=False)["input_ids"]``
-(:func:`read_constraints_file` reads a file of them).
+(translation/files.py's ``read_constraints_file`` reads a file of them).
 """
 
 from __future__ import annotations
@@ -629,117 +629,10 @@ def generate(*args, model, constraints=None, **kwargs):
     return type(model).generate(model, *args, custom_generate=constrained_decoding, constraints=constraints, **kwargs)
 
 
-# ---- not shipped: everything above this line is custom_generate/generate.py (torch and transformers only) ----
-
-_SHIPPED_END = "# ---- not shipped:"
-CUSTOM_GENERATE_REQUIREMENTS = ("torch>=2.6", "transformers>=5.24")
-
-
-def shipped_source() -> str:
-    """The text of ``custom_generate/generate.py``: this module's text above the "not shipped" line,
-    under a header saying where it comes from."""
-    from pathlib import Path
-
-    text = Path(__file__).read_text(encoding="utf-8")
-    cut = text.index("\n" + _SHIPPED_END)
-    header = (
-        "# custom_generate/generate.py: lexically constrained beam search for transformers' generate,\n"
-        "# written by attention_seq2seq.translation.constraints.write_custom_generate from that module's\n"
-        "# own text (one implementation). Imports torch and transformers only.\n"
-    )
-    return header + text[: cut + 1]
-
-
-def write_custom_generate(folder) -> list:
-    """Write ``custom_generate/generate.py`` and ``custom_generate/requirements.txt`` into ``folder``
-    (a model folder), so that ``model.generate(custom_generate=folder, trust_remote_code=True,
-    constraints=...)`` runs constrained beam search where this package is not installed.
-
-    Note: ``from_pretrained(folder, trust_remote_code=True)`` then replaces the loaded model's
-    ``generate`` by the shipped :func:`generate` (plain ``generate`` when no ``constraints``).
-
-    Args:
-        folder: the model folder (str or Path); created if missing.
-
-    Returns:
-        list[Path]: the two files written.
-    """
-    from pathlib import Path
-
-    target = Path(folder) / "custom_generate"
-    target.mkdir(parents=True, exist_ok=True)
-    code = target / "generate.py"
-    code.write_text(shipped_source(), encoding="utf-8")
-    requirements = target / "requirements.txt"
-    requirements.write_text("\n".join(CUSTOM_GENERATE_REQUIREMENTS) + "\n", encoding="utf-8")
-    return [code, requirements]
-
-
-def read_constraints_file(path, tokenizer, n_lines: int) -> list[list[list[int]]]:
-    """Read the constraints of ``translate --constraints FILE``: one line per source line, the
-    target phrases of that line separated by tabs; an empty line: no constraints.
-
-    Each phrase (stripped of surrounding spaces) becomes
-    ``tokenizer(text_target=phrase, add_special_tokens=False)["input_ids"]``.
-
-    Args:
-        path: the file (UTF-8).
-        tokenizer: the model's tokenizer (its target side).
-        n_lines: the number of source lines.
-
-    Returns:
-        ``n_lines`` lists of phrases (lists of token ids).
-
-    Raises:
-        UserError: the file is missing or unreadable, has another number of lines than
-            ``n_lines`` (naming the file and both counts), or a line has an empty phrase (two tabs
-            in a row, a tab at an end) or a phrase the tokenizer turns into no tokens (naming the
-            file and the line).
-    """
-    from pathlib import Path
-
-    from ..errors import UserError
-
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise UserError(f"cannot read the constraints file {path}: {error}") from None
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()  # the newline that ends the last line
-    if len(lines) != n_lines:
-        raise UserError(
-            f"the constraints file {path} has {len(lines)} line(s) but the source has {n_lines}; "
-            "give one line per source line (an empty line for no constraints)"
-        )
-    constraints = []
-    for number, line in enumerate(lines, start=1):
-        line = line.rstrip("\r")
-        if not line.strip():
-            constraints.append([])
-            continue
-        phrases = []
-        for phrase in line.split("\t"):
-            phrase = phrase.strip()
-            if not phrase:
-                raise UserError(f"{path}:{number}: an empty constraint (two tabs in a row, or a tab at an end)")
-            ids = list(tokenizer(text_target=phrase, add_special_tokens=False)["input_ids"])
-            if not ids:
-                raise UserError(f"{path}:{number}: the constraint {phrase!r} has no tokens")
-            phrases.append(ids)
-        constraints.append(phrases)
-    return constraints
-
-
 __all__ = [
-    "CUSTOM_GENERATE_REQUIREMENTS",
     "SentenceConstraints",
     "check_constraints",
     "constrained_beam_search",
     "constrained_decoding",
     "generate",
-    "read_constraints_file",
-    "shipped_source",
-    "write_custom_generate",
 ]

@@ -519,8 +519,6 @@ def run_translate_command(parser, args, generate_kwargs: dict, load) -> int:
         args.device = "cpu"
     loaded = load(args)
     if constraints_file:
-        from .constraints import read_constraints_file
-
         n_lines = len(args.text) if args.text else input_lines
         options.constraints = read_constraints_file(constraints_file, loaded.tokenizer, n_lines)
     if world > 1 and rank == 0:
@@ -564,3 +562,56 @@ def run_translate_command(parser, args, generate_kwargs: dict, load) -> int:
         if args.resume and stats.skipped:
             print(f"{parser.prog}: resumed after {stats.skipped} complete source(s) in {args.output}", file=sys.stderr)
     return 0
+
+
+def read_constraints_file(path, tokenizer, n_lines: int) -> list[list[list[int]]]:
+    """Read the constraints of ``translate --constraints FILE``: one line per source line, the
+    target phrases of that line separated by tabs; an empty line: no constraints.
+
+    Each phrase (stripped of surrounding spaces) becomes
+    ``tokenizer(text_target=phrase, add_special_tokens=False)["input_ids"]``.
+
+    Args:
+        path: the file (UTF-8).
+        tokenizer: the model's tokenizer (its target side).
+        n_lines: the number of source lines.
+
+    Returns:
+        ``n_lines`` lists of phrases (lists of token ids).
+
+    Raises:
+        UserError: the file is missing or unreadable, has another number of lines than
+            ``n_lines`` (naming the file and both counts), or a line has an empty phrase (two tabs
+            in a row, a tab at an end) or a phrase the tokenizer turns into no tokens (naming the
+            file and the line).
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserError(f"cannot read the constraints file {path}: {error}") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline that ends the last line
+    if len(lines) != n_lines:
+        raise UserError(
+            f"the constraints file {path} has {len(lines)} line(s) but the source has {n_lines}; "
+            "give one line per source line (an empty line for no constraints)"
+        )
+    constraints = []
+    for number, line in enumerate(lines, start=1):
+        line = line.rstrip("\r")
+        if not line.strip():
+            constraints.append([])
+            continue
+        phrases = []
+        for phrase in line.split("\t"):
+            phrase = phrase.strip()
+            if not phrase:
+                raise UserError(f"{path}:{number}: an empty constraint (two tabs in a row, or a tab at an end)")
+            ids = list(tokenizer(text_target=phrase, add_special_tokens=False)["input_ids"])
+            if not ids:
+                raise UserError(f"{path}:{number}: the constraint {phrase!r} has no tokens")
+            phrases.append(ids)
+        constraints.append(phrases)
+    return constraints

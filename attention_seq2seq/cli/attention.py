@@ -98,7 +98,7 @@ def cmd_demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except ImportError:
         raise UserError("the demo needs gradio: pip install 'attention-seq2seq[demo]'") from None
     loaded = _load(args, attn_implementation="eager")  # eager attention returns the weights
-    from ..attention.explorer import build_app, launch
+    from ..explorer_app import build_app, launch
 
     name = Path(str(args.model)).name or str(args.model)
     app = build_app(loaded.model, loaded.tokenizer, title=f"Attention explorer: {name}", example=args.example)

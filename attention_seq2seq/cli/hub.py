@@ -8,10 +8,10 @@ from pathlib import Path
 from ..errors import UserError
 
 _EXPORT_EPILOG = """\
-With --space the folder also gets app.py, attention_fonts.py, attention_sentences.py,
-modeling_attention_pass.py, modeling_generation_lengths.py and requirements.txt: the attention
-explorer (`attention-seq2seq demo`), runnable there with only gradio, torch and transformers
-(python app.py), or as a Hugging Face Space (docs/attention-explorer.md).
+With --space the folder also gets app.py, space.json, requirements.txt and the explorer's
+modules (explorer_app.py and what it imports): the attention explorer (`attention-seq2seq
+demo`), runnable there with only gradio, torch and transformers (python app.py), or as a Hugging
+Face Space (docs/attention-explorer.md).
 
 examples:
   attention-seq2seq export runs/multi30k --output export/multi30k
@@ -138,7 +138,7 @@ def add_commands(add) -> None:
     p.add_argument(
         "--space",
         action="store_true",
-        help="also write app.py and requirements.txt: the attention explorer as a Gradio Space",
+        help="also write app.py, the explorer's modules and requirements.txt: the attention explorer as a Gradio Space",
     )
     p.add_argument(
         "--format",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -42,7 +43,7 @@ examples:
   attention-seq2seq finetune --recipe training/recipes/finetune-bible-multi30k.yaml --lora --lora-r 16 \\
       --learning-rate 1e-3 --output-dir runs/ft-lora          # writes adapter/ (add --merge for model/)
   attention-seq2seq finetune --merge-adapter runs/ft-lora      # later: adapter/ + base -> model/
-  torchrun --nproc_per_node 4 -m attention_seq2seq.training.finetune_trainer --recipe ...
+  torchrun --nproc_per_node 4 -m attention_seq2seq.training.finetune_trainer --recipe ... --FIELD VALUE
 """
 
 _TRAIN_EPILOG = """\
@@ -90,7 +91,9 @@ def cmd_average_checkpoints(parser: argparse.ArgumentParser, args: argparse.Name
 
 
 def cmd_finetune(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from ..training.finetune_trainer import config_from_args, finetune, merge_adapter
+    from ..training.config import FinetuneConfig, finetune_config
+    from ..training.finetune_trainer import finetune, merge_adapter
+    from ..training.lora import require_peft
 
     if args.merge_adapter:
         try:
@@ -99,8 +102,12 @@ def cmd_finetune(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
             parser.error(str(err))
         print(f"merged model written to {model_dir}")
         return 0
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(FinetuneConfig)}
     try:
-        config = config_from_args(args)
+        config = finetune_config(args.recipe, {name: value for name, value in given.items() if value is not None})
+        config.validate()
+        if config.lora:
+            require_peft()  # before anything is loaded
     except (ValueError, TypeError, ImportError) as err:
         parser.error(str(err))
     try:
@@ -110,6 +117,38 @@ def cmd_finetune(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
     written = "model" if (output_dir / "model").is_dir() else "adapter"
     print(f"fine-tuned {written} written to {output_dir / written}")
     return 0
+
+
+def add_finetune_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--recipe``, ``--merge-adapter`` and one ``--field-name`` option per ``FinetuneConfig``
+    field, with the field's comment as its help. Options left out stay ``None``, so the recipe's
+    value (or the field's default) applies."""
+    from ..training.config import FinetuneConfig, field_comments
+
+    comments = field_comments(FinetuneConfig)
+    parser.add_argument("--recipe", help="YAML or JSON file of fields; options given here override it")
+    parser.add_argument(
+        "--merge-adapter",
+        metavar="RUN_DIR",
+        help="merge the adapter of a finished LoRA run (RUN_DIR/adapter) into its base model and write "
+        "RUN_DIR/model; --base-model overrides the base named in RUN_DIR/recipe.yaml; nothing is trained",
+    )
+    for f in dataclasses.fields(FinetuneConfig):
+        flag = "--" + f.name.replace("_", "-")
+        text = f"{comments[f.name]} " if comments.get(f.name) else ""
+        if f.type in ("bool", bool):
+            parser.add_argument(
+                flag,
+                dest=f.name,
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=f"{text}(default: {f.default})",
+            )
+        else:
+            kind = {"int": int, "float": float}.get(str(f.type), str)
+            metavar = {int: "N", float: "X"}.get(kind, "TEXT")
+            help_text = f"{text}(default: {f.default!r})".replace("%", "%%")
+            parser.add_argument(flag, dest=f.name, type=kind, default=None, metavar=metavar, help=help_text)
 
 
 def cmd_train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -128,10 +167,7 @@ def add_commands(add) -> None:
 
     p = add("finetune", "fine-tune a model with transformers' Seq2SeqTrainer", _FINETUNE_EPILOG, cmd_finetune)
     if add.finetune_options:
-        from ..training.config import field_comments
-        from ..training.finetune_trainer import FinetuneConfig, add_config_arguments
-
-        add_config_arguments(p, field_comments(FinetuneConfig))
+        add_finetune_arguments(p)
 
 
 def add_averaging_command(add) -> None:

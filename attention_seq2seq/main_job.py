@@ -163,14 +163,6 @@ def _child_env() -> dict:
     return env
 
 
-def _quiet_libraries() -> None:
-    """No per-split progress bars from datasets in this process (the corpus check)."""
-    import datasets
-
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    datasets.disable_progress_bars()
-
-
 def _bin(name: str) -> str:
     """A console script of this interpreter's environment (``accelerate``, ``attention-seq2seq``)."""
     candidate = Path(sys.executable).with_name(name)
@@ -319,7 +311,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.minutes is not None and not args.minutes > 0:
         parser.error(f"--minutes must be > 0; got {args.minutes:g}")
-    _quiet_libraries()
+    import datasets
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    datasets.disable_progress_bars()  # no per-split bars from the corpus check in this process
 
     start = time.time()
     out = args.output_dir

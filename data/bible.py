@@ -67,14 +67,10 @@ DEFAULT_MODULE_FOR_LANGUAGE = {"es": "spaRV1909eb", "en": "engWEB2015eb"}
 # `bible` without languages: the preset's pair (data/presets.py), Spanish RV1909 -> English WEB
 DEFAULT_SOURCE, DEFAULT_TARGET = (DEFAULT_MODULE_FOR_LANGUAGE[lang] for lang in PRESETS["bible"].default_pair)
 LANGUAGE_ALIASES = {"spa": "es", "eng": "en"}
-DEBIAN_PACKAGES = {  # module name or abbreviation -> the Debian package that installs it
-    "sparv1909eb": "sword-text-sparv",
-    "rv1909": "sword-text-sparv",
-    "engweb2015eb": "sword-text-web",
-    "web": "sword-text-web",
-    "engkjv2006eb": "sword-text-kjv",
-    "kjv": "sword-text-kjv",
-}
+# module name or abbreviation -> the Debian package that installs it
+DEBIAN_PACKAGES = dict.fromkeys(("sparv1909eb", "rv1909"), "sword-text-sparv")
+DEBIAN_PACKAGES |= dict.fromkeys(("engweb2015eb", "web"), "sword-text-web")
+DEBIAN_PACKAGES |= dict.fromkeys(("engkjv2006eb", "kjv"), "sword-text-kjv")
 SWORD_PATHS = ("/usr/share/sword", "~/.sword")  # unless $SWORD_PATH is set
 CLEANER_VERSION = 2  # bump when cleaning or pairing changes, to invalidate caches
 CHAPTER_PERIOD, VALIDATION_PHASE, TEST_PHASE = 64, 21, 53

@@ -69,28 +69,23 @@ class NativeLayout:
     """Which transformers class reproduces a configuration."""
 
     name: str  # "marian" | "pegasus" | "blenderbot"
-    config_class: str
     model_class: str
     sinusoidal: bool  # positions rebuilt by the native class: features must be reordered
     description: str
 
+    @property
+    def config_class(self) -> str:
+        return f"{self.name.capitalize()}Config"  # MarianConfig, PegasusConfig, BlenderbotConfig
 
+
+_PRE_NORM = "pre-norm with a final LayerNorm per stack"
 LAYOUTS = {
-    "marian": NativeLayout("marian", "MarianConfig", "MarianMTModel", True, "post-norm, sinusoidal positions"),
-    "pegasus": NativeLayout(
-        "pegasus",
-        "PegasusConfig",
-        "PegasusForConditionalGeneration",
-        True,
-        "pre-norm with a final LayerNorm per stack, sinusoidal positions",
-    ),
-    "blenderbot": NativeLayout(
-        "blenderbot",
-        "BlenderbotConfig",
-        "BlenderbotForConditionalGeneration",
-        False,
-        "pre-norm with a final LayerNorm per stack, learned positions",
-    ),
+    layout.name: layout
+    for layout in (
+        NativeLayout("marian", "MarianMTModel", True, "post-norm, sinusoidal positions"),
+        NativeLayout("pegasus", "PegasusForConditionalGeneration", True, f"{_PRE_NORM}, sinusoidal positions"),
+        NativeLayout("blenderbot", "BlenderbotForConditionalGeneration", False, f"{_PRE_NORM}, learned positions"),
+    )
 }
 
 

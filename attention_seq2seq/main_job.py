@@ -7,7 +7,7 @@ It does what a user of the package does, with the package's own commands:
 2. trains a Luong-attention RNN and a Transformer-small with Accelerate
    (``accelerate launch --cpu -m attention_seq2seq.training.train --recipe ...``), each for a fixed
    number of updates (a slower or busier machine takes longer and gets the same model), in bf16
-   or float32 as a measurement on this machine decides (``mixed_precision: auto``), and scores each
+   or float32 as the CPU's declared features decide (``mixed_precision: auto``), and scores each
    on the held-out test chapters (BLEU, chrF, signature);
 3. exports both as Hub-ready folders (``attention-seq2seq export``): safetensors, remote code,
    model card, attention heat-map;
@@ -22,11 +22,11 @@ Usage::
     python -m attention_seq2seq.main_job --quick    # a 2-minute smoke version (the CI test)
     python -m attention_seq2seq.main_job --minutes 5  # opt-in: a wall-clock budget per model
 
-Before training, the job prints the work it will do (updates per model) and an estimate of the
-time on this machine from a measured training step; each model shows a progress bar with its
-ETA; the table at the end gives the measured times. ``--minutes N`` trades that for a wall-clock
-budget: each model trains for N minutes with its learning rate annealed to 0 at the end of
-them, so the result then depends on the machine's speed and load.
+Before training, the job prints the work it will do (updates per model) and the precision each
+model trains in; each model shows a progress bar with its ETA; the table at the end gives the
+measured times. ``--minutes N`` trades that for a wall-clock budget: each model trains for N
+minutes with its learning rate annealed to 0 at the end of them, so the result then depends on
+the machine's speed and load.
 """
 
 from __future__ import annotations
@@ -207,29 +207,17 @@ def train_arguments(name: str, recipe: Path, quick: bool, minutes: float | None)
 
 
 def plan(name: str, recipe: Path, quick: bool, minutes: float | None) -> dict:
-    """The work of one model and its estimated time on this machine, before any training.
-
-    The estimate is ``updates x`` one training step of the model's shape and batch size, timed
-    here in the precision that ``mixed_precision: auto`` picks (the same measurement, kept in
-    its cache, that the training run then reads back: training/precision.py). It leaves out
-    the tokenizer, validation and test, which the job's own timings report afterwards.
-    """
+    """The work of one model (its updates, batch size and precision), before any training."""
     from .training.config import parse_command_line
     from .training.train import TrainConfig, resolve_precision
 
     config = parse_command_line(TrainConfig, train_arguments(name, recipe, quick, minutes))
     choice = resolve_precision(config)
-    step_s = choice.step_s if choice is not None else None
-    steps = config.max_steps
     return {
-        "updates": steps,
+        "updates": config.max_steps,
         "max_tokens": config.max_tokens,
         "mixed_precision": choice.mixed_precision if choice is not None else config.mixed_precision,
         "precision_reason": choice.reason if choice is not None else "set by the recipe",
-        "step_s": step_s,
-        "estimated_train_s": None
-        if minutes is not None or step_s is None or steps is None
-        else round(steps * step_s, 1),
     }
 
 
@@ -243,7 +231,6 @@ def summarize(name: str, run_dir: Path, export_dir: Path, translations: list[str
         "budget_minutes": work.get("budget_minutes"),
         "steps": train.get("steps"),
         "mixed_precision": train.get("mixed_precision"),
-        "estimated_train_s": work.get("estimated_train_s"),
         "train_wall_time_s": train.get("wall_time_s"),
         "job_wall_time_s": timings,  # seconds of each stage of this model: train (incl. data and test), export, load
         "target_tokens_per_s": train.get("target_tokens_per_s"),
@@ -262,15 +249,12 @@ def summarize(name: str, run_dir: Path, export_dir: Path, translations: list[str
 
 
 def results_table(rows: list[dict]) -> str:
-    header = (
-        "| model | updates | precision | train time (estimated) | target tok/s | test set (sentences) | BLEU | chrF |"
-    )
+    header = "| model | updates | precision | train time | target tok/s | test set (sentences) | BLEU | chrF |"
     lines = [header, "|---|---:|---|---:|---:|---|---:|---:|"]
     for r in rows:
-        estimate = f" ({r['estimated_train_s']:.0f} s)" if r.get("estimated_train_s") else ""
         precision = {"bf16": "bf16", "no": "float32"}.get(r.get("mixed_precision"), r.get("mixed_precision"))
         lines.append(
-            f"| {r['model']} | {r['steps']} | {precision} | {r['train_wall_time_s']:.0f} s{estimate} | "
+            f"| {r['model']} | {r['steps']} | {precision} | {r['train_wall_time_s']:.0f} s | "
             f"{r['target_tokens_per_s']:.0f} | "
             f"{r['test_set']} ({r['test_sentences']}) | {format_score(r, 'bleu', 1)} | {format_score(r, 'chrf', 1)} |"
         )
@@ -328,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     n_sources = check_sentences_are_new(NEW_SENTENCES)
     print(f"   {n_sources} distinct source verses; the demo sentences are not among them", flush=True)
 
-    print("== 2/5 the work, and its time on this machine (a measured training step of each model)", flush=True)
+    print("== 2/5 the work", flush=True)
     works = {}
     for name, recipe in MODELS:
         work = works[name] = {**plan(name, recipe, args.quick, args.minutes), "budget_minutes": args.minutes}
@@ -339,16 +323,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         else:
             amount = f"{work['updates']} updates of <= {work['max_tokens']} tokens"
-            if work["estimated_train_s"] is not None:
-                amount += f", about {work['estimated_train_s'] / 60:.1f} min"
         print(f"   {name}: {amount}; {precision}: {work['precision_reason']}", flush=True)
-    estimates = [w["estimated_train_s"] for w in works.values()]
-    if None not in estimates:
-        print(
-            f"   training both: about {sum(estimates) / 60:.1f} min here, plus data, tests, exports and loading "
-            "(a slower or busier machine takes longer and trains the same models)",
-            flush=True,
-        )
 
     rows = []
     for name, recipe in MODELS:

@@ -17,8 +17,8 @@ in one process they slowed each other (on the 2-core Intel Xeon of 2026-12-02 ou
 ran at 0.59x of its own speed beside a loaded CTranslate2). The parent sends "translate batch i
 with k beams" and the worker answers with the seconds it spent, timed inside the worker (the
 pipe is not timed), after a pause of `--gap-ms` (20 ms) in which the previous side's OpenMP threads
-stop spin-waiting. The CTranslate2 sides load as `translate -m` does (`load_ct2`): the thread
-layout measured for this host (`inference_ct2.choose_thread_layout`); with the "inter" layout a
+stop spin-waiting. The CTranslate2 sides load as `translate -m` does (`load_ct2`): the default
+thread layout, "inter" (`ATTENTION_SEQ2SEQ_CT2_THREADS=intra` times the other); with "inter" a
 batch of 64 goes to CTranslate2 as `64 / threads` sentences per sub-batch, decoded side by side,
 the way `translate` hands it a chunk.
 

@@ -20,7 +20,7 @@ tries each of these):
   listing every file's size and SHA-256, written last into an entry before it is renamed into
   place and compared before the entry is used.
 
-The standard library only, like ``host_measurements.py``: every layer from ``data/`` up uses it.
+The standard library only: every layer from ``data/`` up uses it.
 """
 
 from __future__ import annotations

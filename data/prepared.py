@@ -49,7 +49,6 @@ import numpy as np
 import torch
 
 from .durability import check_manifest, crash_point, write_manifest, writing
-from .host_measurements import cache_root as measurements_root
 
 logger = logging.getLogger(__name__)
 
@@ -427,8 +426,11 @@ def tokenizer_sample(num_pairs: int, limit: int | None, seed: int = 0) -> np.nda
 
 def cache_root() -> Path:
     """``$ATTENTION_SEQ2SEQ_CACHE/corpora``, else ``$XDG_CACHE_HOME`` or ``~/.cache`` +
-    ``attention_seq2seq/corpora`` (the root of :mod:`attention_seq2seq.data.host_measurements`)."""
-    return measurements_root() / "corpora"
+    ``attention_seq2seq/corpora``."""
+    root = os.environ.get("ATTENTION_SEQ2SEQ_CACHE")
+    if not root:
+        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "attention_seq2seq"
+    return Path(root) / "corpora"
 
 
 def files_fingerprint(location: str | None) -> list[list]:

@@ -33,9 +33,6 @@ def _private_cache(tmp_path_factory):
     never to the user's ~/.cache; a test that needs an empty cache sets its own."""
     previous = os.environ.get("ATTENTION_SEQ2SEQ_CACHE")
     os.environ["ATTENTION_SEQ2SEQ_CACHE"] = str(tmp_path_factory.mktemp("attention_seq2seq_cache"))
-    # Two test workers keep the machine busy: measurements are kept anyway here (the suite checks
-    # what is stored, not how fast); tests/test_faults.py checks the refusal with this unset.
-    os.environ.setdefault("ATTENTION_SEQ2SEQ_KEEP_BUSY_MEASUREMENTS", "1")
     yield
     if previous is None:
         os.environ.pop("ATTENTION_SEQ2SEQ_CACHE", None)

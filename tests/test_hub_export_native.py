@@ -395,102 +395,37 @@ def test_batching_by_tokens_gives_the_same_translations(tokenizer):
     assert by_tokens == by_sentences
 
 
-# --- CTranslate2's thread layout and instruction set (translation/ct2.py) ---
+# --- CTranslate2's thread layout (translation/ct2.py) ---
 
 
-def _fake_timings(calls, faster="inter", faster_isa=None):
-    """A stand-in for `_time_settings`: `faster` layout (and `faster_isa`) take less time."""
-
-    def timings(path, compute_type, threads, tokenizer, isas, layouts):
-        calls.append(threads)
-        seconds = {}
-        for isa in isas:
-            for layout in layouts:
-                value = (0.5 if layout == faster else 1.0) - (0.1 if isa is not None and isa == faster_isa else 0.0)
-                seconds[f"{isa or 'default'}/{layout}"] = value
-        return {"seconds": seconds}
-
-    return timings
-
-
-def test_ct2_thread_layout_follows_the_measurement_and_keeps_it(ct2_run, monkeypatch, tmp_path):
-    """``auto`` takes the faster layout of those timed, and a second load reads the stored answer
-    instead of measuring again; the thread count is part of what the measurement is keyed by."""
+def test_ct2_thread_layout_is_inter_by_default_and_one_option_changes_it(ct2_run, monkeypatch):
+    """Documented default: ``threads`` batches side by side, one thread each; the variable or the
+    keyword takes all threads into one batch (the keyword wins); nothing is timed."""
     from attention_seq2seq.translation import ct2 as inference_ct2
 
     _, exports = ct2_run
-    monkeypatch.setenv("ATTENTION_SEQ2SEQ_CACHE", str(tmp_path))
-    monkeypatch.delenv(inference_ct2.THREAD_LAYOUT_ENV, raising=False)
-    monkeypatch.delenv(inference_ct2.ISA_ENV, raising=False)
-    monkeypatch.setattr(inference_ct2, "cpu_flags", lambda: set())  # no AVX-512: the layout alone is chosen
-    calls = []
-    monkeypatch.setattr(inference_ct2, "_time_settings", _fake_timings(calls, faster="inter"))
+    monkeypatch.delenv("ATTENTION_SEQ2SEQ_CT2_THREADS", raising=False)
     model, _ = inference_ct2.load_ct2(exports["int8"], device="cpu", threads=2)
     assert (model.thread_layout.intra_threads, model.thread_layout.inter_threads) == (1, 2)
-    assert "measured now" in model.thread_layout.reason and model.thread_layout.isa is None
-    monkeypatch.setattr(inference_ct2, "_time_settings", _fake_timings(calls, faster="intra"))
-    model, _ = inference_ct2.load_ct2(exports["int8"], device="cpu", threads=2)  # read back, not measured
-    assert model.thread_layout.name == "inter" and "kept in" in model.thread_layout.reason
-    model, _ = inference_ct2.load_ct2(exports["int8"], device="cpu", threads=3)  # another key: measured
-    assert (model.thread_layout.intra_threads, model.thread_layout.inter_threads) == (3, 1)
-    assert calls == [2, 3]
-    model, _ = inference_ct2.load_ct2(exports["int8"], device="cpu", threads=1)  # nothing to choose
-    assert (model.thread_layout.intra_threads, model.thread_layout.inter_threads) == (1, 1) and calls == [2, 3]
-
-
-def test_ct2_instruction_set_is_measured_on_avx512_cpus_and_a_users_choice_is_kept(ct2_run, monkeypatch, tmp_path):
-    from attention_seq2seq.translation import ct2 as inference_ct2
-
-    _, exports = ct2_run
-    monkeypatch.setenv("ATTENTION_SEQ2SEQ_CACHE", str(tmp_path))
-    monkeypatch.delenv(inference_ct2.THREAD_LAYOUT_ENV, raising=False)
-    monkeypatch.delenv(inference_ct2.ISA_ENV, raising=False)
-    monkeypatch.setattr(inference_ct2, "cpu_flags", lambda: {"avx512f"})
-    monkeypatch.setattr(inference_ct2, "_CPU_TRANSLATOR_MADE", False)
-    calls = []
-    monkeypatch.setattr(inference_ct2, "_time_settings", _fake_timings(calls, faster="inter", faster_isa="AVX512"))
-    model, _ = inference_ct2.load_ct2(exports["int8"], device="cpu", threads=1)  # one thread: still the ISA
-    assert model.thread_layout.isa == "AVX512" and calls == [1]
-    assert os.environ[inference_ct2.ISA_ENV] == "AVX512"  # set before this process's first CPU Translator
-    monkeypatch.setenv(inference_ct2.ISA_ENV, "AVX2")  # the user's setting wins, nothing is measured
-    model, _ = inference_ct2.load_ct2(exports["int8"], device="cpu", threads=2, thread_layout="inter")
-    assert model.thread_layout.isa == "AVX2" and calls == [1]
-    assert os.environ[inference_ct2.ISA_ENV] == "AVX2"
-
-
-def test_ct2_thread_layout_can_be_fixed_and_a_wrong_name_is_one_line(ct2_run, monkeypatch, tmp_path):
-    from attention_seq2seq.translation import ct2 as inference_ct2
-
-    _, exports = ct2_run
-    monkeypatch.setenv("ATTENTION_SEQ2SEQ_CACHE", str(tmp_path))
-    monkeypatch.delenv(inference_ct2.ISA_ENV, raising=False)
-    monkeypatch.setattr(inference_ct2, "cpu_flags", lambda: set())
-    monkeypatch.setattr(inference_ct2, "_time_settings", lambda *a: pytest.fail("a fixed layout measures nothing"))
-    monkeypatch.setenv(inference_ct2.THREAD_LAYOUT_ENV, "inter")
+    assert model.thread_layout.name == "inter" and model.thread_layout.reason == "the default"
+    monkeypatch.setenv("ATTENTION_SEQ2SEQ_CT2_THREADS", "intra")
     model, _ = inference_ct2.load_ct2(exports["int8"], device="cpu", threads=2)
-    assert (model.thread_layout.intra_threads, model.thread_layout.inter_threads) == (1, 2)
-    model, _ = inference_ct2.load_ct2(exports["int8"], device="cpu", threads=2, thread_layout="intra")
     assert (model.thread_layout.intra_threads, model.thread_layout.inter_threads) == (2, 1)
-    monkeypatch.setenv(inference_ct2.THREAD_LAYOUT_ENV, "both")
-    with pytest.raises(UserError, match=r"ATTENTION_SEQ2SEQ_CT2_THREADS=both.*auto, intra, inter"):
+    assert model.thread_layout.reason == "ATTENTION_SEQ2SEQ_CT2_THREADS=intra"
+    model, _ = inference_ct2.load_ct2(exports["int8"], device="cpu", threads=3, thread_layout="inter")  # wins
+    assert (model.thread_layout.intra_threads, model.thread_layout.inter_threads) == (1, 3)
+    monkeypatch.setenv("ATTENTION_SEQ2SEQ_CT2_THREADS", "both")
+    with pytest.raises(UserError, match=r"^ATTENTION_SEQ2SEQ_CT2_THREADS=both: .* is inter or intra$"):
         inference_ct2.load_ct2(exports["int8"], device="cpu", threads=2)
+    with pytest.raises(UserError, match=r"^thread_layout=auto: .* is inter or intra$"):
+        inference_ct2.load_ct2(exports["int8"], device="cpu", threads=2, thread_layout="auto")
 
 
-def test_ct2_settings_are_timed_for_real_and_translate_alike(ct2_run, monkeypatch, tmp_path):
-    """The real measurement runs (fresh processes), and both layouts give the same translations,
-    n-best lists and scores."""
+def test_ct2_thread_layouts_translate_alike(ct2_run):
+    """Both layouts give the same translations, n-best lists and scores."""
     from attention_seq2seq.translation import ct2 as inference_ct2
 
     _, exports = ct2_run
-    monkeypatch.setenv("ATTENTION_SEQ2SEQ_CACHE", str(tmp_path))
-    monkeypatch.delenv(inference_ct2.THREAD_LAYOUT_ENV, raising=False)
-    monkeypatch.delenv(inference_ct2.ISA_ENV, raising=False)
-    model, tok = inference_ct2.load_ct2(exports["float32"], device="cpu", threads=2)
-    assert "measured now" in model.thread_layout.reason
-    stored = json.loads((tmp_path / inference_ct2.THREAD_LAYOUT_CACHE_FILE).read_text())
-    (entry,) = stored.values()
-    assert {name.split("/")[1] for name in entry["seconds"]} == {"intra", "inter"}
-    assert all(value > 0 for value in entry["seconds"].values())
     sources = [s for s, _ in read_pairs(24, split="val")]
     found = {}
     for layout in ("intra", "inter"):

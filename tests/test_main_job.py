@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
     reason="needs Debian's sword-text-sparv and sword-text-web (scripts/install.sh installs them)",
 )
 def test_main_job_quick_runs_end_to_end_and_repeats_itself_bit_for_bit(tmp_path):
-    # The mixed-precision decision lives in a cache of this test's own, shared by both runs.
+    # Prepared corpora go to a cache of this test's own, shared by both runs.
     env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
@@ -47,9 +47,9 @@ def test_main_job_quick_runs_end_to_end_and_repeats_itself_bit_for_bit(tmp_path)
 
     out = tmp_path / "job"
     done, summary = job(out)
-    # Fixed work: the recipes' updates, whatever the machine's speed; the plan and estimate come first.
+    # Fixed work: the recipes' updates, whatever the machine's speed; the plan comes first.
     assert [m["steps"] for m in summary["models"]] == [60, 60]
-    assert done.stdout.index("60 updates of <= 2048 tokens, about") < done.stdout.index("== 3/5 train")
+    assert done.stdout.index("60 updates of <= 2048 tokens;") < done.stdout.index("== 3/5 train")
     assert "main job done in" in done.stdout and "(measured)" in done.stdout
     # Quiet: no per-split dataset bars, no echoed Hub-user script, no Accelerate thread hint.
     for noise in ("examples/s]", "sys.modules[", "OMP_NUM_THREADS", "Writing model shards"):

@@ -31,6 +31,7 @@ from helpers import (
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
+from attention_seq2seq.errors import UserError  # noqa: E402
 from attention_seq2seq.cli import main  # noqa: E402
 from attention_seq2seq.hub.export import ExportError  # noqa: E402
 from attention_seq2seq.hub.export_onnx import OnnxExportRefused, export_onnx  # noqa: E402
@@ -245,6 +246,22 @@ def test_translate_with_an_export_gives_the_pytorch_lines(exported, tmp_path, op
         ours = _translate(onnx_dir, source, tmp_path / f"onnx-{layout}.txt", *options)
         assert ours == _translate(model_dir, source, tmp_path / "torch.txt", *options), layout
     assert ours[4] == ""
+
+
+def test_onnx_thread_layout_is_inter_by_default_and_one_option_changes_it(exported, monkeypatch):
+    from attention_seq2seq.translation.onnx_backend import load_onnx
+
+    _, onnx_dir = exported
+    monkeypatch.delenv("ATTENTION_SEQ2SEQ_ONNX_THREADS", raising=False)
+    model, _ = load_onnx(onnx_dir, threads=2)
+    assert (model.thread_layout, model.layout_reason, model.threads) == ("inter", "the default", 2)
+    monkeypatch.setenv("ATTENTION_SEQ2SEQ_ONNX_THREADS", "intra")
+    model, _ = load_onnx(onnx_dir, threads=2)
+    assert (model.thread_layout, model.layout_reason) == ("intra", "ATTENTION_SEQ2SEQ_ONNX_THREADS=intra")
+    assert load_onnx(onnx_dir, threads=2, thread_layout="inter")[0].thread_layout == "inter"  # the keyword wins
+    monkeypatch.setenv("ATTENTION_SEQ2SEQ_ONNX_THREADS", "auto")
+    with pytest.raises(UserError, match=r"^ATTENTION_SEQ2SEQ_ONNX_THREADS=auto: .*ONNX export is inter or intra$"):
+        load_onnx(onnx_dir, threads=2)
 
 
 def test_n_best_scores_of_an_export_match_the_pytorch_model(exported, tmp_path):

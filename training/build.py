@@ -239,21 +239,13 @@ def optimizer_param_groups(model: torch.nn.Module, weight_decay: float) -> list[
 
 def resolve_precision(config: TrainConfig):
     """``config.mixed_precision`` made concrete: a :class:`~.precision.PrecisionChoice` for
-    ``"auto"`` (measured on a throw-away model of the run's shape, or read from the cache), None
-    for any other value (used as it is)."""
+    ``"auto"`` (by the device's declared features: training/precision.py), None for any other
+    value (used as it is)."""
     if config.mixed_precision != "auto":
         return None
     from .precision import resolve_mixed_precision
 
-    family = BY_NAME[config.model_family]
-    config_cls, model_cls = family.config_cls(), family.lm_cls()
-
-    def throwaway_model():
-        return model_cls(config_cls(vocab_size=config.vocab_size, **config.model_config))
-
-    return resolve_mixed_precision(
-        config.model_family, config.model_config, config.vocab_size, config.max_tokens, build_model=throwaway_model
-    )
+    return resolve_mixed_precision()
 
 
 def build_model(config: TrainConfig, tokenizer):

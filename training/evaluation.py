@@ -138,7 +138,7 @@ def run_provenance(device) -> dict:
 
     from importlib import metadata
 
-    from ..data.host_measurements import cpu_name
+    from .precision import cpu_name
 
     source = Path(__file__).resolve().parents[1]
 

@@ -143,7 +143,7 @@ def _train(config: TrainConfig, output_dir: Path) -> Path:
     setup_logging(is_main)
     logger.info("world size %d, device %s, mixed precision %s", world, device, accelerator.mixed_precision)
     if precision is not None:
-        logger.info("mixed_precision auto -> %s: %s", precision.mixed_precision, precision.reason)
+        logger.info("mixed_precision auto -> %s", precision.reason)
     if step_dirs(ckpt_root) and not config.resume:
         raise FileExistsError(
             f"{ckpt_root} already holds checkpoints: pass --resume to continue the run or choose another output_dir"
@@ -213,13 +213,8 @@ def _train(config: TrainConfig, output_dir: Path) -> Path:
         state.batches_per_epoch,
     )
     if total_steps is not None:
-        work = f"{total_steps - state.step} updates to do ({(total_steps - state.step) / updates_per_epoch:.2f} epochs)"
-        if precision is not None and precision.step_s is not None:
-            work += (
-                f"; about {(total_steps - state.step) * precision.step_s / 60:.1f} min on this machine "
-                f"({1000 * precision.step_s:.0f} ms a step measured)"
-            )
-        logger.info(work)
+        left = total_steps - state.step
+        logger.info("%d updates to do (%.2f epochs)", left, left / updates_per_epoch)
     higher_is_better = config.early_stopping_metric != "loss"
     plot_sources = data["validation"]["source"][: config.num_plot_sentences]  # fixed sentences
     dump = None

@@ -119,7 +119,7 @@ class TrainConfig:
     seed: int = 1234  # model init, dropout and data order
     num_threads: int | None = None  # torch intra-op CPU threads of each process (None: torch's default, one per core)
     mixed_precision: str | None = (
-        None  # "auto" (measure this model's training step in float32 and CPU bf16 on this machine, interleaved, and take bf16 only where it is >= 1.1x faster; the decision is cached per machine and model shape: training/precision.py), "no", "fp16" (GPU) or "bf16" (GPU, or a CPU with AVX512-BF16/AMX); None: what `accelerate launch/config` says, else "no"
+        None  # "auto" (bf16 on a GPU with bf16, a CPU with AMX or an AMD CPU with AVX512-BF16, else float32: the table of training/precision.py), "no", "fp16" (GPU) or "bf16" (GPU, or a CPU with AVX512-BF16/AMX); None: what `accelerate launch/config` says, else "no"
     )
     log_every: int = 50  # updates between progress/TensorBoard logs (each costs one host sync); with several ranks also how often linear_time reads the clock
     log_with: str = "tensorboard"  # "tensorboard" or "none"

@@ -25,6 +25,7 @@ A new decoding option is one keyword in ``generate_kwargs``; a new output is one
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -79,6 +80,26 @@ def is_ct2(model) -> bool:
 #: What the message of a refused option calls a model decoded by its own runtime, by its
 #: ``config.model_type`` (also its ``ModelLocation.kind``).
 RUNTIME_NAMES = {"ctranslate2": "a CTranslate2 folder", "onnx": "an ONNX export"}
+#: The variable that sets a runtime's CPU thread layout (:func:`thread_layout`), by ``model_type``.
+THREAD_LAYOUT_ENV = {"ctranslate2": "ATTENTION_SEQ2SEQ_CT2_THREADS", "onnx": "ATTENTION_SEQ2SEQ_ONNX_THREADS"}
+
+
+def thread_layout(model_type: str, asked: str | None = None) -> tuple[str, str]:
+    """``(layout, why)``: how a runtime spends its ``threads`` CPU cores. ``"inter"``, the
+    default: ``threads`` batches side by side, one core each (what a file of many batches wants;
+    docs/deploy.md gives the measurements); ``"intra"``: all cores inside one batch at a time.
+    ``asked``, else the runtime's variable (:data:`THREAD_LAYOUT_ENV`), else the default.
+
+    Raises:
+        UserError: another value (named with where it came from, and the valid ones).
+    """
+    env = THREAD_LAYOUT_ENV[model_type]
+    source, layout = ("thread_layout", asked) if asked else (env, os.environ.get(env))
+    if not layout:
+        return "inter", "the default"
+    if layout not in ("inter", "intra"):
+        raise UserError(f"{source}={layout}: the thread layout of {RUNTIME_NAMES[model_type]} is inter or intra")
+    return layout, f"{source}={layout}"
 
 
 def is_onnx(model) -> bool:
@@ -242,11 +263,16 @@ class Translator:
         self.model, self.tokenizer = loaded.model, loaded.tokenizer
         self.options = options
         backend_class = backend_for(self.model)
+        runtime = RUNTIME_NAMES.get(getattr(self.model.config, "model_type", None))
         if options.align and not backend_class.attention_weights:
-            runtime = RUNTIME_NAMES[self.model.config.model_type]
             raise UserError(
                 f"--alignments reads the model's attention weights, which {runtime} does not "
                 "return; use the PyTorch model (the training run or a --format remote/native export)"
+            )
+        if options.constraints is not None and runtime is not None:
+            raise UserError(
+                "--constraints needs the PyTorch model (constrained beam search runs in this package); "
+                f"{runtime} cannot take it: use the training run or a --format remote/native export"
             )
         is_ensemble = getattr(self.model.config, "model_type", None) == "attention_seq2seq_ensemble"
         if is_ensemble and options.align:

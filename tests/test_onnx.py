@@ -325,6 +325,10 @@ def test_what_an_export_cannot_do_is_refused_in_one_line(exported, tmp_path, cap
     base = ["translate", "-m", str(onnx_dir), "--input", str(source), "--no-progress"]
     assert "attention weights" in _one_line_error(capsys, [*base, "--alignments", str(tmp_path / "a.txt")])
     assert "--do-sample needs the PyTorch model" in _one_line_error(capsys, [*base, "--do-sample"])
+    terms = tmp_path / "terms.tsv"
+    terms.write_text("satz\n", encoding="utf-8")
+    refused = _one_line_error(capsys, [*base, "--num-beams", "2", "--constraints", str(terms)])
+    assert "--constraints needs the PyTorch model" in refused and "an ONNX export cannot take it" in refused
     assert "max_position_embeddings=160" in _one_line_error(capsys, [*base, "--max-new-tokens", "500"])
     foreign = tmp_path / "optimum-export"
     foreign.mkdir()

@@ -45,7 +45,7 @@ from transformers import (
     set_seed,
 )
 
-from ..translation.scores import corpus_scores, load_translation_metric
+from ..translation import scores
 from .config import FinetuneConfig, dump_recipe, finetune_config, parse_command_line
 from .lora import (
     apply_lora,
@@ -74,7 +74,7 @@ def build_compute_metrics(tokenizer, *, bleu_tokenize: str | None = None) -> Cal
     """
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     special_ids = np.array(sorted(set(tokenizer.all_special_ids) | {-100}))
-    metric = load_translation_metric(keep_in_memory=True)
+    metric = scores.load_translation_metric(keep_in_memory=True)
 
     def compute_metrics(eval_pred) -> dict:
         predictions, labels = eval_pred.predictions, eval_pred.label_ids
@@ -82,11 +82,11 @@ def build_compute_metrics(tokenizer, *, bleu_tokenize: str | None = None) -> Cal
             predictions = predictions[0]
         hypotheses = decode_ids(tokenizer, predictions, pad_id)
         references = decode_ids(tokenizer, labels, pad_id)
-        scores = metric.compute(predictions=hypotheses, references=references, tokenize=bleu_tokenize)
+        result = metric.compute(predictions=hypotheses, references=references, tokenize=bleu_tokenize)
         lengths = (~np.isin(np.asarray(predictions), special_ids)).sum(axis=-1)  # output tokens only
         return {
-            "bleu": scores["bleu"],
-            "chrf": scores["chrf"],
+            "bleu": result["bleu"],
+            "chrf": result["chrf"],
             "gen_len": float(np.mean(lengths)) if len(lengths) else 0.0,
         }
 
@@ -441,7 +441,8 @@ def finetune(config: FinetuneConfig) -> Path:
     if "test" in tokenized:
         prediction = trainer.predict(tokenized["test"], metric_key_prefix="test")
         hypotheses = decode_ids(tokenizer, prediction.predictions, tokenizer.pad_token_id or 0)
-        test_scores = corpus_scores(hypotheses, list(raw["test"]["target"]), target_lang=corpus.get("target_lang"))
+        references = list(raw["test"]["target"])
+        test_scores = scores.corpus_scores(hypotheses, references, target_lang=corpus.get("target_lang"))
 
     # The saved model keeps the base model's generation settings, not the evaluation's.
     trainer.model.generation_config = deploy_generation_config

@@ -101,6 +101,27 @@ def write_jsonl(path: Path, pairs) -> Path:
 
 
 # ------------------------------------------------------------------------------------------------
+# Float32 rounding
+# ------------------------------------------------------------------------------------------------
+
+
+def float32_rounding(reference: torch.Tensor, dot_length: int, layers: int = 1) -> float:
+    """How far two correct float32 computations of ``reference`` may lie apart when they add the
+    same products in other orders (a merged LoRA weight, another library's kernels, another CPU's
+    vector width): layers · K · eps · max|reference|.
+
+    A dot product of length K rounded in float32 is off by at most about K·u·Σ|w_k x_k| (u = eps/2,
+    Higham, Accuracy and Stability of Numerical Algorithms, §3.1), so two orders of it differ by up
+    to K·eps·Σ|w_k x_k|; Σ|w_k x_k| is taken as the largest |reference| (sums of terms of random
+    sign are about √K times their result, and their rounding errors about √K times below the
+    bound, so the two factors cancel). Each of ``layers`` such products on the way to the output
+    adds its own, passed on at that scale by layers that do not amplify (norms, residuals,
+    contractive recurrences).
+    """
+    return layers * dot_length * torch.finfo(torch.float32).eps * float(reference.abs().max())
+
+
+# ------------------------------------------------------------------------------------------------
 # Tiny models
 # ------------------------------------------------------------------------------------------------
 

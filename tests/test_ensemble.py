@@ -11,6 +11,7 @@ from transformers import AutoModelForSeq2SeqLM
 
 from attention_seq2seq import RNNSeq2SeqConfig, TransformerSeq2SeqConfig
 from attention_seq2seq.translation.ensemble import EnsembleForConditionalGeneration
+from helpers import float32_rounding
 
 SPECIAL = dict(vocab_size=50, pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
 
@@ -85,7 +86,8 @@ def test_the_step_score_is_the_weighted_mean_of_the_members_log_probabilities():
             )
             for w, m in ((2 / 3, transformer), (1 / 3, rnn))
         )
-    torch.testing.assert_close(got, by_hand, rtol=0, atol=1e-5)
+    # a weighted sum of two log-probabilities: float32 rounding of a sum of 2 (helpers.float32_rounding)
+    torch.testing.assert_close(got, by_hand, rtol=0, atol=float32_rounding(by_hand, 2))
 
 
 def test_greedy_ensemble_decoding_is_the_argmax_of_the_mixed_step_scores_with_caches():

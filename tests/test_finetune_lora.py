@@ -3,7 +3,7 @@
 Both families start from the tiny trained runs of tests/helpers.py (helpers' "tiny" sizes, a
 unigram tokenizer on a corpus slice) and fine-tune adapters on other pairs of the same corpus.
 Checked: the loss falls, only adapter parameters change, the merged model gives the adapted
-model's teacher-forced logits within 1e-5 and exports, a run without --merge can be merged later,
+model's teacher-forced logits to float32 rounding and exports, a run without --merge can be merged later,
 runs resume from their checkpoints and are never overwritten, and bad settings fail in one line.
 """
 
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import FAMILIES, build_tiny_run, read_pairs, tiny_model, write_jsonl
+from helpers import FAMILIES, build_tiny_run, float32_rounding, read_pairs, tiny_model, write_jsonl
 
 from attention_seq2seq.cli import main
 from attention_seq2seq.training import finetune_trainer as ft
@@ -141,6 +141,15 @@ def _load(folder: Path):
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     return AutoModelForSeq2SeqLM.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
+
+
+def _merge_tolerance(model, logits: torch.Tensor) -> float:
+    """How far merging may move the logits: the merged model computes (W + s·BA)x where the adapted
+    one computes Wx + s·B(Ax), the same products added in another order, in each layer of width
+    K (d_model or hidden_size) of the encoder and the decoder (helpers.float32_rounding)."""
+    config = model.config
+    width = getattr(config, "d_model", None) or config.hidden_size
+    return float32_rounding(logits, width, layers=config.encoder_layers + config.decoder_layers)
 
 
 def _adapted(base: Path, adapter: Path):
@@ -265,11 +274,13 @@ def test_the_merged_model_gives_the_adapted_models_logits(family, lora_runs):
     assert not any("lora" in n for n, _ in merged.named_parameters())
     batch = _teacher_forced_batch(tokenizer, read_pairs(8, split="test"))
     adapted_logits = _logits(adapted, batch)
-    torch.testing.assert_close(_logits(merged, batch), adapted_logits, atol=1e-5, rtol=0)
+    tolerance = _merge_tolerance(merged, adapted_logits)
+    torch.testing.assert_close(_logits(merged, batch), adapted_logits, atol=tolerance, rtol=0)
     with adapted.disable_adapter():  # the comparison is not between two copies of the base
         assert (_logits(adapted, batch) - adapted_logits).abs().max() > 1e-3
     lora = json.loads((run / "metrics.json").read_text())["lora"]
-    assert lora["merged"] is True and 0 <= lora["merge_max_abs_logit_difference"] < 1e-5
+    # measured by the trainer on its own batch of the same model: logits of the same scale
+    assert lora["merged"] is True and 0 <= lora["merge_max_abs_logit_difference"] < tolerance
     # The merged model keeps the base model's generation settings, not the evaluation's.
     assert (merged.generation_config.num_beams, merged.generation_config.max_new_tokens) == (2, 24)
 
@@ -287,7 +298,9 @@ def test_the_merged_transformer_exports_in_every_format(lora_runs, tmp_path):
     native = export_native(run, tmp_path / "native")
     native_model, _ = _load(native)
     batch = _teacher_forced_batch(tokenizer, read_pairs(4, split="test"))
-    torch.testing.assert_close(_logits(native_model, batch), _logits(merged, batch), atol=1e-5, rtol=0)
+    expected = _logits(merged, batch)  # transformers' Marian layers: the same sums in another order
+    tolerance = _merge_tolerance(merged, expected)
+    torch.testing.assert_close(_logits(native_model, batch), expected, atol=tolerance, rtol=0)
     ct2 = export_ct2(run, tmp_path / "ct2", quantization="float32")
     assert (ct2 / "model.bin").is_file()
 
@@ -326,9 +339,12 @@ def test_a_run_without_merge_writes_the_adapter_and_merges_later(runs_root, data
     adapted, tokenizer = _adapted(base, run / "adapter")
     merged, _ = _load(run / "model")
     batch = _teacher_forced_batch(tokenizer, read_pairs(4, split="test"))
-    torch.testing.assert_close(_logits(merged, batch), _logits(adapted, batch), atol=1e-5, rtol=0)
+    adapted_logits = _logits(adapted, batch)
+    tolerance = _merge_tolerance(merged, adapted_logits)
+    torch.testing.assert_close(_logits(merged, batch), adapted_logits, atol=tolerance, rtol=0)
     lora = json.loads((run / "metrics.json").read_text())["lora"]
-    assert lora["merged"] is True and lora["merge_max_abs_logit_difference"] < 1e-5 and "merge_command" not in lora
+    assert lora["merged"] is True and lora["merge_max_abs_logit_difference"] < tolerance
+    assert "merge_command" not in lora
 
     weights = (run / "model" / "model.safetensors").read_bytes()
     with pytest.raises(SystemExit) as exit_:

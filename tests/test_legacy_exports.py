@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from attention_seq2seq import RNNSeq2SeqForConditionalGeneration, TransformerSeq2SeqForConditionalGeneration
+from helpers import float32_rounding
 
 LEGACY = Path(__file__).parent / "fixtures" / "legacy_exports"
 FAMILIES = {
@@ -49,9 +50,14 @@ def test_a_legacy_export_loads_into_todays_classes_with_the_same_outputs(family,
     assert sorted(model.state_dict()) == expected["state_dict_keys"]
     got = _outputs(model, expected)
     # The export's time ran lm_head through oneDNN's prepacked GEMM (fast paths on), removed since
-    # (issue 39): today's F.linear gives its numbers to a few float32 ulps (1.2e-6 at logits ~3).
-    torch.testing.assert_close(got["logits"], expected["logits"], rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(got["loss"], expected["loss"], rtol=1e-6, atol=1e-6)
+    # (issue 39), on another host: today's kernels add the same products in their own order in each
+    # layer of the encoder and the decoder (helpers.float32_rounding; measured 1.2e-6 at logits ~3).
+    # The loss, a mean of log-softmaxes, moves by at most twice the largest logit difference.
+    config = model.config
+    width = getattr(config, "d_model", None) or config.hidden_size
+    tolerance = float32_rounding(expected["logits"], width, config.encoder_layers + config.decoder_layers)
+    torch.testing.assert_close(got["logits"], expected["logits"], rtol=0, atol=tolerance)
+    torch.testing.assert_close(got["loss"], expected["loss"], rtol=0, atol=2 * tolerance)
     assert got["greedy"].tolist() == expected["greedy"].tolist()
     assert got["beam"].tolist() == expected["beam"].tolist()
 

@@ -37,7 +37,6 @@ import itertools
 import json
 import logging
 import os
-import shutil
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -48,7 +47,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .durability import check_manifest, crash_point, write_manifest, writing
+from ..common.durability import check_manifest, exclusive, write_atomically, write_manifest
 
 logger = logging.getLogger(__name__)
 
@@ -468,41 +467,33 @@ def file_digest(path: str | os.PathLike) -> str:
 
 
 def build_once(final: Path, build: Callable[[Path], None]) -> bool:
-    """Make sure ``final`` exists and is whole: under a file lock beside it, check the entry's
-    manifest (:func:`~.durability.check_manifest`: every file's size and SHA-256); build it when
-    it is missing or damaged (one warning saying what was wrong) in a temporary sibling folder,
-    write its manifest, and rename that into place. No reader ever sees a half-built entry,
-    concurrent processes build it once, and a builder killed at any moment leaves only a
-    temporary folder, which the next builder removes. Returns True if this call built it.
+    """Make sure ``final`` exists and is whole: under a lock beside it, check the entry's manifest
+    (:func:`~attention_seq2seq.common.durability.check_manifest`: every file's size and SHA-256);
+    build it when it is missing or damaged (one warning saying what was wrong), write its
+    manifest, and put it in place whole (:func:`~attention_seq2seq.common.durability.write_atomically`).
+    No reader ever sees a half-built entry, concurrent processes build it once, and a builder
+    killed at any moment leaves only a temporary folder, which the next builder removes. Returns
+    True if this call built it.
 
     Raises:
         DiskFullError: the disk filled while building (one line naming the entry and the space
             free there; nothing is left in the cache).
     """
-    from filelock import FileLock
 
-    final.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(final) + ".lock"):
+    def build_checked(tmp: Path) -> None:
+        tmp.mkdir()
+        build(tmp)
+        write_manifest(tmp)
+
+    with exclusive(str(final) + ".lock", f"the corpus cache entry {final}", wait=True):
         if final.exists():
             problem = check_manifest(final)
             if problem is None:
                 return False
             logger.warning("corpus cache entry %s is damaged (%s): building it again", final, problem)
-            doomed = final.parent / f".{final.name}.damaged-{os.getpid()}"
-            os.replace(final, doomed)
-            shutil.rmtree(doomed, ignore_errors=True)
-        for leftover in final.parent.glob(f".{final.name}.*"):  # a killed builder's (we hold the lock)
-            shutil.rmtree(leftover, ignore_errors=True)
-        tmp = final.parent / f".{final.name}.tmp-{os.getpid()}"
-        tmp.mkdir()
-        try:
-            with writing(final.parent, "the corpus cache entry", kept="nothing half-built is left in the cache"):
-                build(tmp)
-                write_manifest(tmp)
-            crash_point(f"corpus cache {final.name} built, not yet renamed")
-            os.replace(tmp, final)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        write_atomically(
+            final, build_checked, what="the corpus cache entry", kept="nothing half-built is left in the cache"
+        )
     return True
 
 

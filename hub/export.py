@@ -34,13 +34,12 @@ import json
 import os
 import shutil
 import struct
-import tempfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..modeling.registry import BY_MODEL_TYPE, ModelFamily
-from ..data.durability import writing
+from ..common.durability import write_atomically
 from .model_card import ModelCardError, code_checksums, render_model_card
 from .shipped_code import ExportError, shipped_files, write_files
 
@@ -373,43 +372,37 @@ def export_model(
         num_parameters=sum(p.numel() for p in model.parameters()),
     )
 
-    export_dir.parent.mkdir(parents=True, exist_ok=True)
-    with writing(export_dir, "the export", kept="nothing was written in its place; an earlier export there is intact"):
-        return _write_export(
-            export_dir, model, tokenizer, shipped, heatmap_bytes, sources, metrics_data, card, space, repo_id
-        )
+    kept = "nothing was written in its place; an earlier export there is intact"
 
-
-def _write_export(export_dir, model, tokenizer, shipped, heatmap_bytes, sources, metrics_data, card, space, repo_id):
-    staging = Path(tempfile.mkdtemp(prefix=f".{export_dir.name}.", suffix=".partial", dir=export_dir.parent))
-    try:
-        model.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        write_files(staging, shipped)
-        # Terminology constraints travel with the model: transformers' custom_generate convention.
-        write_custom_generate(staging)
-        if heatmap_bytes is not None:
-            (staging / HEATMAP_NAME).write_bytes(heatmap_bytes)
-        if sources.metrics is not None:
-            (staging / "metrics.json").write_text(
-                json.dumps(metrics_data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
-            )
-        if sources.recipe is not None:
-            shutil.copyfile(sources.recipe, staging / "recipe.yaml")
-        if space:
-            from .space import write_space
-
-            write_space(staging, repo_id)
+    def write(staging: Path) -> None:
+        staging.mkdir()
+        _write_export(staging, model, tokenizer, shipped, heatmap_bytes, sources, metrics_data, card, space, repo_id)
         # Last, so the checksums are those of the files as written (every .py, Space included).
-        card = (
-            card.rstrip("\n") + "\n\n" + code_checksums(staging, repo_id or f"<your-username>/{export_dir.name}") + "\n"
-        )
-        (staging / "README.md").write_text(card, encoding="utf-8")
-        _replace_folder(staging, export_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        checksums = code_checksums(staging, repo_id or f"<your-username>/{export_dir.name}")
+        (staging / "README.md").write_text(card.rstrip("\n") + "\n\n" + checksums + "\n", encoding="utf-8")
+
+    write_atomically(export_dir, write, what="the export", kept=kept)
     return export_dir
+
+
+def _write_export(staging, model, tokenizer, shipped, heatmap_bytes, sources, metrics_data, card, space, repo_id):
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    write_files(staging, shipped)
+    # Terminology constraints travel with the model: transformers' custom_generate convention.
+    write_custom_generate(staging)
+    if heatmap_bytes is not None:
+        (staging / HEATMAP_NAME).write_bytes(heatmap_bytes)
+    if sources.metrics is not None:
+        (staging / "metrics.json").write_text(
+            json.dumps(metrics_data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
+    if sources.recipe is not None:
+        shutil.copyfile(sources.recipe, staging / "recipe.yaml")
+    if space:
+        from .space import write_space
+
+        write_space(staging, repo_id)
 
 
 def _render_card(**kwargs) -> str:
@@ -417,25 +410,6 @@ def _render_card(**kwargs) -> str:
         return render_model_card(**kwargs)
     except ModelCardError as error:
         raise ExportError(f"model card: {error}") from None
-
-
-def _replace_folder(staging: Path, export_dir: Path) -> None:
-    if export_dir.exists():
-        # Move the old export aside first, so that a failure here never loses both.
-        retired = Path(tempfile.mkdtemp(prefix=f".{export_dir.name}.", suffix=".old", dir=export_dir.parent))
-        retired.rmdir()
-        os.replace(export_dir, retired)
-        os.replace(staging, export_dir)
-        shutil.rmtree(retired)
-    else:
-        os.replace(staging, export_dir)
-    os.chmod(export_dir, 0o755 & ~_umask())
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _read_metrics(path: Path | None) -> dict | None:

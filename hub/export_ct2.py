@@ -29,18 +29,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 
+from ..common.durability import write_atomically
 from ..translation.ct2_folder import MARKER_FILE
 from .export import (
     ExportError,
     _check_destination,
     _read_config_json,
-    _replace_folder,
     _reset_tokenizer_runtime_state,
     resolve_sources,
 )
@@ -221,9 +219,8 @@ def export_ct2(
     tokenizer = AutoTokenizer.from_pretrained(sources.model_dir, trust_remote_code=False)
     _reset_tokenizer_runtime_state(tokenizer)
 
-    export_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{export_dir.name}.", suffix=".partial", dir=export_dir.parent))
-    try:
+    def write(staging: Path) -> None:
+        staging.mkdir()
         with torch.no_grad():
             _ct2_converter(model, tokenizer, ctranslate2).convert(str(staging), quantization=quantization, force=True)
         tokenizer.save_pretrained(staging)
@@ -237,8 +234,6 @@ def export_ct2(
             "ctranslate2_version": ctranslate2.__version__,
         }
         (staging / MARKER_FILE).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        _replace_folder(staging, export_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+
+    write_atomically(export_dir, write)
     return export_dir

@@ -39,19 +39,17 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from ..common.durability import write_atomically
 from .export import (
     ExportError,
     _check_destination,
     _read_config_json,
     _read_metrics,
-    _replace_folder,
     _reset_tokenizer_runtime_state,
     resolve_sources,
 )
@@ -351,9 +349,8 @@ def export_native(
         model.config, layout, repo_id or f"<your-username>/{export_dir.name}", metrics, difference
     )
 
-    export_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{export_dir.name}.", suffix=".partial", dir=export_dir.parent))
-    try:
+    def write(staging: Path) -> None:
+        staging.mkdir()
         native.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         (staging / "README.md").write_text(card, encoding="utf-8")
@@ -361,10 +358,8 @@ def export_native(
             (staging / "metrics.json").write_text(
                 json.dumps(metrics, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
             )
-        _replace_folder(staging, export_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+
+    write_atomically(export_dir, write)
     return export_dir
 
 

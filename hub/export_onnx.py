@@ -30,19 +30,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
-import tempfile
 import warnings
 from pathlib import Path
 
 import torch
 
+from ..common.durability import write_atomically
 from .export import (
     ExportError,
     _check_destination,
     _load_model_and_tokenizer,
     _read_metrics,
-    _replace_folder,
     family_of,
     resolve_sources,
 )
@@ -323,9 +321,8 @@ def export_onnx(
     else:
         rows = synthetic_sentences(tokenizer)
 
-    export_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{export_dir.name}.", suffix=".partial", dir=export_dir.parent))
-    try:
+    def write(staging: Path) -> None:
+        staging.mkdir()
         interface = _export_graphs(model, staging, rows)
         check = check_against_pytorch(model, staging, interface, rows)
         for graph in ("encoder", "decoder"):
@@ -337,10 +334,8 @@ def export_onnx(
         if quantization == "int8":
             _quantize(staging)
         _write_runtime_files(staging, model, tokenizer, interface, quantization, check, onnxruntime, sources)
-        _replace_folder(staging, export_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+
+    write_atomically(export_dir, write)
     return export_dir
 
 

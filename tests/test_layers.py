@@ -1,6 +1,6 @@
 """The package's layers, read from the source: imports flow one way,
 
-    configuration/ <- modeling/ <- data/ <- attention/ <- translation/ <- training/ <- hub/
+    common/ <- configuration/ <- modeling/ <- data/ <- attention/ <- translation/ <- training/ <- hub/
         <- the command line (attention_seq2seq/cli/, main_job, translate)
 
 and hub/ reads the model registry and the corpus presets, never training/. The package root's
@@ -22,7 +22,16 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "attention_seq2seq"
 
 # folder (as installed under attention_seq2seq.) -> layer; higher layers may import lower ones
-LAYERS = {"configuration": 0, "modeling": 1, "data": 2, "attention": 3, "translation": 4, "training": 5, "hub": 6}
+LAYERS = {
+    "common": -1,
+    "configuration": 0,
+    "modeling": 1,
+    "data": 2,
+    "attention": 3,
+    "translation": 4,
+    "training": 5,
+    "hub": 6,
+}
 SHARED = {
     "errors",
     "evaluate_modules",

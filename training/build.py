@@ -133,7 +133,7 @@ def load_data(config: TrainConfig, accelerator: Accelerator, output_dir: Path):
     """
     from transformers import PreTrainedTokenizerFast
 
-    from ..data.durability import unwritable
+    from ..common.durability import unwritable
     from ..data.prepared import cache_root, prepare_corpus
 
     import datasets

@@ -9,8 +9,8 @@ Checkpoints written before that file existed kept the same objects in Accelerate
 
 Every folder is written under a temporary name and renamed when complete
 (:func:`atomic_write`), and deleted by renaming it away first (:func:`remove_dir`): a crash
-at any moment (tests/test_faults.py kills the process at each) leaves only complete
-checkpoints under ``step_<N>`` names, so resuming never starts from a partial one. ``best/``
+at any moment (tests/test_resume_after_kill.py kills the process at each write) leaves only
+complete checkpoints under ``step_<N>`` names, so resuming never starts from a partial one. ``best/``
 keeps the weights of the best ``keep_best_k`` validations (:func:`update_best`).
 """
 
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from ..data.durability import DiskFullError, crash_point, tree_bytes, writing
+from ..common.durability import tree_bytes, write_atomically
 from .file_modes import give_ordinary_modes
 
 STATE_FILE = "training_state.pt"
@@ -79,66 +79,40 @@ def step_dirs(root: Path) -> list[Path]:
 
 def remove_dir(folder: Path) -> None:
     """Delete ``folder`` so that no moment shows a half-deleted one under its name: it is renamed
-    to ``.deleting_<name>`` first (which :func:`step_dirs` ignores; :func:`atomic_write` clears
-    leftovers), then removed."""
-    if not folder.exists():
-        return
-    doomed = folder.parent / f".deleting_{folder.name}"
-    shutil.rmtree(doomed, ignore_errors=True)
-    os.replace(folder, doomed)
-    crash_point(f"{folder.parent.name}/{folder.name} being deleted")
-    shutil.rmtree(doomed)
-
-
-def restore_replaced(final: Path) -> None:
-    """Undo a replacement that a crash cut short: when ``final`` is missing but its old copy
-    ``.replaced_<name>`` (set aside by :func:`atomic_write`) is there, put the old copy back."""
-    replaced = final.parent / f".replaced_{final.name}"
-    if replaced.is_dir() and not final.exists():
-        os.replace(replaced, final)
+    to ``.<name>.old`` first (which :func:`step_dirs` ignores; :func:`clear_leftovers` removes
+    what a kill left), then removed."""
+    if folder.exists():
+        doomed = folder.with_name(f".{folder.name}.old")
+        shutil.rmtree(doomed, ignore_errors=True)
+        os.replace(folder, doomed)
+        shutil.rmtree(doomed)
 
 
 def atomic_write(accelerator, final: Path, write, kept: str | None = None) -> None:
-    """Run ``write(tmp_dir)`` on every rank, then rename the folder to ``final`` on the main one.
-
-    A crash while writing leaves only a ``.tmp_*`` folder, and a crash while replacing an older
-    ``final`` leaves it as ``.replaced_*``: at every moment ``final`` is either absent, the old
-    complete folder or the new complete one, and the previous checkpoints stay intact
-    (tests/test_faults.py kills the process at each step of this). A full disk raises one
-    :class:`~attention_seq2seq.data.durability.DiskFullError` line naming the folder and the space
-    it needs (the size of the newest sibling).
+    """Run ``write(tmp_dir)`` on every rank, then rename the folder to ``final`` on the main one
+    (:func:`~attention_seq2seq.common.durability.write_atomically`): ``final`` is absent, the old
+    complete folder or the new complete one at every moment, and the previous checkpoints stay
+    intact. A full disk is one :class:`~attention_seq2seq.common.durability.DiskFullError` line
+    naming the folder and the space it needs (the size of the newest sibling).
     """
-    tmp = final.parent / f".tmp_{final.name}"
-    replaced = final.parent / f".replaced_{final.name}"
-    label = f"{final.parent.name}/{final.name}"
-    siblings = [p for p in step_dirs(final.parent) if p != final] if final.parent.is_dir() else []
+    siblings = [p for p in step_dirs(final.parent) if p != final]
     if kept is None:
         kept = f"the previous {siblings[-1].parent.name}/{siblings[-1].name} is intact" if siblings else ""
-    if accelerator.is_main_process:
-        restore_replaced(final)
-        clear_leftovers(final.parent)
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.parent.mkdir(parents=True, exist_ok=True)
-    accelerator.wait_for_everyone()
-    crash_point(f"{label} about to be written")
-    try:
-        with writing(final, label, needed=tree_bytes(siblings[-1]) if siblings else None, kept=kept):
-            write(tmp)
-    except DiskFullError:
-        shutil.rmtree(tmp, ignore_errors=True)  # give the space back; the previous folders are untouched
-        raise
-    accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        give_ordinary_modes(tmp)  # safetensors writes 0600
-        crash_point(f"{label} written, not yet renamed")
-        if final.exists():  # the same step written again: the old copy goes only once the new one is in place
-            shutil.rmtree(replaced, ignore_errors=True)
-            os.replace(final, replaced)
-            crash_point(f"{label} old copy set aside")
-        os.replace(tmp, final)
-        crash_point(f"{label} renamed")
-        shutil.rmtree(replaced, ignore_errors=True)
-    accelerator.wait_for_everyone()
+
+    def write_all(tmp: Path) -> None:
+        write(tmp)
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            give_ordinary_modes(tmp)  # safetensors writes 0600
+
+    write_atomically(
+        final,
+        write_all,
+        needed=tree_bytes(siblings[-1]) if siblings else None,
+        kept=kept,
+        main=accelerator.is_main_process,
+        barrier=accelerator.wait_for_everyone,
+    )
 
 
 def save_checkpoint(accelerator, root: Path, step: int, keep: int, states: dict | None = None) -> None:
@@ -151,7 +125,6 @@ def save_checkpoint(accelerator, root: Path, step: int, keep: int, states: dict 
 
     def write(tmp: Path) -> None:
         accelerator.save_state(str(tmp))
-        crash_point(f"{root.name}/step_{step} accelerate state written")
         if states and accelerator.is_main_process:
             torch.save({name: obj.state_dict() for name, obj in states.items()}, tmp / STATE_FILE)
 
@@ -169,9 +142,9 @@ def prune_checkpoints(root: Path, keep: int) -> None:
 
 
 def clear_leftovers(root: Path) -> None:
-    """Remove what a killed process left under ``root``: folders it was deleting
-    (``.deleting_*``). Main process only, with the run's lock held."""
-    for leftover in root.glob(".deleting_*") if root.is_dir() else []:
+    """Remove what a killed process left under ``root``: the hidden folders it was writing or
+    deleting. Main process only, with the run's lock held, between writes."""
+    for leftover in root.glob(".*") if root.is_dir() else []:
         shutil.rmtree(leftover, ignore_errors=True)
 
 

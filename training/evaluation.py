@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from accelerate.utils import gather_object
 
-from ..data.durability import crash_point
+from ..common.user_files import write_whole
 from ..data.pairs import Collate, eval_batches
 from ..attention.sentences import attention_pass
 from ..translation.scores import corpus_scores, format_score
@@ -129,7 +129,6 @@ def run_provenance(device) -> dict:
     adds ``finished_utc`` at the end.
     """
     import datetime
-    import os
     import platform
     import subprocess
     import sys
@@ -204,10 +203,7 @@ def write_run_report(output_dir: Path, metrics: dict, test: dict, greedy: dict |
             "".join(h + "\n" for h in greedy["hypotheses"]), encoding="utf-8"
         )
     # metrics.json last, whole or absent: its presence says the run finished.
-    temporary = output_dir / ".metrics.json.tmp"
-    temporary.write_text(json.dumps(metrics, indent=2, ensure_ascii=False), encoding="utf-8")
-    crash_point("metrics.json written, not yet renamed")
-    os.replace(temporary, output_dir / "metrics.json")
+    write_whole(output_dir / "metrics.json", json.dumps(metrics, indent=2, ensure_ascii=False))
     logger.info(
         "test (beam %d): BLEU %s, lower-cased BLEU %s, chrF %s (%s)",
         num_beams,

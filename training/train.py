@@ -71,12 +71,11 @@ from .build import (  # noqa: F401  (re-exported: the trainer's public pieces)
     resolve_precision,
     setup_logging,
 )
-from ..data.durability import DiskFullError, LockedError, crash_point, exclusive
+from ..common.durability import DiskFullError, LockedError, exclusive
 from .checkpoints import (
     TrainerState,
     atomic_write,
     drop_lost_best,
-    restore_replaced,
     final_weight_sources,
     load_checkpoint,
     prune_checkpoints,
@@ -133,8 +132,6 @@ def train(config: TrainConfig) -> Path:
 def _train(config: TrainConfig, output_dir: Path) -> Path:
     # ==== build ====================================================================================
     ckpt_root, best_root, plots_dir = output_dir / "checkpoints", output_dir / "best", output_dir / "plots"
-    if int(os.environ.get("RANK", "0")) == 0:
-        restore_replaced(output_dir / "model")  # a kill while the final model replaced model/
     if config.num_threads is not None:
         torch.set_num_threads(config.num_threads)
     precision = resolve_precision(config)  # None unless mixed_precision is "auto"
@@ -317,7 +314,6 @@ def _train(config: TrainConfig, output_dir: Path) -> Path:
         )
         first_bad = torch.where((first_bad < 0) & ~torch.isfinite(update_loss), state.step + 1, first_bad)
         state.step += 1
-        crash_point(f"update {state.step}")
         loss_acc += update_loss
         tokens_acc += num_tokens
         progress.update(1)
@@ -400,8 +396,6 @@ def _train(config: TrainConfig, output_dir: Path) -> Path:
         if evaluating or saving:
             last_log_time = time.perf_counter()  # tokens/s counts update time only
             state.wall_time_s = earlier_sessions_s + last_log_time - session_start
-        if config.debug_crash_at_step is not None and state.step == config.debug_crash_at_step:
-            raise RuntimeError(f"debug_crash_at_step: simulated crash after update {state.step}")
     progress.close()
     if dump is not None:
         dump.close()
@@ -429,7 +423,6 @@ def _train(config: TrainConfig, output_dir: Path) -> Path:
     def write_model(folder: Path) -> None:
         if is_main:
             unwrapped.save_pretrained(folder)
-            crash_point("model weights written")
             tokenizer.save_pretrained(folder)
 
     # model/ is whole or absent

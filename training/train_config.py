@@ -126,7 +126,6 @@ class TrainConfig:
     ddp_timeout: int = 1800  # several ranks: seconds a rank waits in a collective for the others before it stops with one line naming the wait (a rank that hangs rather than dies; a killed rank is noticed at once); 1800 is torch's and Trainer's default: lower it where a stuck machine must be found sooner, keep it above the longest step one rank takes alone (the final test decoding, the corpus build)
     # ---- debugging (used by the tests) ---------------------------------------------------------
     debug_dump_batches: bool = False  # each rank writes its micro-batches' example ids to debug/batches_rank<R>.jsonl
-    debug_crash_at_step: int | None = None  # raise right after update N (after its checkpoint) to test --resume
 
 
 CHOICES = {

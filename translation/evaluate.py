@@ -61,8 +61,8 @@ def evaluate_model(
 
 def _write_json(path: Path, data: dict) -> None:
     """Write ``data`` as the whole of ``path`` (a crash or a full disk leaves the old file whole;
-    a device or ``/dev/stdout`` is written to as it is): :func:`~attention_seq2seq.data.user_files.write_whole`."""
-    from ..data.user_files import write_whole
+    a device or ``/dev/stdout`` is written to as it is): :func:`~attention_seq2seq.common.user_files.write_whole`."""
+    from ..common.user_files import write_whole
 
     write_whole(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 

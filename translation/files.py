@@ -47,8 +47,8 @@ from typing import Iterable, Iterator, Sequence, TextIO
 
 import torch
 
-from ..data.durability import LockedError, crash_point, exclusive_file, writing
-from ..data.user_files import is_stream
+from ..common.durability import exclusive, writing
+from ..common.user_files import is_stream
 from ..errors import UserError
 from .engine import Hypothesis, RunStats, TranslationOptions, Translator, model_source_limit, token_budget_batches  # noqa: F401  (public names of this module)
 
@@ -161,8 +161,8 @@ class _Sink:
 
     ``fresh``: the file's old content is dropped only at the first write (or at :meth:`finish`),
     so a run that fails before it has a translation to write (a model that cannot decode, a
-    bad line) leaves the old file as it was. A stream (:func:`~attention_seq2seq.data.user_files.is_stream`:
-    ``/dev/null``, ``/dev/stdout``, a pipe) is only ever appended to and never fsync'd.
+    bad line) leaves the old file as it was. A stream (:func:`~attention_seq2seq.common.user_files.is_stream`:
+    ``/dev/null``, a terminal, a pipe) is only ever appended to and never fsync'd.
     """
 
     def __init__(self, path: Path | None, stream: TextIO | None = None, *, fresh: bool = False):
@@ -267,35 +267,28 @@ def translate_stream(
 
     Raises :class:`UserError` for an over-long line without truncation, a bad ``--align-layer``
     or ``--align-heads``, or ``resume`` without an output file;
-    :class:`~attention_seq2seq.data.durability.LockedError` when another live process writes the
-    same ``output`` file (under this name or through a link; the message names the process);
-    :class:`~attention_seq2seq.data.durability.DiskFullError` when the disk fills (one line: the
+    :class:`~attention_seq2seq.common.durability.LockedError` when another live process writes the
+    same ``output`` file (under this name or through a symbolic link; the message names the process);
+    :class:`~attention_seq2seq.common.durability.DiskFullError` when the disk fills (one line: the
     file, the space free, how many complete records it keeps; ``--resume`` continues).
     """
     rank, _, _ = _distributed()
     if resume and output is not None and is_stream(output):
         raise UserError(
-            f"--resume: --output {output} is a stream (a device, a pipe or standard output), which holds nothing "
-            "to continue; give the output file"
+            f"--resume: --output {output} is a stream (not a regular file: a device or a pipe), which holds "
+            "nothing to continue; give the output file"
         )
     if output is None or rank != 0 or is_stream(output):  # nothing to lock on /dev/null or a pipe
         return _translate_stream(
             loaded, lines, options, generate_kwargs, output, stream, alignments, resume, total, progress
         )
     output.parent.mkdir(parents=True, exist_ok=True)
-    existed = output.exists()
-    try:
-        # The lock is on the file itself: a link to an output being written is refused too.
-        with exclusive_file(output, f"the output file {output}"):
-            return _translate_stream(
-                loaded, lines, options, generate_kwargs, output, stream, alignments, resume, total, progress
-            )
-    except LockedError:
-        raise
-    except BaseException:
-        if not existed and output.is_file() and output.stat().st_size == 0:
-            output.unlink()  # made for the lock, and nothing was written to it
-        raise
+    # The lock file sits beside the file a link leads to: a link to an output being written is refused too.
+    real = Path(os.path.realpath(output))
+    with exclusive(real.with_name(f".{real.name}.lock"), f"the output file {output}"):
+        return _translate_stream(
+            loaded, lines, options, generate_kwargs, output, stream, alignments, resume, total, progress
+        )
 
 
 def _translate_stream(loaded, lines, options, generate_kwargs, output, stream, alignments, resume, total, progress):
@@ -392,7 +385,6 @@ def _translate_stream(loaded, lines, options, generate_kwargs, output, stream, a
                             align_sink.write(align_text)
                     bar.update(len(hyps))
                     written += len(hyps)
-                    crash_point(f"translations chunk {c} written")
             if round_chunks < world:
                 break
         for done_sink in (sink, align_sink):
@@ -495,9 +487,9 @@ def run_translate_command(parser, args, generate_kwargs: dict, load) -> int:
     if constraints_file and generate_kwargs.get("do_sample"):
         parser.error("--constraints runs a beam search; it does not combine with --do-sample")
     # Every file named is checked before the model loads and before an output is truncated:
-    # a mistake is one line, and no file is lost (data/user_files.py).
+    # a mistake is one line, and no file is lost (common/user_files.py).
     from ..data.spec import check_text_file
-    from ..data.user_files import check_input_file, check_output_file
+    from ..common.user_files import check_input_file, check_output_file
 
     input_lines = None
     if args.input is not None:

@@ -115,7 +115,7 @@ def write_sentence_scores(
     for number, (row, hyp, ref) in enumerate(zip(rows, hypotheses, references), start=1):
         texts = (hyp.replace("\t", " "), ref.replace("\t", " "))
         lines.append("\t".join([str(number), *(f"{row[m]:.4f}" for m in ("bleu", "chrf", "ter")), *texts]))
-    from ..data.user_files import write_whole
+    from ..common.user_files import write_whole
 
     write_whole(path, "\n".join(lines) + "\n")  # a full disk leaves the old file whole
     return signatures

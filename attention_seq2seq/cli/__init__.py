@@ -19,7 +19,7 @@ import argparse
 import os
 import sys
 
-from ..data.durability import DiskFullError, LockedError
+from ..common.durability import DiskFullError, LockedError
 from ..errors import UserError
 from . import attention, hub, training, translate
 from .common import _Parser

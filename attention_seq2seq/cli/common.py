@@ -217,7 +217,7 @@ def _read_text_file(path: str, option: str) -> list[str]:
     from ..translation.loading import read_lines
 
     from ..data.spec import text_lines
-    from ..data.user_files import check_input_file
+    from ..common.user_files import check_input_file
 
     file = check_input_file(path, option)
 

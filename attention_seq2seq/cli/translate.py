@@ -171,8 +171,8 @@ def cmd_evaluate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
     name, sources, references, target_lang = _test_set(parser, args)
     # Every file to write is checked before the model translates anything: never over --src or
     # --ref, never two of them the same file, never into a folder or a read-only place.
-    from ..data.durability import unwritable, writing
-    from ..data.user_files import check_output_file
+    from ..common.durability import unwritable, writing
+    from ..common.user_files import check_output_file
 
     files = {"--src": args.src, "--ref": args.ref}
     for option in ("--output", "--hypotheses", "--per-sentence"):
@@ -231,7 +231,7 @@ def cmd_evaluate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
         with writing(output, "the scores", kept=unchanged):
             write_results(output, results)
     if args.hypotheses is not None:
-        from ..data.user_files import write_whole
+        from ..common.user_files import write_whole
 
         with writing(args.hypotheses, "the translations", kept=unchanged):
             write_whole(args.hypotheses, "".join(h + "\n" for h in hypotheses))

@@ -1,26 +1,27 @@
-"""Surviving faults: crash points, full disks, one writer per place, and checked cache entries.
+"""Surviving faults: one atomic writer, full disks, one lock, and checked cache entries.
 
-What a long training run or a translation job meets besides its happy path (tests/test_faults.py
-tries each of these):
+What a long training run or a translation job meets besides its happy path (tests/test_durability.py
+and tests/test_resume_after_kill.py make each happen):
 
-- **Crash points** (:func:`crash_point`): named places in the writers of checkpoints, best-k
-  folders, the final model and cache entries. They cost one environment lookup. The fault tests
-  set ``ATTENTION_SEQ2SEQ_FAULT_TRACE=FILE`` to list the points a run passes, then
-  ``ATTENTION_SEQ2SEQ_FAULT_KILL_AT=NAME`` to have the process SIGKILL itself at one of them, and
-  check that resuming loses nothing.
+- **One atomic writer** (:func:`write_atomically`): a file or a folder is written under a
+  temporary name beside its place and renamed into it, so a crash at any moment leaves the old
+  whole one or the new whole one, never half of either. Its crash points are the only ones: the
+  fault tests set ``ATTENTION_SEQ2SEQ_FAULT_TRACE=FILE`` to list the points a run passes, then
+  ``ATTENTION_SEQ2SEQ_FAULT_KILL_AT=NAME`` (or ``..._STOP_AT``) to have the process SIGKILL
+  (SIGSTOP) itself at one of them, and check that resuming loses nothing.
 - **A full disk** (:func:`out_of_space`, :func:`writing`): ENOSPC, EDQUOT and EFBIG (a file-size
   limit) surface from Python as ``OSError`` but from torch's and safetensors' writers as
   ``RuntimeError`` text; both become one :class:`DiskFullError` line naming the path, the space
   left there and what was kept.
-- **One writer per place** (:func:`exclusive`): an advisory ``flock`` on a lock file that records
-  its holder (pid, host, command, start time). The kernel releases it when the holder dies, even by
-  SIGKILL, so a stale lock file never blocks anyone; a live holder makes a second writer stop
-  with one line naming it.
+- **One lock** (:func:`exclusive`): an advisory ``flock`` on a lock file that records its holder
+  (pid, host, command, start time). The kernel releases it when the holder dies, even by SIGKILL,
+  so a stale lock file never blocks anyone; a live holder makes a second writer stop with one
+  line naming it (or wait, for a cache entry that another process is building).
 - **Checked cache entries** (:func:`write_manifest`, :func:`check_manifest`): a ``MANIFEST.json``
   listing every file's size and SHA-256, written last into an entry before it is renamed into
   place and compared before the entry is used.
 
-The standard library only: every layer from ``data/`` up uses it.
+The standard library only: every layer uses it.
 """
 
 from __future__ import annotations
@@ -47,20 +48,18 @@ MANIFEST_VERSION = 1
 
 
 # --------------------------------------------------------------------------------------------
-# Crash points
+# The atomic writer, and its crash points
 # --------------------------------------------------------------------------------------------
 
 
 def crash_point(name: str) -> None:
-    """A place where the fault tests may kill this process (SIGKILL: no handler, no cleanup).
-
-    Does nothing unless ``$ATTENTION_SEQ2SEQ_FAULT_TRACE`` (append ``name`` to that file),
-    ``$ATTENTION_SEQ2SEQ_FAULT_KILL_AT`` (kill at the first point of that name) or
-    ``$ATTENTION_SEQ2SEQ_FAULT_STOP_AT`` (SIGSTOP there, so a test can act on a process caught in
-    the middle, holding its locks, then continue or kill it) is set. Names
-    carry the update or step they belong to ("update 5", "checkpoint step_6 renamed"), so one
-    name is one moment of a run, and a resumed run that replays to it dies there again.
-    """
+    """A place in :func:`write_atomically` where the fault tests may stop this process: SIGKILL (no
+    handler, no cleanup) at the first point named ``$ATTENTION_SEQ2SEQ_FAULT_KILL_AT``, SIGSTOP at
+    ``$ATTENTION_SEQ2SEQ_FAULT_STOP_AT`` (a test acts on a process caught holding its locks, then
+    continues or kills it); ``$ATTENTION_SEQ2SEQ_FAULT_TRACE`` lists the points passed;
+    ``$ATTENTION_SEQ2SEQ_FAULT_RANK`` limits the kill or stop to one global rank. Names carry
+    the place written ("checkpoints/step_6 renamed"), so one name is one moment of a run, and a
+    resumed run that replays to it dies there again."""
     trace, kill_at, stop_at = (os.environ.get(key) for key in (TRACE_ENV, KILL_AT_ENV, STOP_AT_ENV))
     if trace:
         with open(trace, "a", encoding="utf-8") as handle:  # one write(2): survives the kill below
@@ -71,6 +70,62 @@ def crash_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     if stop_at and stop_at == name:
         os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def write_atomically(
+    final: str | os.PathLike,
+    write: Callable[[Path], None],
+    *,
+    what: str | None = None,
+    needed: int | None = None,
+    kept: str | Callable[[], str] = "",
+    main: bool = True,
+    barrier: Callable[[], None] = lambda: None,
+) -> None:
+    """Make ``final`` (a file or a folder) whole or not at all: ``write(tmp)`` writes the new one
+    at ``.<name>.tmp`` beside it, which is then renamed onto ``final``. A folder already there is
+    first set aside as ``.<name>.old`` (a folder cannot be renamed over) and removed once the new
+    one is in place; a file is replaced by the rename itself. At every moment ``final`` is absent,
+    the old whole one or the new whole one; a temporary left by a killed writer is removed by the
+    next one. A full disk is one :class:`DiskFullError` line (:func:`writing`: ``what``, ``needed``
+    and ``kept`` as there) and leaves no temporary.
+
+    Several processes writing one folder (each rank's part of a checkpoint) all call it with
+    ``barrier`` (waits for all of them): every one runs ``write``, the ``main`` one clears and
+    renames.
+    """
+    final = Path(final)
+    tmp, old = final.with_name(f".{final.name}.tmp"), final.with_name(f".{final.name}.old")
+    label = f"{final.parent.name}/{final.name}"
+    if main:
+        _remove(tmp)
+        final.parent.mkdir(parents=True, exist_ok=True)
+    barrier()
+    try:
+        with writing(final, what or label, needed=needed, kept=kept):
+            write(tmp)
+        crash_point(f"{label} written")
+        barrier()
+        if main:
+            if tmp.is_dir() and final.is_dir() and not final.is_symlink():
+                _remove(old)
+                os.replace(final, old)
+                crash_point(f"{label} old copy set aside")
+            os.replace(tmp, final)
+            crash_point(f"{label} renamed")
+            _remove(old)
+    except BaseException:
+        if main:
+            _remove(tmp)  # give the space back; what is in place is untouched
+        raise
+    barrier()
 
 
 # --------------------------------------------------------------------------------------------
@@ -165,15 +220,9 @@ def writing(path: str | os.PathLike, what: str, *, needed: int | None = None, ke
     """
     try:
         yield
-    except DiskFullError:
-        raise
-    except BaseException as err:
+    except BaseException as err:  # a DiskFullError of an inner block too: the outer one says what and what is kept
         if not out_of_space(err, path):
             raise
-        if Path(path).is_char_device():  # /dev/full: no disk to measure
-            full = DiskFullError(f"no space left writing {what} ({path} is a device that refuses the data)")
-            full.errno = errno.ENOSPC
-            raise full from err
         free, soft = free_bytes(path), _file_size_limit()
         limit = f", and a file-size limit of {size_text(soft)} (ulimit -f)" if soft is not None else ""
         need = f"; it needs about {size_text(needed)}" if needed else ""
@@ -208,7 +257,7 @@ def unwritable(folder: str | os.PathLike) -> str | None:
 
 
 # --------------------------------------------------------------------------------------------
-# One writer per place
+# One lock
 # --------------------------------------------------------------------------------------------
 
 
@@ -217,9 +266,10 @@ class LockedError(RuntimeError):
 
 
 @contextlib.contextmanager
-def exclusive(lock_file: str | os.PathLike, what: str):
+def exclusive(lock_file: str | os.PathLike, what: str, *, wait: bool = False):
     """Hold ``lock_file`` (an ``flock``, released by the kernel when this process ends however it
-    ends) for the block, or raise :class:`LockedError` at once naming the holder.
+    ends) for the block. A live holder makes it raise :class:`LockedError` at once, naming the
+    holder from what the lock file says; with ``wait``, it waits for the holder instead.
 
     ``what`` names the place in the message ("output folder runs/x", say). The lock file stays on
     disk (removing it would race with a second process opening it); its content is the last
@@ -235,7 +285,7 @@ def exclusive(lock_file: str | os.PathLike, what: str):
     fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
             holder = os.pread(fd, 4096, 0).decode("utf-8", "replace")
             try:
@@ -252,56 +302,6 @@ def exclusive(lock_file: str | os.PathLike, what: str):
         }
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(record).encode(), 0)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
-
-
-def _flock_holder(st: os.stat_result) -> str:
-    """Who holds an ``flock`` on the file ``st`` describes, from Linux's ``/proc/locks`` (a line
-    ``N: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE 0 EOF``); "another process" where unknown."""
-    key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    try:
-        table = Path("/proc/locks").read_text()
-    except OSError:
-        return "another process"
-    for line in table.splitlines():
-        fields = line.split()
-        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == key and fields[4].isdigit():
-            pid = int(fields[4])
-            if pid == os.getpid():
-                continue
-            try:
-                command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
-            except OSError:
-                command = ""
-            host = socket.gethostname()
-            return f"process {pid} on {host}" + (f" ({command.strip()[:300]})" if command.strip() else "")
-    return "another process"
-
-
-@contextlib.contextmanager
-def exclusive_file(path: str | os.PathLike, what: str):
-    """Hold an ``flock`` on the file ``path`` itself (created empty if missing) for the block, or
-    raise :class:`LockedError` at once naming the holder.
-
-    Unlike :func:`exclusive`, the lock belongs to the file, not to its name: a symbolic or hard
-    link to a file being written is refused too, and no lock file is left beside it. The kernel
-    releases the lock when this process ends however it ends. On a system without ``fcntl``
-    nothing is locked.
-    """
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not POSIX
-        yield
-        return
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            by = _flock_holder(os.fstat(fd))
-            raise LockedError(f"{what} is in use by {by}; wait for it to finish or stop it") from None
         yield
     finally:
         os.close(fd)  # releases the lock
@@ -366,12 +366,12 @@ __all__ = [
     "check_manifest",
     "crash_point",
     "exclusive",
-    "exclusive_file",
     "free_bytes",
     "out_of_space",
     "size_text",
     "tree_bytes",
     "unwritable",
     "write_manifest",
+    "write_atomically",
     "writing",
 ]

@@ -154,29 +154,18 @@ def out_of_space(err: BaseException | None, path: str | os.PathLike | None = Non
     """Whether ``err`` (or an exception it was raised from) is a full disk, a quota or a file-size
     limit. With ``path``, a torch writer failure that says nothing counts when fewer than 16 MB are
     free there or a file-size limit is set."""
-    if path is not None and _torch_writer_failed(err):
-        free = free_bytes(path)
-        if _file_size_limit() is not None or (free is not None and free < 16_000_000):
-            return True
-    seen = set()
+    seen, torch_failed = set(), False
     while err is not None and id(err) not in seen:
         seen.add(id(err))
-        if isinstance(err, OSError) and err.errno in _SPACE_ERRNOS:
+        text = str(err).lower()
+        if (isinstance(err, OSError) and err.errno in _SPACE_ERRNOS) or any(t in text for t in _SPACE_TEXT):
             return True
-        if any(text in str(err).lower() for text in _SPACE_TEXT):
-            return True
+        torch_failed = torch_failed or any(t in text for t in _TORCH_WRITER_TEXT)
         err = err.__cause__ or err.__context__
-    return False
-
-
-def _torch_writer_failed(err: BaseException | None) -> bool:
-    seen = set()
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        if any(text in str(err).lower() for text in _TORCH_WRITER_TEXT):
-            return True
-        err = err.__cause__ or err.__context__
-    return False
+    if path is None or not torch_failed:
+        return False
+    free = free_bytes(path)
+    return _file_size_limit() is not None or (free is not None and free < 16_000_000)
 
 
 def free_bytes(path: str | os.PathLike) -> int | None:
@@ -194,11 +183,10 @@ def size_text(count: int | None) -> str:
     """``12.3 MB``-style size (decimal units)."""
     if count is None:
         return "unknown"
-    for unit in ("B", "kB", "MB", "GB"):
-        if count < 1000 or unit == "GB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1000
-    return f"{count:.1f} TB"
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if count >= size:
+            return f"{count / size:.1f} {unit}"
+    return f"{count:.0f} B"
 
 
 class DiskFullError(OSError):
@@ -358,20 +346,3 @@ def check_manifest(folder: str | os.PathLike) -> str | None:
     if extra:
         return f"{extra[0]} is not in {MANIFEST}"
     return None
-
-
-__all__ = [
-    "DiskFullError",
-    "LockedError",
-    "check_manifest",
-    "crash_point",
-    "exclusive",
-    "free_bytes",
-    "out_of_space",
-    "size_text",
-    "tree_bytes",
-    "unwritable",
-    "write_manifest",
-    "write_atomically",
-    "writing",
-]

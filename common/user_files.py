@@ -94,6 +94,8 @@ def check_output_file(
         if value is not None and str(value) not in ("", "-") and not is_stream(value) and _same_file(file, Path(value)):
             raise UserError(f"{option} is the {other} file ({path}); choose another file")
     try:
+        if file.is_symlink():
+            file.stat()  # a link loop: one line below
         if file.is_dir():
             raise UserError(f"{option} {path} is a folder; give a file name, e.g. {file / 'out.txt'}")
         folder = Path(os.path.realpath(file)).parent  # a link is written through, where it leads

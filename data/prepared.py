@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..common.durability import check_manifest, exclusive, write_atomically, write_manifest
+from ..common.durability import check_manifest, exclusive, file_sha256, write_atomically, write_manifest
 
 logger = logging.getLogger(__name__)
 
@@ -458,14 +458,6 @@ def digest(payload: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
-def file_digest(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()[:20]
-
-
 def build_once(final: Path, build: Callable[[Path], None]) -> bool:
     """Make sure ``final`` exists and is whole: under a lock beside it, check the entry's manifest
     (:func:`~attention_seq2seq.common.durability.check_manifest`: every file's size and SHA-256);
@@ -616,7 +608,10 @@ def prepare_corpus(
         tokenizer_dir = entry / "tokenizer"
     tokenizer_dir = Path(tokenizer_dir)
     data_key = digest(
-        {"tokenizer": file_digest(tokenizer_dir / "tokenizer.json"), "lengths": [max_source_length, max_target_length]}
+        {
+            "tokenizer": file_sha256(tokenizer_dir / "tokenizer.json")[:20],
+            "lengths": [max_source_length, max_target_length],
+        }
     )
     folder = entry / f"prepared-{data_key}"
 

@@ -629,21 +629,36 @@ def test_average_last_k_builds_the_mean_of_the_kept_checkpoints(pairs_corpus, tm
     assert "average of the last 2 checkpoints" in json.loads((run / "metrics.json").read_text())["train"]["final_model"]
 
 
+def _crash_after_the_checkpoint_of(step: int, monkeypatch) -> None:
+    """Make the next run raise right after it wrote the checkpoint of update ``step`` (a crash
+    there); the one after runs normally."""
+    original = train_module.save_checkpoint
+
+    def save_then_crash(accelerator, root, at, *args, **kwargs):
+        original(accelerator, root, at, *args, **kwargs)
+        if at == step:
+            monkeypatch.setattr(train_module, "save_checkpoint", original)
+            raise RuntimeError(f"simulated crash after update {step}")
+
+    monkeypatch.setattr(train_module, "save_checkpoint", save_then_crash)
+
+
 @pytest.mark.device  # Accelerate puts the run on the GPU where torch sees one (scripts/gpu_check.sh)
-def test_resume_after_a_crash_ends_with_the_weights_of_an_uninterrupted_run(pairs_corpus, tmp_path):
+def test_resume_after_a_crash_ends_with_the_weights_of_an_uninterrupted_run(pairs_corpus, tmp_path, monkeypatch):
     # 120 pairs and 2 accumulated micro-batches per update: the 6 updates cross epoch
     # boundaries, the crash falls mid-epoch, and dropout makes the RNG state matter.
     common = dict(max_train_samples=120, gradient_accumulation_steps=2, num_plot_sentences=0)
     full = train(tiny_config(pairs_corpus, tmp_path / "full", **common))
     # Same tokenizer: subword training itself is not bitwise reproducible between two runs.
     common["tokenizer_path"] = str(full / "model")
-    crashing = tiny_config(pairs_corpus, tmp_path / "crashed", debug_crash_at_step=4, **common)
+    crashing = tiny_config(pairs_corpus, tmp_path / "crashed", **common)
+    _crash_after_the_checkpoint_of(4, monkeypatch)
     with pytest.raises(RuntimeError, match="simulated crash after update 4"):
         train(crashing)
     assert _checkpoint_steps(tmp_path / "crashed") == ["step_2", "step_4"]
     with pytest.raises(FileExistsError, match="--resume"):
-        train(dataclasses.replace(crashing, debug_crash_at_step=None))
-    resumed = train(dataclasses.replace(crashing, debug_crash_at_step=None, resume=True))
+        train(crashing)
+    resumed = train(dataclasses.replace(crashing, resume=True))
     assert_same_weights(
         weights_of(full / "checkpoints" / "step_6"), weights_of(resumed / "checkpoints" / "step_6"), atol=0
     )
@@ -665,7 +680,7 @@ def _to_legacy_layout(checkpoint: Path) -> None:
     (checkpoint / STATE_FILE).unlink()
 
 
-def test_a_checkpoint_written_before_training_state_pt_still_resumes_exactly(pairs_corpus, tmp_path):
+def test_a_checkpoint_written_before_training_state_pt_still_resumes_exactly(pairs_corpus, tmp_path, monkeypatch):
     # The plateau schedule (patience 1, factor 0.5) makes the restored plateau state matter.
     common = dict(
         max_train_samples=120,
@@ -677,11 +692,12 @@ def test_a_checkpoint_written_before_training_state_pt_still_resumes_exactly(pai
     )
     full = train(tiny_config(pairs_corpus, tmp_path / "full", **common))
     common["tokenizer_path"] = str(full / "model")
-    crashing = tiny_config(pairs_corpus, tmp_path / "crashed", debug_crash_at_step=4, **common)
+    crashing = tiny_config(pairs_corpus, tmp_path / "crashed", **common)
+    _crash_after_the_checkpoint_of(4, monkeypatch)
     with pytest.raises(RuntimeError, match="simulated crash after update 4"):
         train(crashing)
     _to_legacy_layout(tmp_path / "crashed" / "checkpoints" / "step_4")
-    resumed = train(dataclasses.replace(crashing, debug_crash_at_step=None, resume=True))
+    resumed = train(dataclasses.replace(crashing, resume=True))
     assert_same_weights(
         weights_of(full / "checkpoints" / "step_6"), weights_of(resumed / "checkpoints" / "step_6"), atol=0
     )

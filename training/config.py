@@ -118,6 +118,10 @@ def config_from_dict(cls: type[T], values: dict[str, Any], base: T | None = None
     current = dataclasses.asdict(base) if base is not None else {}
     for name, value in values.items():
         name = canonical_name(cls, name)
+        if name in getattr(cls, "REMOVED", {}):
+            if value is None:  # the default, as an earlier run's recipe.yaml records it
+                continue
+            raise RecipeError(f"field {name!r} was removed: {cls.REMOVED[name]}")
         if name not in field_types:
             raise RecipeError(
                 f"unknown field {name!r}{did_you_mean(name, list(field_types))}; valid fields: {', '.join(field_types)}"

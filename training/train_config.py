@@ -8,7 +8,6 @@ and :func:`check_paths` what the named files and folders cannot give, before the
 from __future__ import annotations
 
 import dataclasses
-import errno
 import math
 import os
 import stat
@@ -32,6 +31,10 @@ class TrainConfig:
         "max_train_examples": "max_train_samples",
         "eval_max_examples": "max_eval_samples",
         "test_max_examples": "max_test_samples",
+    }
+    # Removed fields -> what to do instead (a null value, as earlier runs' recipe.yaml holds, is ignored).
+    REMOVED: ClassVar[dict[str, str]] = {
+        "debug_crash_at_step": "to test --resume, stop the run (Ctrl-C, kill -9) and start it again with --resume",
     }
 
     # ---- model ---------------------------------------------------------------------------------
@@ -322,30 +325,11 @@ def _cwd_note(path: str) -> str:
     return "" if os.path.isabs(os.path.expanduser(path)) else f" (relative to the working directory {os.getcwd()})"
 
 
-def _path_fault(option: str, value: str, err: OSError) -> RecipeError:
-    """One line for a path the system refuses to look up (a loop, a name too long, a file in the way)."""
-    if err.errno == errno.ELOOP:
-        why = "is a symbolic link loop (or a chain of too many links); give a folder"
-    elif err.errno == errno.ENAMETOOLONG:
-        why = "is too long a name for the file system (255 bytes a name, 4096 a path); give a shorter one"
-    elif err.errno == errno.ENOTDIR:
-        why = "goes through a file as if it were a folder; give a folder"
-    else:
-        why = f"cannot be looked up ({err.strerror or err}); give a folder"
-    return RecipeError(f"{option} {value} {why}")
-
-
 def _lookup(option: str, value: str, path: str | None = None) -> os.stat_result | None:
-    """``os.stat`` of ``path`` (default ``value``, which the messages show; None: nothing there),
-    every component's length checked too (a missing folder hides a too-long name below it from
-    the kernel until ``mkdir``)."""
+    """``os.stat`` of ``path`` (default ``value``, which the messages show); None: nothing there.
+    A path the system refuses to look up (a link loop, a name too long, a file in the way) is one
+    line with the system's reason."""
     path = value if path is None else path
-    try:
-        name_max = os.pathconf(_nearest_folder(path), "PC_NAME_MAX")
-    except (OSError, ValueError):
-        name_max = 255
-    if any(len(os.fsencode(part)) > name_max for part in Path(path).parts) or len(os.fsencode(path)) >= 4096:
-        raise _path_fault(option, value, OSError(errno.ENAMETOOLONG, "File name too long"))
     try:
         return os.stat(path)
     except FileNotFoundError:
@@ -355,7 +339,7 @@ def _lookup(option: str, value: str, path: str | None = None) -> os.stat_result 
             ) from None
         return None
     except OSError as err:
-        raise _path_fault(option, value, err) from None
+        raise RecipeError(f"{option} {value}: {err.strerror or err}") from None
 
 
 def _nearest_folder(path: str) -> str:
@@ -413,11 +397,6 @@ def check_paths(config: TrainConfig) -> Path:
         parent = _nearest_folder(value)
         if not os.access(parent, os.W_OK | os.X_OK):
             raise RecipeError(f"--output_dir {value}: cannot create it, {parent} is not writable; give another folder")
-        below = os.path.join(parent, os.path.relpath(os.path.abspath(value), parent).split(os.sep)[0])
-        if os.path.islink(below):  # a link to nothing where a folder of the path must go
-            raise RecipeError(
-                f"--output_dir {value}: {below} is a symbolic link to {os.readlink(below)}, which does not exist"
-            )
     _check_corpus_location(config)
     if config.tokenizer_path:
         path = config.tokenizer_path

@@ -16,7 +16,10 @@ wrong; the intact folder and a genuine Marian folder still load.
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -435,3 +438,401 @@ def test_a_cut_tokenizer_json_is_one_line(model_folder, tmp_path, capsys):
     error = _translate_error(capsys, folder)
     assert f"error: cannot load model {folder}: its tokenizer files (tokenizer.json, tokenizer_config.json) " in error
     assert "do not load (" in error and error.endswith("copy or export the folder again")
+
+
+# ------------------------------------------------------------------------------ hostile files
+HOSTILE = {
+    "invalid UTF-8": (
+        b"Ein Hund.\nEin \xff Haus.\n",
+        "line 2: not UTF-8 (byte 0xff at column 5); save the file as UTF-8",
+    ),
+    "NUL byte": (b"Ein Hund.\nEin\x00Haus.\n", "line 2: a NUL byte at column 4 (a binary or UTF-16 file?)"),
+}
+TEXT_BENIGN = {"CRLF": b"Ein Hund.\r\nEine Katze.\r\n", "BOM": b"\xef\xbb\xbfEin Hund.\nEine Katze.\n"}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_text_readers_name_the_file_and_line_of_a_hostile_line(tmp_path, name):
+    from attention_seq2seq.data.corpora import load_corpus
+    from attention_seq2seq.data.spec import CorpusError, text_lines
+
+    data, message = HOSTILE[name]
+    bad = tmp_path / "bad.de"
+    bad.write_bytes(data)
+    with pytest.raises(CorpusError) as caught:
+        list(text_lines(bad))
+    assert str(caught.value) == f"{bad} {message}" or str(caught.value).startswith(f"{bad} {message}")
+    # through the corpus reader of line-aligned files (text:DIR:de-en)
+    for split in ("train", "validation", "test"):
+        (tmp_path / f"{split}.de").write_bytes(data if split == "train" else b"Ein Hund.\n")
+        (tmp_path / f"{split}.en").write_bytes(b"A dog.\nA house.\n" if split == "train" else b"A dog.\n")
+    with pytest.raises(CorpusError, match=re.escape(f"train.de {message}")):
+        load_corpus(f"text:{tmp_path}:de-en")
+
+
+@pytest.mark.parametrize("name", sorted(TEXT_BENIGN))
+def test_crlf_and_a_bom_give_the_lines_of_the_clean_file(tmp_path, name):
+    from attention_seq2seq.data.spec import text_lines
+
+    path = tmp_path / "in.txt"
+    path.write_bytes(TEXT_BENIGN[name])
+    assert list(text_lines(path)) == ["Ein Hund.", "Eine Katze."]
+
+
+def test_a_10_mb_line_and_an_empty_file_are_read(tmp_path):
+    from attention_seq2seq.data.spec import text_lines
+
+    big = tmp_path / "big.txt"
+    big.write_bytes(b"Hund " * 2_000_000 + b"\nEnde\n")
+    lines = list(text_lines(big))
+    assert len(lines) == 2 and lines[0] == "Hund " * 2_000_000 and lines[1] == "Ende"
+    (tmp_path / "empty.txt").write_bytes(b"")
+    assert list(text_lines(tmp_path / "empty.txt")) == []
+
+
+@pytest.fixture(scope="module")
+def tiny_model_folder(tmp_path_factory):
+    from helpers import build_tiny_run
+
+    return build_tiny_run("rnn_seq2seq", tmp_path_factory.mktemp("hostile"))
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_translate_and_evaluate_refuse_a_hostile_input_in_one_line(tiny_model_folder, tmp_path, capsys, name):
+    from attention_seq2seq.cli import main
+
+    data, message = HOSTILE[name]
+    bad = tmp_path / "in.txt"
+    bad.write_bytes(data)
+    ref = tmp_path / "ref.txt"
+    ref.write_text("A dog.\nA house.\n", encoding="utf-8")
+    options = ["--greedy", "--max-new-tokens", "4", "--no-progress"]
+    assert main(["translate", "-m", str(tiny_model_folder), "-i", str(bad), "-o", str(tmp_path / "o"), *options]) == 2
+    assert main(["evaluate", "-m", str(tiny_model_folder), "--src", str(bad), "--ref", str(ref), *options]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert len(errors) == 2 and all(line.endswith(f"{bad} {message}") or f"{bad} {message}" in line for line in errors)
+
+
+@pytest.mark.parametrize("same_as", ["--input", "--output"])
+def test_alignments_never_overwrite_the_input_nor_share_the_output(tiny_model_folder, tmp_path, capsys, same_as):
+    from attention_seq2seq.cli import main
+
+    source, output = tmp_path / "in.txt", tmp_path / "out.txt"
+    source.write_text("Ein Hund.\nEin Haus.\n", encoding="utf-8")
+    target = source if same_as == "--input" else output
+    argv = ["translate", "-m", str(tiny_model_folder), "-i", str(source), "-o", str(output), "--alignments"]
+    assert main([*argv, str(target), "--greedy", "--max-new-tokens", "4", "--no-progress"]) == 2
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert f"--alignments is the {same_as} file" in line
+    assert source.read_text(encoding="utf-8") == "Ein Hund.\nEin Haus.\n" and not output.exists()
+
+
+def test_evaluate_refuses_mismatched_line_counts_naming_both_files(tiny_model_folder, tmp_path, capsys):
+    from attention_seq2seq.cli import main
+
+    (tmp_path / "src.txt").write_text("Ein Hund.\nEine Katze.\nEin Haus.\n", encoding="utf-8")
+    (tmp_path / "ref.txt").write_text("A dog.\n", encoding="utf-8")
+    argv = ["evaluate", "-m", str(tiny_model_folder), "--src", str(tmp_path / "src.txt")]
+    assert main([*argv, "--ref", str(tmp_path / "ref.txt"), "--greedy", "--no-progress"]) == 2
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert "--src has 3 lines but --ref has 1" in line and "src.txt" in line and "ref.txt" in line
+
+
+def _one_error_of(err: str) -> str:
+    (line,) = [line for line in err.splitlines() if "error:" in line]
+    return line
+
+
+def _one_error(capsys) -> str:
+    return _one_error_of(capsys.readouterr().err)
+
+
+_QUICK = ["--greedy", "--max-new-tokens", "4", "--no-progress"]
+
+
+def _test_files(tmp_path: Path) -> tuple[Path, Path]:
+    src, ref = tmp_path / "src.txt", tmp_path / "ref.txt"
+    src.write_text("Ein Hund.\nEin Haus.\n", encoding="utf-8")
+    ref.write_text("A dog.\nA house.\n", encoding="utf-8")
+    return src, ref
+
+
+@pytest.mark.parametrize("option", ["--output", "--hypotheses", "--per-sentence"])
+@pytest.mark.parametrize("same_as", ["--src", "--ref"])
+def test_evaluate_never_writes_over_its_test_set(tiny_model_folder, tmp_path, capsys, option, same_as):
+    from attention_seq2seq.cli import main
+
+    src, ref = _test_files(tmp_path)
+    target = src if same_as == "--src" else ref
+    argv = ["evaluate", "-m", str(tiny_model_folder), "--src", str(src), "--ref", str(ref), option, str(target)]
+    assert main([*argv, *_QUICK]) == 2
+    assert f"{option} is the {same_as} file" in _one_error(capsys)
+    assert src.read_text(encoding="utf-8") == "Ein Hund.\nEin Haus.\n"
+    assert ref.read_text(encoding="utf-8") == "A dog.\nA house.\n"
+
+
+@pytest.mark.parametrize(
+    "command,option",
+    [
+        ("translate", "--output"),
+        ("translate", "--alignments"),
+        ("evaluate", "--output"),
+        ("evaluate", "--hypotheses"),
+        ("evaluate", "--per-sentence"),
+    ],
+)
+def test_an_output_that_is_a_folder_is_one_line_and_leaves_it_as_it_was(
+    tiny_model_folder, tmp_path, capsys, command, option
+):
+    from attention_seq2seq.cli import main
+
+    src, ref = _test_files(tmp_path)
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "kept.txt").write_text("kept\n", encoding="utf-8")
+    files = ["-i", str(src)] if command == "translate" else ["--src", str(src), "--ref", str(ref)]
+    extra = ["-o", str(tmp_path / "out.txt")] if option == "--alignments" else []
+    assert main([command, "-m", str(tiny_model_folder), *files, *extra, option, str(folder), *_QUICK]) == 2
+    assert f"{option} {folder} is a folder; give a file name" in _one_error(capsys)
+    assert sorted(p.name for p in folder.iterdir()) == ["kept.txt"]  # no temporary file left in it
+
+
+def test_an_input_that_is_not_a_file_says_what_it_is(tiny_model_folder, tmp_path, capsys):
+    from attention_seq2seq.cli import main
+
+    src, ref = _test_files(tmp_path)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    cases = {
+        str(tmp_path): "is a folder",
+        str(fifo): "is not a regular file",
+        os.devnull: "is not a regular file",
+        "-": "give a file name; to read standard input, leave out --input",
+        str(tmp_path / "missing.txt"): "file not found",
+    }
+    for path, message in cases.items():
+        out = tmp_path / "out.txt"
+        out.write_text("kept\n", encoding="utf-8")
+        assert main(["translate", "-m", str(tiny_model_folder), "-i", path, "-o", str(out), *_QUICK]) == 2, path
+        line = _one_error(capsys)
+        assert "--input" in line and message in line, (path, line)
+        assert out.read_text(encoding="utf-8") == "kept\n"
+    assert main(["evaluate", "-m", str(tiny_model_folder), "--src", str(src), "--ref", str(tmp_path), *_QUICK]) == 2
+    assert f"--ref {tmp_path} is a folder" in _one_error(capsys)
+
+
+def test_a_bad_line_late_in_the_input_keeps_the_existing_output(tiny_model_folder, tmp_path, capsys):
+    from attention_seq2seq.cli import main
+
+    bad = tmp_path / "in.txt"
+    bad.write_bytes(b"Ein Hund.\n" * 50 + b"Ein \xff Haus.\n")
+    out = tmp_path / "out.txt"
+    out.write_text("yesterday's translations\n", encoding="utf-8")
+    argv = ["translate", "-m", str(tiny_model_folder), "-i", str(bad), "-o", str(out), "--chunk-lines", "10"]
+    assert main([*argv, *_QUICK]) == 2
+    assert f"{bad} line 51: not UTF-8 (byte 0xff at column 5)" in _one_error(capsys)
+    assert out.read_text(encoding="utf-8") == "yesterday's translations\n"
+
+
+def test_a_bad_line_on_standard_input_is_named_like_a_file_s(tiny_model_folder, capsys, monkeypatch):
+    import io
+
+    from attention_seq2seq.cli import main
+
+    stdin = io.TextIOWrapper(io.BytesIO(b"Ein Hund.\r\nEin \xff Haus.\n"), encoding="latin-1")  # any locale
+    monkeypatch.setattr(sys, "stdin", stdin)
+    assert main(["translate", "-m", str(tiny_model_folder), "--chunk-lines", "1", *_QUICK]) == 2
+    captured = capsys.readouterr()
+    assert "standard input line 2: not UTF-8 (byte 0xff at column 5)" in _one_error_of(captured.err)
+    assert len(captured.out.splitlines()) == 1  # the first chunk (one line) was translated before the bad one
+
+
+def test_resume_refuses_an_output_longer_than_its_input(tiny_model_folder, tmp_path, capsys):
+    from attention_seq2seq.cli import main
+
+    src, _ = _test_files(tmp_path)
+    out = tmp_path / "out.txt"
+    assert main(["translate", "-m", str(tiny_model_folder), "-i", str(src), "-o", str(out), *_QUICK]) == 0
+    before = out.read_bytes()
+    src.write_text("Ein Hund.\n", encoding="utf-8")
+    assert main(["translate", "-m", str(tiny_model_folder), "-i", str(src), "-o", str(out), "--resume", *_QUICK]) == 2
+    line = _one_error(capsys)
+    assert "holds 2 complete source(s) but the input has only 1 line(s)" in line and "without --resume" in line
+    assert out.read_bytes() == before
+
+
+def test_a_device_as_output_is_written_not_replaced(tiny_model_folder, tmp_path, capsys):
+    from attention_seq2seq.cli import main
+
+    src, ref = _test_files(tmp_path)
+    assert main(["translate", "-m", str(tiny_model_folder), "-i", str(src), "-o", os.devnull, *_QUICK]) == 0
+    assert (
+        main(
+            ["evaluate", "-m", str(tiny_model_folder), "--src", str(src), "--ref", str(ref), "-o", os.devnull, *_QUICK]
+        )
+        == 0
+    )
+    assert Path(os.devnull).is_char_device()
+    if Path("/dev/full").is_char_device():
+        assert main(["translate", "-m", str(tiny_model_folder), "-i", str(src), "-o", "/dev/full", *_QUICK]) == 2
+        assert "no space left writing the translations (/dev/full: " in _one_error(capsys)
+        assert (
+            main(
+                [
+                    "evaluate",
+                    "-m",
+                    str(tiny_model_folder),
+                    "--src",
+                    str(src),
+                    "--ref",
+                    str(ref),
+                    "-o",
+                    "/dev/full",
+                    *_QUICK,
+                ]
+            )
+            == 2
+        )
+        captured = capsys.readouterr()
+        assert "BLEU" in captured.out  # the scores are printed before the write that fails
+        assert "no space left writing the scores (/dev/full: " in captured.err
+        assert Path("/dev/full").is_char_device()
+
+
+def test_an_unwritable_output_folder_is_refused_before_translating(tiny_model_folder, tmp_path, capsys, monkeypatch):
+    from attention_seq2seq.cli import main
+    from attention_seq2seq.common import user_files
+
+    src, ref = _test_files(tmp_path)
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    # root passes permission bits: stand in for a read-only file system at the probe itself
+    monkeypatch.setattr(
+        user_files, "unwritable", lambda folder: "Read-only file system" if Path(folder) == locked else None
+    )
+    out = locked / "out.txt"
+    assert main(["translate", "-m", str(tiny_model_folder), "-i", str(src), "-o", str(out), *_QUICK]) == 2
+    assert f"--output {out}: cannot write there (Read-only file system)" in _one_error(capsys)
+    argv = ["evaluate", "-m", str(tiny_model_folder), "--src", str(src), "--ref", str(ref)]
+    assert main([*argv, "--hypotheses", str(locked / "h" / "hyp.txt"), *_QUICK]) == 2
+    assert f"--hypotheses {locked / 'h' / 'hyp.txt'}: cannot write there (Read-only file system)" in _one_error(capsys)
+    assert not (locked / "h").exists()  # checked at the nearest existing folder; nothing made
+
+
+def test_a_file_the_system_refuses_late_is_one_line_after_the_scores(tiny_model_folder, tmp_path, capsys):
+    """An OSError no check foresaw (here the run's metrics.json is a folder) is one line naming the
+    file, not a traceback, and the scores were printed before it."""
+    from attention_seq2seq.cli import main
+
+    src, ref = _test_files(tmp_path)
+    run = tmp_path / "run"
+    shutil.copytree(tiny_model_folder, run)
+    (run / "metrics.json").unlink(missing_ok=True)
+    (run / "metrics.json").mkdir()
+    argv = ["evaluate", "-m", str(run), "--src", str(src), "--ref", str(ref), "--update-metrics", *_QUICK]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert "BLEU" in captured.out and "Traceback" not in captured.err
+    (line,) = [line for line in captured.err.splitlines() if "error:" in line]
+    assert line.endswith(f"{run / 'metrics.json'}: Is a directory"), line
+    assert sorted(p.name for p in run.iterdir() if p.name.startswith(".metrics")) == []  # no temporary file left
+
+
+def _spoil_generation_config(folder: Path) -> None:
+    (folder / "generation_config.json").write_text('{"num_beams": 5,', encoding="utf-8")
+
+
+def _relabel_as_the_other_family(folder: Path) -> None:
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    assert config["model_type"] == "rnn_seq2seq"
+    config["architectures"] = ["TransformerSeq2SeqForConditionalGeneration"]
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+
+
+QUIET_FOLDER_FAULTS = {
+    "damaged generation_config.json": (
+        _spoil_generation_config,
+        "its generation_config.json does not load",
+    ),
+    "config.json of the other family": (
+        _relabel_as_the_other_family,
+        "says model_type 'rnn_seq2seq' (the rnn family) but architectures 'TransformerSeq2SeqForConditionalGeneration' "
+        "(the transformer family",
+    ),
+    "no tokenizer.json": (lambda folder: (folder / "tokenizer.json").unlink(), "its tokenizer.json is missing"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(QUIET_FOLDER_FAULTS))
+def test_a_model_folder_fault_transformers_passes_over_is_one_line(tiny_model_folder, tmp_path, capsys, name):
+    """A damaged generation_config.json made transformers decode with its defaults (other
+    translations, a warning at most); the other two failed with messages about something else."""
+    from attention_seq2seq.cli import main
+
+    spoil, message = QUIET_FOLDER_FAULTS[name]
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_model_folder / "model", folder)
+    spoil(folder)
+    assert main(["translate", "-m", str(folder), "Ein Hund.", *_QUICK]) == 2
+    line = _one_error(capsys)
+    assert f"cannot load model {folder}: " in line and message in line, line
+
+
+def test_broken_model_folders_are_one_line_naming_what_is_wrong(tiny_model_folder, tmp_path, capsys):
+    from transformers import BertConfig, PreTrainedTokenizerFast
+
+    from attention_seq2seq.cli import main
+
+    cut = tmp_path / "cut"
+    shutil.copytree(tiny_model_folder / "model", cut)
+    data = (cut / "model.safetensors").read_bytes()
+    (cut / "model.safetensors").write_bytes(data[: len(data) // 2])
+    other = tmp_path / "other"
+    shutil.copytree(tiny_model_folder / "model", other)
+    (other / "config.json").unlink()
+    BertConfig(num_hidden_layers=1, hidden_size=16, num_attention_heads=2, intermediate_size=16).save_pretrained(other)
+    shapes = tmp_path / "shapes"
+    shutil.copytree(tiny_model_folder / "model", shapes)
+    config = json.loads((shapes / "config.json").read_text())
+    config["vocab_size"] = 10
+    (shapes / "config.json").write_text(json.dumps(config))
+    foreign = tmp_path / "foreign"
+    shutil.copytree(tiny_model_folder / "model", foreign)
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(foreign)
+    vocab_size = json.loads((foreign / "config.json").read_text())["vocab_size"]
+    tokenizer.add_tokens([f"extra{i}" for i in range(vocab_size + 5 - len(tokenizer))])
+    tokenizer.save_pretrained(foreign)
+    expected = {
+        cut: "its model.safetensors is damaged or cut short",
+        other: "its config.json is a 'bert' model, not an encoder-decoder",
+        shapes: "the tensors of its model.safetensors do not have the shapes its config.json describes",
+        foreign: f"its tokenizer has {vocab_size + 5} tokens but the model's embeddings have {vocab_size} rows",
+    }
+    for folder, text in expected.items():
+        assert main(["translate", "-m", str(folder), "--greedy", "Ein Hund."]) == 2, folder
+        (line,) = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+        assert f"cannot load model {folder}: " in line and text in line, line
+
+
+@pytest.mark.parametrize("kind", ["tsv", "jsonl"])
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_tsv_and_jsonl_corpora_name_the_file_and_line_of_a_hostile_line(tmp_path, kind, name):
+    from attention_seq2seq.data.corpora import load_corpus
+    from attention_seq2seq.data.spec import CorpusError
+
+    bad_line = HOSTILE[name][0].split(b"\n")[1]  # b"Ein \xff Haus." or b"Ein\x00Haus."
+    if kind == "tsv":
+        good, bad = b"Ein Hund.\tA dog.\n", bad_line + b"\tA house.\n"
+    else:
+        good, bad = b'{"de": "Ein Hund.", "en": "A dog."}\n', b'{"de": "' + bad_line + b'", "en": "A house."}\n'
+    path = tmp_path / f"pairs.{kind}"
+    path.write_bytes(b"\xef\xbb\xbf" + good + bad + good * 30)  # a BOM too: not the fault
+    column = {"tsv": 0, "jsonl": 8}[kind]  # where the bad line starts inside the row
+    byte = 4 if name == "invalid UTF-8" else 3
+    expected = f"{path} line 2: " + (
+        f"not UTF-8 (byte 0xff at column {column + byte + 1})"
+        if name == "invalid UTF-8"
+        else f"a NUL byte at column {column + byte + 1}"
+    )
+    with pytest.raises(CorpusError, match=re.escape(expected)):
+        load_corpus(f"{kind}:{path}:de-en")

@@ -94,8 +94,10 @@ def check_output_file(
         if value is not None and str(value) not in ("", "-") and not is_stream(value) and _same_file(file, Path(value)):
             raise UserError(f"{option} is the {other} file ({path}); choose another file")
     try:
-        if file.is_symlink():
+        try:
             file.stat()  # a link loop: one line below
+        except FileNotFoundError:  # not there yet (through a link too: written where it leads)
+            pass
         if file.is_dir():
             raise UserError(f"{option} {path} is a folder; give a file name, e.g. {file / 'out.txt'}")
         folder = Path(os.path.realpath(file)).parent  # a link is written through, where it leads

@@ -22,7 +22,7 @@ from typing import Iterable, Sequence
 
 import torch
 
-from ..errors import UserError
+from ..common.errors import UserError
 from .sentences import attention_pass
 
 _WORD = re.compile(r"\S+")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import UserError
+from ..common.errors import UserError
 from .sentences import attention_pass
 
 

@@ -23,7 +23,7 @@ import sys
 
 __version__ = "0.1.0"
 
-from .errors import lazy_exports
+from .common.errors import lazy_exports
 from .modeling.registry import FAMILIES  # a table of names: imports nothing heavy
 
 # The package's translation metric as an evaluate module folder, shipped inside the package:

@@ -16,7 +16,7 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
-from attention_seq2seq.errors import UserError
+from .errors import UserError
 
 from .durability import unwritable, write_atomically
 

@@ -14,7 +14,7 @@
 Names load on first use: importing the package (or ``presets``) imports neither torch nor datasets.
 """
 
-from attention_seq2seq.errors import lazy_exports
+from attention_seq2seq.common.errors import lazy_exports
 
 # Public name -> the submodule that defines it, imported on first access (PEP 562): reading the
 # corpus presets (the model card does) imports neither torch nor datasets.

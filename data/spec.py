@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from attention_seq2seq.errors import UserError
+from attention_seq2seq.common.errors import UserError
 
 from .presets import PRESETS
 

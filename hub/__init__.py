@@ -5,7 +5,7 @@ folder with its model card (``export_model``), as a native transformers class
 The names load on first use (PEP 562): ``attention-seq2seq --help`` reaches ``hub.push`` through
 this package without importing torch, which the native and CTranslate2 exports need."""
 
-from attention_seq2seq.errors import lazy_exports
+from attention_seq2seq.common.errors import lazy_exports
 
 _EXPORTS = {
     "CT2ExportRefused": ".export_ct2",

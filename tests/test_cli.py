@@ -306,7 +306,7 @@ def test_push_offline_fails_in_one_line(run, tmp_path, capsys, monkeypatch):
 
 
 def test_locate_model_tells_the_four_forms_apart(runs_root, tmp_path):
-    from attention_seq2seq.errors import UserError
+    from attention_seq2seq.common.errors import UserError
     from attention_seq2seq.hub.export import export_model
     from attention_seq2seq.translation.loading import locate_model
 
@@ -328,7 +328,7 @@ def test_locate_model_tells_the_four_forms_apart(runs_root, tmp_path):
 def test_a_missing_folder_under_an_existing_one_is_not_taken_for_a_hub_id(tmp_path, monkeypatch, capsys, no_network):
     """-m runs/nope where ./runs exists: "model folder not found" at once; before, it was looked
     up on the Hub (54 s of retries with a network). owner/name without such a folder stays a Hub id."""
-    from attention_seq2seq.errors import UserError
+    from attention_seq2seq.common.errors import UserError
     from attention_seq2seq.translation.loading import locate_model
 
     monkeypatch.chdir(tmp_path)

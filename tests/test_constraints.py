@@ -16,7 +16,7 @@ import torch
 from transformers import AutoModelForSeq2SeqLM
 
 from attention_seq2seq import RNNSeq2SeqConfig, TransformerSeq2SeqConfig
-from attention_seq2seq.errors import UserError
+from attention_seq2seq.common.errors import UserError
 from attention_seq2seq.translation.ensemble import EnsembleForConditionalGeneration
 from attention_seq2seq.translation import constraints as constraints_module
 from attention_seq2seq.translation.constraints import (

@@ -22,7 +22,7 @@ import torch
 
 import attention_seq2seq as pkg
 from attention_seq2seq.cli import main as cli_main
-from attention_seq2seq.errors import UserError
+from attention_seq2seq.common.errors import UserError
 from attention_seq2seq.hub.export_native import (
     LAYOUTS,
     NativeExportRefused,

@@ -390,7 +390,7 @@ def test_a_marian_config_over_this_packages_weights_is_one_line_not_a_random_mod
 def test_a_marian_config_that_does_not_build_is_one_user_error(model_folder, tmp_path):
     from transformers import MarianConfig
 
-    from attention_seq2seq.errors import UserError
+    from attention_seq2seq.common.errors import UserError
     from attention_seq2seq.translation.loading import load_for_inference
 
     folder = _copy(model_folder, tmp_path, "marian-default")

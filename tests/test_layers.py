@@ -3,9 +3,9 @@
     common/ <- configuration/ <- modeling/ <- data/ <- attention/ <- translation/ <- training/ <- hub/
         <- the command line (attention_seq2seq/cli/, main_job, translate)
 
-and hub/ reads the model registry and the corpus presets, never training/. The package root's
-``errors`` and the evaluate metric folder may be imported from any layer; they import nothing of
-the package. Every import counts, also one inside a
+and hub/ reads the model registry and the corpus presets, never training/. The bottom folder
+common/ (errors, durable writes, file checks) and the evaluate metric folder may be imported from
+any layer; they import nothing above them. Every import counts, also one inside a
 function; a bare ``import attention_seq2seq`` (which registers the Auto classes) is allowed anywhere."""
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ LAYERS = {
     "hub": 6,
 }
 SHARED = {
-    "errors",
     "evaluate_modules",
 }  # attention_seq2seq.<name>: usable from every layer (they import nothing of the package)
 TOP = 7  # the package root's other modules: cli/, main_job, translate, __init__
@@ -115,7 +114,7 @@ def test_the_layer_check_sees_relative_imports_inside_functions(tmp_path):
         (3, "attention_seq2seq.hub.objectives"),
     ]
     assert _layer("attention_seq2seq.training.train.train") == ("training", LAYERS["training"])
-    assert _layer("attention_seq2seq.errors.UserError") == ("shared", -1)
+    assert _layer("attention_seq2seq.common.errors.UserError") == ("common", -1)
     assert _layer("attention_seq2seq.cli.main") == ("top", TOP)
 
 
@@ -139,13 +138,13 @@ def test_importing_the_data_layer_builds_no_model_yet_the_auto_classes_still_wor
 
 
 def test_the_package_root_is_only_the_package_s_face():
-    # The root holds the package's face (registration, errors, the entry points: the main job,
+    # The root holds the package's face (registration, the entry points: the main job,
     # translate for launchers, the attention explorer's app); translation,
     # attention analysis and scores live in their own layers (docs/layout.md).
     root = REPO_ROOT / "attention_seq2seq"
     modules = sorted(p.name for p in root.glob("*.py"))
     folders = sorted(p.name for p in root.iterdir() if p.is_dir() and (p / "__init__.py").exists())
-    assert modules == ["__init__.py", "errors.py", "explorer_app.py", "main_job.py", "translate.py"]
+    assert modules == ["__init__.py", "explorer_app.py", "main_job.py", "translate.py"]
     assert folders == ["cli", "evaluate_modules"]
     for layer in LAYERS:
         assert (REPO_ROOT / layer / "__init__.py").exists(), layer

@@ -31,7 +31,7 @@ from helpers import (
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
-from attention_seq2seq.errors import UserError  # noqa: E402
+from attention_seq2seq.common.errors import UserError  # noqa: E402
 from attention_seq2seq.cli import main  # noqa: E402
 from attention_seq2seq.hub.export import ExportError  # noqa: E402
 from attention_seq2seq.hub.export_onnx import OnnxExportRefused, export_onnx  # noqa: E402

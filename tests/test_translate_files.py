@@ -29,7 +29,7 @@ from attention_seq2seq.attention.alignment import (
     word_links,
 )
 from attention_seq2seq.cli import main
-from attention_seq2seq.errors import UserError
+from attention_seq2seq.common.errors import UserError
 from attention_seq2seq.translation.files import complete_records, token_budget_batches
 
 GREEDY = ["--greedy", "--max-new-tokens", "12", "--no-progress"]

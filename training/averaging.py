@@ -145,7 +145,7 @@ def newest_checkpoints(run: Path, last: int) -> list[Path]:
     Raises:
         UserError: ``run`` is not a folder, has no checkpoints, or fewer than ``last``.
     """
-    from ..errors import UserError
+    from ..common.errors import UserError
     from .checkpoints import step_dirs
 
     if not run.is_dir():
@@ -171,7 +171,7 @@ def write_averaged_model(
     """
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
-    from ..errors import UserError
+    from ..common.errors import UserError
     from ..translation.loading import locate_model
 
     location = locate_model(config_from)

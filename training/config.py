@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from ..errors import UserError, did_you_mean
+from ..common.errors import UserError, did_you_mean
 
 T = TypeVar("T")
 

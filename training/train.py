@@ -83,7 +83,7 @@ from .checkpoints import (
     step_dirs,
     update_best,
 )
-from ..errors import UserError
+from ..common.errors import UserError
 from .config import RecipeError, dump_recipe, parse_command_line
 from .evaluation import evaluate, metrics_test_section, plot_attention, run_provenance, write_run_report
 from .file_modes import give_ordinary_modes

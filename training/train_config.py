@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from ..data.presets import PRESETS
 from ..data.spec import CorpusError, CorpusSpec
-from ..errors import did_you_mean
+from ..common.errors import did_you_mean
 from ..modeling.registry import BY_NAME
 from .config import RecipeError
 from .schedules import SCHEDULES

@@ -24,7 +24,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Sequence
 
-from ..errors import UserError
+from ..common.errors import UserError
 from .ct2_folder import MARKER_FILE, is_ct2_folder
 from .engine import thread_layout as pick_thread_layout
 

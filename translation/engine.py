@@ -31,7 +31,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..errors import UserError
+from ..common.errors import UserError
 from ..modeling.generation_lengths import eos_token_ids
 
 

@@ -49,7 +49,7 @@ import torch
 
 from ..common.durability import exclusive, writing
 from ..common.user_files import is_stream
-from ..errors import UserError
+from ..common.errors import UserError
 from .engine import Hypothesis, RunStats, TranslationOptions, Translator, model_source_limit, token_budget_batches  # noqa: F401  (public names of this module)
 
 FORMATS = ("text", "tsv", "jsonl")

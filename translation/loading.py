@@ -21,7 +21,7 @@ from typing import Iterable, Sequence
 
 import torch
 
-from ..errors import UserError
+from ..common.errors import UserError
 
 logger = logging.getLogger(__name__)
 

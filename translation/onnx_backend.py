@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
-from ..errors import UserError
+from ..common.errors import UserError
 from .engine import thread_layout as pick_thread_layout
 from .onnx_folder import read_marker
 

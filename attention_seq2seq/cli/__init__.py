@@ -20,7 +20,7 @@ import os
 import sys
 
 from ..common.durability import DiskFullError, LockedError
-from ..errors import UserError
+from ..common.errors import UserError
 from . import attention, hub, training, translate
 from .common import _Parser
 

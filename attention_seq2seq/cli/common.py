@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Callable
 
-from ..errors import UserError
+from ..common.errors import UserError
 
 
 class _Parser(argparse.ArgumentParser):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..errors import UserError
+from ..common.errors import UserError
 
 _EXPORT_EPILOG = """\
 With --space the folder also gets app.py, space.json, requirements.txt and the explorer's

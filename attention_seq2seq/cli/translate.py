@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..errors import UserError
+from ..common.errors import UserError
 from .common import (
     _add_generation_arguments,
     _add_model_argument,

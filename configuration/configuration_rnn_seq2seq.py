@@ -173,13 +173,10 @@ class RNNSeq2SeqConfig(CheckedConfig):
         check_choice("cell_type", self.cell_type, CELL_TYPES)
         check_choice("bridge", self.bridge, BRIDGES)
         check_choice("attention", self.attention, ATTENTIONS)
+        # The types are checked already (CheckedConfig: check_field_types); here the ranges.
         for name in ("vocab_size", "embedding_size", "hidden_size", "encoder_layers", "decoder_layers"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer; got {value!r}")
-        for name in ("bidirectional", "coverage", "tie_word_embeddings", "share_embeddings"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be True or False; got {getattr(self, name)!r}")
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a positive integer; got {getattr(self, name)!r}")
         for name in ("dropout", "label_smoothing"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must lie in [0, 1); got {getattr(self, name)!r}")
@@ -192,11 +189,7 @@ class RNNSeq2SeqConfig(CheckedConfig):
                     f"even (or set encoder_hidden_size); got hidden_size={self.hidden_size}"
                 )
             self.encoder_hidden_size = self.hidden_size // self.num_directions
-        if (
-            isinstance(self.encoder_hidden_size, bool)
-            or not isinstance(self.encoder_hidden_size, int)
-            or self.encoder_hidden_size < 1
-        ):
+        if self.encoder_hidden_size < 1:
             raise ValueError(
                 f"encoder_hidden_size must be a positive integer or None; got {self.encoder_hidden_size!r}"
             )
@@ -257,7 +250,7 @@ class RNNSeq2SeqConfig(CheckedConfig):
                     )
             else:
                 self.window_size = 10 if self.window_size is None else self.window_size
-                if isinstance(self.window_size, bool) or not isinstance(self.window_size, int) or self.window_size < 1:
+                if self.window_size < 1:
                     raise ValueError(f"window_size (D) must be a positive integer; got {self.window_size!r}")
             self.attention_mode = "soft" if self.attention_mode is None else self.attention_mode
             check_choice("attention_mode", self.attention_mode, ATTENTION_MODES)

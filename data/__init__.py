@@ -5,8 +5,8 @@
 - :func:`train_tokenizer` (``tokenization.py``): Unigram/BPE tokenizers with ``<pad>``=0,
   ``<s>``=1, ``</s>``=2, ``<unk>``=3, saved as ``PreTrainedTokenizerFast``; :class:`SubwordSampler`,
   sampled segmentations for subword regularization.
-- :func:`tokenize_dataset`, :class:`TokenBudgetBatchSampler`, :class:`Seq2SeqCollator`,
-  :func:`padding_fraction` (``batching.py``).
+- :func:`tokenize_dataset`, :class:`TokenBudgetBatchSampler`, :class:`Seq2SeqCollator`
+  (``batching.py``).
 - The Bible corpus (``bible.py``) is read from installed SWORD modules through ``load_corpus("bible")``.
 - Named corpora and their terms (``presets.py``), the spec types (``spec.py``), and the trainer's
   batches (``pairs.py``).
@@ -25,8 +25,6 @@ _EXPORTS = {
             "Seq2SeqCollator",
             "TokenBudgetBatchSampler",
             "batch_lengths",
-            "epoch_padding_fraction",
-            "padding_fraction",
             "tokenize_dataset",
         ),
         ".batching",

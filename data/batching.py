@@ -1,4 +1,4 @@
-"""Token-budget batches: tokenizing a corpus, length-bucketed batch sampling, padding, waste.
+"""Token-budget batches: tokenizing a corpus, length-bucketed batch sampling, padding.
 
 The pieces, in the order a training script uses them::
 
@@ -165,7 +165,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     batches, and the global batch list depends only on the product: two ranks see the batches
     that one process accumulating two micro-batches per update sees, in the same order.
 
-    Resuming: ``set_epoch(epoch, start_batch=k)`` (or :meth:`skip`) makes the next iteration
+    Resuming: ``set_epoch(epoch, start_batch=k)`` makes the next iteration
     start at this rank's ``k``-th batch of that epoch; ``len()`` then counts what is left.
 
     Args:
@@ -243,10 +243,6 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         self.epoch = epoch
         self.start_batch = start_batch
 
-    def skip(self, num_batches: int) -> None:
-        """Resume mid-epoch: the next iteration starts ``num_batches`` into this rank's epoch."""
-        self.start_batch = num_batches
-
     def global_batches(self, epoch: int | None = None) -> list[list[int]]:
         """All ranks' batches of an epoch, in order (rank ``r`` takes every ``num_replicas``-th).
 
@@ -321,7 +317,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
 
 
 # --------------------------------------------------------------------------------------------
-# Collating and padding waste
+# Collating
 # --------------------------------------------------------------------------------------------
 
 
@@ -360,37 +356,3 @@ class Seq2SeqCollator:
         for i, row in enumerate(rows):
             out[i, : len(row)] = torch.as_tensor(row, dtype=torch.long)
         return out
-
-
-def padding_fraction(batch: Mapping[str, torch.Tensor]) -> float:
-    """Fraction of padded positions in a collated batch, source and target together.
-
-    ``(pad positions in input_ids + -100 positions in labels) / (input_ids.numel() + labels.numel())``.
-    """
-    pad = int((batch["attention_mask"] == 0).sum())
-    total = batch["input_ids"].numel()
-    if "labels" in batch:
-        pad += int((batch["labels"] == IGNORE_INDEX).sum())
-        total += batch["labels"].numel()
-    return pad / total if total else 0.0
-
-
-def epoch_padding_fraction(lengths: np.ndarray | Sequence[Sequence[int]], batches: Sequence[Sequence[int]]) -> float:
-    """Padding fraction of a whole epoch of batches, from lengths alone (no collating).
-
-    Same definition as :func:`padding_fraction`, summed over all batches: source and target
-    tensors are each padded to their own batch maximum.
-
-    Args:
-        lengths: (num_examples, 2) source and target lengths; see :func:`batch_lengths`.
-        batches: lists of example indices, e.g. ``sampler.global_batches()``.
-    """
-    lengths = np.asarray(lengths, dtype=np.int64)
-    if lengths.ndim == 1:
-        lengths = lengths[:, None]
-    real = padded = 0
-    for batch in batches:
-        part = lengths[np.asarray(batch)]  # (batch, 2)
-        real += int(part.sum())
-        padded += int(part.max(axis=0).sum()) * len(batch)
-    return 1.0 - real / padded if padded else 0.0

@@ -93,21 +93,17 @@ class Seq2SeqTranslationPipeline(Pipeline):
                 f"{', '.join(_PIPELINE_OPTIONS)} and the generate options (GenerationConfig fields "
                 "such as num_beams, max_new_tokens, do_sample, num_return_sequences)"
             )
-        preprocess_params = {}
-        if truncation is not None:
-            preprocess_params["truncation"] = truncation
-
+        preprocess_params = {} if truncation is None else {"truncation": truncation}
+        postprocess_params = {
+            "return_text": return_text,
+            "return_tensors": return_tensors,
+            "return_attention": return_attention,
+            "clean_up_tokenization_spaces": clean_up_tokenization_spaces,
+        }
+        postprocess_params = {key: value for key, value in postprocess_params.items() if value is not None}
         forward_params = dict(generate_kwargs)
-        postprocess_params = {}
         if return_attention is not None:
             forward_params["return_attention"] = return_attention
-            postprocess_params["return_attention"] = return_attention
-        if return_text is not None:
-            postprocess_params["return_text"] = return_text
-        if return_tensors is not None:
-            postprocess_params["return_tensors"] = return_tensors
-        if clean_up_tokenization_spaces is not None:
-            postprocess_params["clean_up_tokenization_spaces"] = clean_up_tokenization_spaces
         return preprocess_params, forward_params, postprocess_params
 
     def _generate_option_names(self) -> set[str]:

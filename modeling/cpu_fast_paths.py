@@ -123,12 +123,6 @@ def _attention_kernel(
     if not (as_matmuls or in_float32):
         return interface
     kernel = eager if as_matmuls else interface
-    if not in_float32:  # a float32 decoding step: eq. 1 as matmuls, no weights returned (as SDPA)
-
-        def matmul_attention(module, query, key, value, attention_mask, **kwargs):
-            return kernel(module, query, key, value, attention_mask, **kwargs)[0], None
-
-        return matmul_attention
 
     def attention(module, query, key, value, attention_mask, **kwargs):
         compute_dtype = query.dtype

@@ -312,28 +312,19 @@ def _pairs_from_rows(rows: Iterable[tuple[str, str]]) -> datasets.Dataset:
     pairs, else written chunk by chunk to a memory-mapped Arrow file."""
     import pyarrow as pa
 
+    rows = iter(rows)
+    chunks = iter(lambda: list(itertools.islice(rows, SPILL_PAIRS)), [])  # lists of up to SPILL_PAIRS pairs
+    first = next(chunks, [])
+    if len(first) < SPILL_PAIRS:
+        return _pairs_dataset([s for s, _ in first], [t for _, t in first])
+    path = _spill_file("pairs")
     schema = pa.schema([("source", pa.string()), ("target", pa.string())])
-    sources: list[str] = []
-    targets: list[str] = []
-    writer = path = None
-    for source, target in rows:
-        sources.append(source)
-        targets.append(target)
-        if len(sources) >= SPILL_PAIRS:
-            if writer is None:
-                path = _spill_file("pairs")
-                writer = pa.ipc.new_stream(path, schema)
+    with pa.ipc.new_stream(path, schema) as writer:
+        for chunk in itertools.chain([first], chunks):
+            sources, targets = zip(*chunk)
             writer.write_batch(
                 pa.record_batch([pa.array(sources, pa.string()), pa.array(targets, pa.string())], schema=schema)
             )
-            sources, targets = [], []
-    if writer is None:
-        return _pairs_dataset(sources, targets)
-    if sources:
-        writer.write_batch(
-            pa.record_batch([pa.array(sources, pa.string()), pa.array(targets, pa.string())], schema=schema)
-        )
-    writer.close()
     return datasets.Dataset.from_file(path)
 
 

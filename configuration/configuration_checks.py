@@ -82,24 +82,6 @@ def _close_option(config: object, key: str) -> str | None:
     return close[0] if close else None
 
 
-def reject_misspelt_options(config: object, kwargs: dict) -> None:
-    """Raise ``ValueError`` for an unknown keyword that is one typo away from a real option.
-
-    ``PreTrainedConfig`` stores unknown keys silently (a ``config.json`` carries bookkeeping keys
-    such as ``architectures``), so ``d_modle=512`` would otherwise be ignored without a word.
-    """
-    for key in kwargs:
-        close = _close_option(config, key)
-        if close:
-            raise ValueError(f"unknown option {key!r} for {type(config).__name__}; did you mean {close!r}?")
-
-
-def is_loaded_from_saved_config(config: object) -> bool:
-    """Whether ``config`` is being built from a dict that transformers serialised (``save_pretrained``,
-    ``to_dict``): ``transformers_version`` is a field only ``to_dict`` fills in."""
-    return getattr(config, "transformers_version", None) is not None
-
-
 def generation_setting_names(generation_config_class: type, config: object) -> frozenset[str]:
     """The settings of ``generation_config_class`` (transformers' ``GenerationConfig``) that are not
     also options of ``config`` (token ids, ``use_cache``) or transformers' own config arguments."""
@@ -112,45 +94,40 @@ def generation_setting_names(generation_config_class: type, config: object) -> f
     return frozenset(n for n in names if not n.startswith("_") and n not in shared)
 
 
-def sort_extra_options(
-    config: object,
-    kwargs: dict,
-    *,
-    foreign_names: dict[str, str],
-    generation_names: frozenset[str] | set[str],
-    aliases: frozenset[str] | set[str] = frozenset(),
-) -> dict:
+def sort_extra_options(config: CheckedConfig, kwargs: dict) -> dict:
     """Check the keywords a config's dataclass fields did not take; return the generation settings.
 
     In this order, for each key of ``kwargs`` (left in place unless said otherwise):
 
-    * one typo away from a real option: ``ValueError`` naming the option meant;
-    * another toolkit's name for one of our options (``foreign_names``: fairseq's
+    * one typo away from a real option (``d_modle=512``): ``ValueError`` naming the option meant
+      (``PreTrainedConfig`` would store it silently, as it stores ``architectures``);
+    * another toolkit's name for one of our options (``config.foreign_option_names``: fairseq's
       ``normalize_before``, OpenNMT's ``rnn_type``, ...): ``ValueError`` naming ours;
-    * a generation setting (``generation_names``: ``num_beams``, ``max_new_tokens``, ...): removed
-      from ``kwargs`` and returned, for the model to put into its ``generation_config``; one
+    * a generation setting (``generation_setting_names``: ``num_beams``, ``max_new_tokens``, ...):
+      removed from ``kwargs`` and returned, for the model to put into its ``generation_config``; one
       warning names them all;
     * anything else that is neither a bookkeeping key (``BOOKKEEPING_KEYS``, a private ``_`` key)
       nor an alias (a config's ``attribute_map``): stored as transformers stores unknown keys, with
       one warning naming them all, since no part of the model reads it.
 
     The first two refuse what a user types; a config read back from what ``save_pretrained`` wrote
-    (``is_loaded_from_saved_config``) is never refused: whatever was set on the saved config's object
-    was written, and a config must load what it saved. transformers' own helpers set generic names on
-    any config (``testing_utils.set_config_for_less_flaky_test`` sets ``layer_norm_epsilon``,
-    ``norm_eps``, ...). Such keys are stored with the same one warning, which names our option
-    where the key looks like one.
+    (``transformers_version`` set: a field only ``to_dict`` fills in) is never refused: whatever was
+    set on the saved config's object was written, and a config must load what it saved. transformers'
+    own helpers set generic names on any config (``testing_utils.set_config_for_less_flaky_test``
+    sets ``layer_norm_epsilon``, ``norm_eps``, ...). Such keys are stored with the same one warning,
+    which names our option where the key looks like one.
 
     Raises:
         ValueError: a misspelt option or another toolkit's option name, given by the user.
     """
-    name = type(config).__name__
-    saved = is_loaded_from_saved_config(config)
-    if not saved:
-        reject_misspelt_options(config, kwargs)
+    name, foreign_names = type(config).__name__, config.foreign_option_names
+    if getattr(config, "transformers_version", None) is None:  # typed by a user, not read back from a save
         for key in kwargs:
+            if close := _close_option(config, key):
+                raise ValueError(f"unknown option {key!r} for {name}; did you mean {close!r}?")
             if key in foreign_names:
                 raise ValueError(f"{name} has no option {key!r} (another toolkit's name); use {foreign_names[key]}")
+    generation_names = generation_setting_names(GenerationConfig, config)
     generation = {key: kwargs.pop(key) for key in [k for k in kwargs if k in generation_names]}
     if generation:
         listed = ", ".join(f"{key}={value!r}" for key, value in generation.items())
@@ -160,6 +137,7 @@ def sort_extra_options(
             UserWarning,
             stacklevel=4,
         )
+    aliases = config.attribute_map
     unknown = [key for key in kwargs if not key.startswith("_") and key not in BOOKKEEPING_KEYS and key not in aliases]
     if unknown:
 
@@ -190,13 +168,7 @@ class CheckedConfig(PreTrainedConfig):
     foreign_option_names: typing.ClassVar[dict[str, str]] = {}
 
     def __post_init__(self, **kwargs):
-        generation_settings = sort_extra_options(
-            self,
-            kwargs,
-            foreign_names=self.foreign_option_names,
-            generation_names=generation_setting_names(GenerationConfig, self),
-            aliases=set(self.attribute_map),
-        )
+        generation_settings = sort_extra_options(self, kwargs)
         check_field_types(self)
         self.check_options()
         super().__post_init__(**kwargs)

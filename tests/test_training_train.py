@@ -823,11 +823,24 @@ def test_two_cpu_ranks_equal_one_process_accumulating_their_batches(pairs_corpus
         num_plot_sentences=0,
         debug_dump_batches=True,
         max_test_samples=4,
+        eval_batch_size=2,  # two test batches: one per rank
         schedule="linear_time",
         max_time_minutes=600,
     )
     ddp = tiny_config(pairs_corpus, tmp_path / "ddp", **overrides)
     _launch_two_cpu_ranks(ddp, tmp_path / "ddp.yaml")
+    # The ranks shared the test batches; together they wrote what one process translates.
+    from attention_seq2seq.cli import main
+
+    hypotheses = tmp_path / "evaluated.txt"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each rank ran (OMP_NUM_THREADS=1)
+    try:
+        argv = ["evaluate", "-m", str(tmp_path / "ddp"), "--corpus", pairs_corpus, "--limit", "4", "--batch-size", "2"]
+        assert main([*argv, "--output", str(tmp_path / "e.json"), "--hypotheses", str(hypotheses)]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    assert hypotheses.read_text(encoding="utf-8") == (tmp_path / "ddp" / "test_translations.txt").read_text("utf-8")
 
     def batches(path):
         return [json.loads(line) for line in path.read_text().splitlines()]
@@ -1107,6 +1120,38 @@ def test_test_greedy_adds_a_greedy_entry_scored_like_the_translations_it_writes(
     assert (
         f"± {greedy['chrf_ci95']:.2f} ({greedy['bleu_signature']})" in caplog.text
     )  # ... and the greedy line its signature
+
+
+def test_metrics_json_test_entries_are_what_evaluate_gives_line_for_line(pairs_corpus, tmp_path, capsys):
+    # Training's test translations come from the evaluate command's engine (the same sort, batches,
+    # truncation and strip), so metrics.json's beam and greedy entries are what `attention-seq2seq
+    # evaluate` gives on the saved model: the same translations and the same scores. 40 sentences
+    # in batches of the default eval_batch_size (32, evaluate's --batch-size): two batches.
+    from attention_seq2seq.cli import main
+    from attention_seq2seq.training.evaluation import SCORE_KEYS
+
+    config = tiny_config(
+        pairs_corpus,
+        tmp_path / "run",
+        eval_batch_size=TrainConfig.eval_batch_size,
+        max_test_samples=40,
+        test_greedy=True,
+        num_plot_sentences=0,
+    )
+    run = train(config)
+    metrics = json.loads((run / "metrics.json").read_text())
+    key = _test_key(pairs_corpus)
+    for entry, decoding, translations in [
+        (key, [], "test_translations.txt"),
+        (f"{key}-greedy", ["--greedy"], "test_translations_greedy.txt"),
+    ]:
+        out, hypotheses = tmp_path / f"{entry}.json", tmp_path / f"{entry}.txt"
+        argv = ["evaluate", "-m", str(run), "--corpus", pairs_corpus, "--limit", "40", "--no-progress", *decoding]
+        assert main([*argv, "--output", str(out), "--hypotheses", str(hypotheses)]) == 0
+        assert hypotheses.read_text(encoding="utf-8") == (run / translations).read_text(encoding="utf-8")
+        (evaluated,) = json.loads(out.read_text()).values()
+        assert evaluated["num_sentences"] == metrics["test"][entry]["num_sentences"] == 40
+        assert {k: evaluated[k] for k in SCORE_KEYS} == {k: metrics["test"][entry][k] for k in SCORE_KEYS}
 
 
 def test_test_bootstrap_below_2_is_refused():

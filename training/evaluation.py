@@ -9,12 +9,13 @@ import os
 from pathlib import Path
 
 import torch
-from accelerate.utils import gather_object
 
 from ..common.user_files import write_whole
 from ..data.pairs import Collate, eval_batches
 from ..attention.sentences import attention_pass
-from ..translation.scores import corpus_scores, format_score
+from ..translation.evaluate import evaluate_model
+from ..translation.loading import LoadedModel
+from ..translation.scores import format_score
 from ..attention.plotting import plot_cross_attentions
 from .objectives import token_loss_sum
 
@@ -35,20 +36,19 @@ CI_KEYS = ("bleu_ci95", "bleu_lowercase_ci95", "chrf_ci95", "ter_ci95")
 def evaluate(
     model, dataset, tokenizer, config, accelerator, num_beams: int, max_examples, target_lang, n_bootstrap: int = 1
 ) -> dict:
-    """Teacher-forced loss / perplexity and beam-search BLEU / chrF on (a prefix of) ``dataset``.
+    """Teacher-forced loss / perplexity and BLEU / chrF / TER on (a prefix of) ``dataset``.
 
-    The work is split over ranks by batch; every rank returns the same numbers. ``loss`` is the
-    mean negative log-likelihood per target token (no label smoothing), ``perplexity`` its exp.
-    ``n_bootstrap`` > 1 adds each score's 95% confidence half-width (`corpus_scores`).
-    ``config`` gives ``eval_batch_size`` and ``max_target_length`` (the generation limit).
+    The loss: over the tokenized pairs in length-sorted batches of ``config.eval_batch_size``,
+    split over ranks; ``loss`` is the mean negative log-likelihood per target token (no label
+    smoothing), ``perplexity`` its exp. The scores: of the raw sources' translations by the one
+    engine (`translation.evaluate.evaluate_model`, ``num_beams`` beams, at most
+    ``config.max_target_length`` new tokens, batches of ``config.eval_batch_size`` shared by the
+    ranks), as ``attention-seq2seq evaluate`` translates and scores them; ``n_bootstrap`` > 1 adds
+    each score's 95% confidence half-width. Every rank returns the same numbers.
     """
     was_training = model.training
     model.eval()
-    nll, tokens, translations = (
-        torch.zeros((), device=accelerator.device),
-        torch.zeros((), device=accelerator.device),
-        [],
-    )
+    nll, tokens = torch.zeros((), device=accelerator.device), torch.zeros((), device=accelerator.device)
     n = len(dataset) if max_examples is None else min(max_examples, len(dataset))
     batches = eval_batches(
         dataset["input_ids"][:n],
@@ -59,7 +59,7 @@ def evaluate(
         accelerator.num_processes,
         accelerator.device,
     )
-    for ids, batch in batches:
+    for _, batch in batches:
         logits = model(
             input_ids=batch["input_ids"],
             attention_mask=batch["attention_mask"],
@@ -67,26 +67,22 @@ def evaluate(
         ).logits
         nll += token_loss_sum(logits, batch["labels"], 0.0)
         tokens += (batch["labels"] != -100).sum()
-        out = model.generate(
-            input_ids=batch["input_ids"],
-            attention_mask=batch["attention_mask"],
-            num_beams=num_beams,
-            max_new_tokens=config.max_target_length,
-        )
-        translations.extend(zip(ids, tokenizer.batch_decode(out, skip_special_tokens=True)))
     totals = accelerator.reduce(torch.stack([nll, tokens]), reduction="sum").tolist()
-    translations = sorted(gather_object(translations)) if accelerator.num_processes > 1 else sorted(translations)
-    hyps = [t for _, t in translations]
-    references = dataset["target"][:]  # the raw strings, not our tokenizer's round trip
-    refs = [references[i] for i, _ in translations]
+    scores, hypotheses = evaluate_model(
+        LoadedModel(model, tokenizer),
+        dataset["source"][:n],
+        dataset["target"][:n],  # the raw strings, not our tokenizer's round trip
+        target_lang=target_lang,
+        n_bootstrap=n_bootstrap,
+        batch_size=config.eval_batch_size,
+        rank=accelerator.process_index,
+        world_size=accelerator.num_processes,
+        num_beams=num_beams,
+        max_new_tokens=config.max_target_length,
+    )
     model.train(was_training)
     loss = totals[0] / max(1.0, totals[1])
-    return {
-        "loss": loss,
-        "perplexity": math.exp(min(loss, 100.0)),
-        **corpus_scores(hyps, refs, target_lang, n_bootstrap),
-        "hypotheses": hyps,
-    }
+    return {"loss": loss, "perplexity": math.exp(min(loss, 100.0)), **scores, "hypotheses": hypotheses}
 
 
 def plot_attention(model, tokenizer, sources: list[str], out_dir: Path, prefix: str, config, device) -> None:

@@ -96,7 +96,7 @@ class TrainConfig:
     eval_every: int = 1000  # validate every N updates (and at the end)
     max_eval_samples: int | None = 500  # validate on the first N validation pairs (None: all)
     eval_num_beams: int = 4  # beam size of the validation translations
-    eval_batch_size: int = 64  # sentences per generation batch
+    eval_batch_size: int = 32  # sentences per validation / test batch (as evaluate --batch-size: the same translations)
     early_stopping_metric: str = "bleu"  # "bleu", "chrf" or "loss"; also used by keep_best_k and "plateau"
     early_stopping_patience: int | None = None  # stop after N validations without improvement (None: never)
     keep_best_k: int = 1  # keep the weights of the k best validations in best/

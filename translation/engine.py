@@ -331,22 +331,29 @@ class Translator:
         first_line: int = 1,
         stats: RunStats | None = None,
         progress: Callable[[int], None] | None = None,
-    ) -> list[list[Hypothesis]]:
+        shard: tuple[int, int] = (0, 1),
+    ) -> list[list[Hypothesis] | None]:
         """``n_best`` hypotheses for each sentence, best first (empty sentences get empty
         hypotheses); ``first_line`` is the 1-based input line of ``sentences[0]``, for messages and
         for the constraints' line numbers; ``stats`` counts truncated and empty lines;
-        ``progress(n)`` is called after each batch with its number of sentences."""
+        ``progress(n)`` is called after each batch with its number of sentences.
+
+        ``shard=(rank, world_size)``: decode only the batches ``rank, rank + world_size, ...`` of
+        the sorted list (each process of a group calls it with its own rank); the others' sentences
+        get None. Every process cuts the same batches, so the group's hypotheses are those of one
+        process decoding everything."""
         stats = RunStats() if stats is None else stats
         options = self.options
         ids = self.encode(sentences, first_line, stats)
         empty = Hypothesis("", 0.0 if options.scores else None, 0.0 if options.scores else None)
         empty.alignment = "" if options.align else None
-        result: list[list[Hypothesis]] = [[empty] * options.n_best for _ in sentences]
+        result: list[list[Hypothesis] | None] = [None if row else [empty] * options.n_best for row in ids]
         if self.backend.sorts_and_batches:
             batches = [[k for k, row in enumerate(ids) if row]]
         else:
             batches = token_budget_batches([len(row) for row in ids], options.batch_size, options.batch_tokens)
-        for batch in batches:
+        rank, world_size = shard
+        for batch in batches[rank::world_size]:
             if not batch:
                 continue
             constraints = None

@@ -40,7 +40,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence, TextIO
@@ -236,7 +235,7 @@ def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
         yield chunk
 
 
-def _distributed():
+def process_group():
     """(rank, world size, state) under ``accelerate launch`` / ``torchrun``; (0, 1, None) otherwise."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return 0, 1, None
@@ -272,7 +271,7 @@ def translate_stream(
     :class:`~attention_seq2seq.common.durability.DiskFullError` when the disk fills (one line: the
     file, the space free, how many complete records it keeps; ``--resume`` continues).
     """
-    rank, _, _ = _distributed()
+    rank, _, _ = process_group()
     if resume and output is not None and is_stream(output):
         raise UserError(
             f"--resume: --output {output} is a stream (not a regular file: a device or a pipe), which holds "
@@ -294,7 +293,7 @@ def translate_stream(
 def _translate_stream(loaded, lines, options, generate_kwargs, output, stream, alignments, resume, total, progress):
     from tqdm.auto import tqdm
 
-    rank, world, state = _distributed()
+    rank, world, state = process_group()
     stats = RunStats()
     done = 0
     if resume:
@@ -434,126 +433,14 @@ def _truncate_to(path: Path, sources: int, lines_per_source: int) -> None:
         os.fsync(handle.fileno())
 
 
-def warn_truncated(stats: RunStats, limit: int | None, prog: str) -> None:
-    """The one warning about over-long lines (stderr)."""
-    if stats.truncated:
-        print(
-            f"{prog}: warning: {stats.truncated} line(s) longer than {limit} tokens were truncated "
-            f"(first: line {stats.first_truncated}); --no-truncate refuses them instead",
-            file=sys.stderr,
-        )
-
-
-# ---------------------------------------------------------------------------------------------
-# The translate command
-
-
-def _parse_heads(text: str | None) -> list[int] | None:
-    if text is None:
-        return None
-    try:
-        heads = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise UserError(f"--align-heads {text!r}: give 0-based head indices separated by commas, e.g. 0,3") from None
-    if not heads:
-        raise UserError("--align-heads: give at least one head index, e.g. 0 or 0,3")
-    return heads
-
-
-def run_translate_command(parser, args, generate_kwargs: dict, load) -> int:
-    """``attention-seq2seq translate``: arguments, stdin or ``--input`` → stdout or ``--output``.
-
-    ``load(args)`` loads the model (cli._load). Every source goes through `translate_stream`.
-    """
-    fmt = resolve_format(args.n_best, args.scores, args.format)
-    if args.resume and not (args.input and args.output is not None):
-        parser.error("--resume needs --input FILE and --output FILE")
-    options = FileTranslationOptions(
-        batch_size=args.batch_size,
-        batch_tokens=args.batch_tokens,
-        chunk_lines=args.chunk_lines,
-        max_source_length=args.max_source_length,
-        truncate=not args.no_truncate,
-        n_best=args.n_best,
-        scores=args.scores,
-        format=fmt,
-        align=args.alignments is not None,
-        align_layer=args.align_layer,
-        align_heads=_parse_heads(args.align_heads),
-    )
-    constraints_file = getattr(args, "constraints", None)
-    if constraints_file and not (args.input or args.text):
-        parser.error("--constraints pairs its lines with the input's: give --input FILE or the sentences as arguments")
-    if constraints_file and generate_kwargs.get("do_sample"):
-        parser.error("--constraints runs a beam search; it does not combine with --do-sample")
-    # Every file named is checked before the model loads and before an output is truncated:
-    # a mistake is one line, and no file is lost (common/user_files.py).
-    from ..data.spec import check_text_file
-    from ..common.user_files import check_input_file, check_output_file
-
-    input_lines = None
-    if args.input is not None:
-        check_input_file(args.input, "--input", stdin_hint=True)
-        check_text_file(args.input)  # UTF-8 throughout (file, line and column named), before -o is emptied
-        input_lines = count_lines(Path(args.input))  # counted once: the constraints' pairing and the progress bar
-    if constraints_file is not None:
-        check_input_file(constraints_file, "--constraints")
-        check_text_file(constraints_file)  # not UTF-8: the file, line and column named
-    if args.output is not None:
-        check_output_file(args.output, "--output", inputs={"--input": args.input, "--constraints": constraints_file})
-    if args.alignments is not None:
-        named = {"--input": args.input, "--output": args.output, "--constraints": constraints_file}
-        check_output_file(args.alignments, "--alignments", inputs=named)
-    rank, world, _ = _distributed()
-    if world > 1 and args.device is None and torch.cuda.is_available():
-        args.device = f"cuda:{int(os.environ.get('LOCAL_RANK', rank))}"
-    elif world > 1 and args.device is None:
-        args.device = "cpu"
-    loaded = load(args)
-    if constraints_file:
-        n_lines = len(args.text) if args.text else input_lines
-        options.constraints = read_constraints_file(constraints_file, loaded.tokenizer, n_lines)
-    if world > 1 and rank == 0:
-        print(
-            f"{parser.prog}: translating with {world} processes (chunk c on rank c mod {world}; rank 0 writes)",
-            file=sys.stderr,
-        )
-    from_file = bool(args.input)
-    if args.text:
-        lines: Iterable[str] = list(args.text)
-        total = len(args.text)
-    elif from_file:
-        total = input_lines
-        from ..data.spec import text_lines
-
-        lines = text_lines(args.input)  # UTF-8 checked (file and line named), BOM and CRLF dropped
-    else:
-        if sys.stdin.isatty():
-            print(f"{parser.prog}: reading sentences from the terminal; end with Ctrl-D", file=sys.stderr)
-        from ..data.spec import decoded_lines
-
-        # bytes, decoded here: a bad line is named like a file's, whatever the locale's encoding
-        lines, total = decoded_lines(getattr(sys.stdin, "buffer", None) or sys.stdin, "standard input"), None
-    stats = translate_stream(
-        loaded,
-        lines,
-        options=options,
-        generate_kwargs=generate_kwargs,
-        output=Path(args.output) if args.output is not None else None,
-        stream=None if args.output is not None else sys.stdout,
-        alignments=Path(args.alignments) if args.alignments is not None else None,
-        resume=args.resume,
-        total=total,
-        progress=from_file and not args.no_progress,
-    )
-    if from_file:
-        lines.close()
-    if rank == 0:
-        limit = options.max_source_length or model_source_limit(loaded.model, loaded.tokenizer)
-        warn_truncated(stats, limit, parser.prog)
-        if args.resume and stats.skipped:
-            print(f"{parser.prog}: resumed after {stats.skipped} complete source(s) in {args.output}", file=sys.stderr)
-    return 0
+def process_device(device: str | None) -> str | None:
+    """This process's device: ``device`` when given; with several processes (``accelerate launch``
+    / ``torchrun``) the GPU of its local rank, or the CPU without one; else None (the loader's
+    choice: the first accelerator)."""
+    rank, world, _ = process_group()
+    if device is not None or world == 1:
+        return device
+    return f"cuda:{int(os.environ.get('LOCAL_RANK', rank))}" if torch.cuda.is_available() else "cpu"
 
 
 def read_constraints_file(path, tokenizer, n_lines: int) -> list[list[list[int]]]:

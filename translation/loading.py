@@ -17,7 +17,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import torch
 
@@ -47,7 +47,7 @@ class ModelLocation:
 class LoadedModel:
     model: torch.nn.Module
     tokenizer: object
-    location: ModelLocation
+    location: ModelLocation | None = None  # None: a model in memory (training's validation)
     info: dict = field(default_factory=dict)  # the run's metrics.json where there is one
 
     @property
@@ -505,37 +505,11 @@ def generation_kwargs(
     return kwargs
 
 
-@torch.inference_mode()
-def translate(
-    loaded: LoadedModel,
-    sentences: Sequence[str],
-    *,
-    batch_size: int = 32,
-    max_batch_tokens: int | None = None,
-    max_source_length: int | None = None,
-    progress: bool = False,
-    **generate_kwargs,
-) -> list[str]:
-    """The best translation of each sentence, in input order ("" for an empty one).
-
-    One call of the engine (`translation.engine.Translator`, which the ``translate`` command
-    uses too): sentences sorted by length in tokens, batches of at most ``batch_size``
-    sentences (None: no cap) and, with ``max_batch_tokens``, at most that many padded source
-    tokens; a sentence longer than ``max_source_length`` (default: the model's limit) is cut
-    keeping its ``</s>``.
-    A CTranslate2 folder translates through CTranslate2.
-    """
-    n_best = translate_n_best(
-        loaded,
-        sentences,
-        batch_size=batch_size,
-        max_batch_tokens=max_batch_tokens,
-        max_source_length=max_source_length,
-        progress=progress,
-        scores=False,
-        **generate_kwargs,
-    )
-    return [hypotheses[0][0] for hypotheses in n_best]
+def translate(loaded: LoadedModel, sentences: Sequence[str], **options) -> list[str]:
+    """The best translation of each sentence, in input order ("" for an empty one): the first
+    hypothesis of :func:`translate_n_best`, which takes the same ``options`` (batching, truncation,
+    progress, a group's shard, ``generate`` kwargs)."""
+    return [hypotheses[0][0] for hypotheses in translate_n_best(loaded, sentences, scores=False, **options)]
 
 
 @torch.inference_mode()
@@ -548,15 +522,25 @@ def translate_n_best(
     max_source_length: int | None = None,
     progress: bool = False,
     scores: bool = True,
+    rank: int = 0,
+    world_size: int = 1,
     **generate_kwargs,
 ) -> list[list[tuple[str, float | None]]]:
     """Per sentence, ``num_return_sequences`` (default 1) translations with their scores, best first.
 
+    One call of the engine (`translation.engine.Translator`, which the ``translate`` command uses
+    too): sentences sorted by length in tokens, batches of at most ``batch_size`` sentences (None:
+    no cap) and, with ``max_batch_tokens``, at most that many padded source tokens; a sentence
+    longer than ``max_source_length`` (default: the model's limit) is cut keeping its ``</s>``.
+    A CTranslate2 or ONNX folder translates through its own runtime.
+
     The score is the one search ranks by: log p(y | x) / |y|^length_penalty (beam search's
     ``sequences_scores``; CTranslate2's own score for a CTranslate2 folder); None for greedy
     search and sampling, and for every hypothesis with ``scores=False`` (which spares
-    ``generate`` keeping each step's scores). Empty lines give [("", None)] * n. Batching and
-    truncation as in ``translate`` (the engine, `translation.engine.Translator`).
+    ``generate`` keeping each step's scores). Empty lines give [("", None)] * n.
+
+    ``world_size`` > 1: each process of an Accelerate group (``rank`` its index) decodes its share
+    of the batches and every process returns the whole list, the one a single process returns.
     """
     from tqdm.auto import tqdm
 
@@ -567,19 +551,18 @@ def translate_n_best(
     beams = kwargs.get("num_beams") or loaded.model.generation_config.num_beams or 1
     own_search = is_ct2(loaded.model) or is_onnx(loaded.model)  # runtimes that score every hypothesis
     with_scores = scores and (own_search or (beams > 1 and not kwargs.get("do_sample", False)))
-    options = TranslationOptions(
-        batch_size=batch_size,
-        batch_tokens=max_batch_tokens,
-        max_source_length=max_source_length,
-        n_best=n,
-        scores=with_scores,
-    )
+    options = TranslationOptions(batch_size, max_batch_tokens, max_source_length, n_best=n, scores=with_scores)
     translator = Translator(loaded, options, kwargs)
     non_empty = sum(1 for s in sentences if s.strip())
     stats = RunStats()
     with tqdm(total=non_empty, unit="sent", disable=not progress, dynamic_ncols=True) as bar:
-        found = translator.translate(sentences, stats=stats, progress=bar.update)
-    if stats.truncated:
+        found = translator.translate(sentences, stats=stats, progress=bar.update, shard=(rank, world_size))
+    if world_size > 1:
+        from accelerate.utils import gather_object
+
+        for k, hypotheses in gather_object([(k, h) for k, h in enumerate(found) if h is not None]):
+            found[k] = hypotheses
+    if stats.truncated and rank == 0:
         logger.warning(
             "%d sentence(s) longer than %s tokens were truncated (first: sentence %d); "
             "max_source_length sets the limit",
@@ -591,8 +574,3 @@ def translate_n_best(
         [(h.text, h.score if sentence.strip() else None) for h in hypotheses]  # the engine scores "" 0.0
         for sentence, hypotheses in zip(sentences, found)
     ]
-
-
-def read_lines(lines: Iterable[str]) -> list[str]:
-    """Strip the line ends (one sentence per line; empty lines are kept as empty sentences)."""
-    return [line.rstrip("\r\n") for line in lines]

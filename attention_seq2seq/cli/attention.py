@@ -13,6 +13,7 @@ from .common import (
     _add_generation_arguments,
     _add_model_argument,
     _generation_kwargs,
+    _head_indices,
     _load,
     _positive_int,
 )
@@ -129,15 +130,11 @@ def cmd_alignment_error_rate(parser: argparse.ArgumentParser, args: argparse.Nam
     if args.model and not (args.src and args.ref):
         parser.error("-m MODEL aligns --src with --ref by teacher forcing; give both files")
     files = read_aer_files(args.gold, hypothesis=args.hypothesis, src=args.src, ref=args.ref)
-    model = tokenizer = heads = None
+    model = tokenizer = None
     if args.model:
         loaded = _load(args)
         model, tokenizer = loaded.model, loaded.tokenizer
-        if args.align_heads:
-            from ..translation.files import _parse_heads
-
-            heads = _parse_heads(args.align_heads)
-    report = score_aer_files(files, model, tokenizer, layer=args.align_layer, heads=heads)
+    report = score_aer_files(files, model, tokenizer, layer=args.align_layer, heads=args.align_heads)
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
     else:
@@ -187,7 +184,7 @@ def add_commands(add) -> None:
         type=int,
         help="only this decoder layer (0-based, -1 the last; default: every layer)",
     )
-    model.add_argument("--align-heads", metavar="H[,H...]", help="heads to average (default: all)")
+    model.add_argument("--align-heads", metavar="H[,H...]", type=_head_indices, help="heads to average (default: all)")
     model.add_argument("--device", help="cpu, cuda, cuda:1, mps")
     model.add_argument("--trust-remote-code", action="store_true", help="run the code shipped in an export")
     model.add_argument(

@@ -61,6 +61,17 @@ def _weights(text: str) -> list[float]:
     return values
 
 
+def _head_indices(text: str) -> list[int]:
+    """argparse type for --align-heads: 0-based head indices separated by commas."""
+    try:
+        heads = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"give 0-based head indices separated by commas, e.g. 0,3; got {text!r}")
+    if not heads:
+        raise argparse.ArgumentTypeError("give at least one head index, e.g. 0 or 0,3")
+    return heads
+
+
 def _add_model_argument(parser: argparse.ArgumentParser, *, ensemble: bool = False) -> None:
     """-m MODEL and the loading options; with ``ensemble``, -m may be repeated (an ensemble of
     the models, ``args.model`` a list) and --ensemble-weights weighs them."""
@@ -214,11 +225,7 @@ def _load(args: argparse.Namespace, **kwargs):
 
 
 def _read_text_file(path: str, option: str) -> list[str]:
-    from ..translation.loading import read_lines
-
     from ..data.spec import text_lines
     from ..common.user_files import check_input_file
 
-    file = check_input_file(path, option)
-
-    return read_lines(text_lines(file))  # UTF-8 checked (file and line named), BOM and CRLF dropped
+    return list(text_lines(check_input_file(path, option)))  # UTF-8 checked (file and line named), BOM and CRLF dropped

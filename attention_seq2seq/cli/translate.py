@@ -11,11 +11,11 @@ from .common import (
     _add_generation_arguments,
     _add_model_argument,
     _generation_kwargs,
+    _head_indices,
     _load,
     _model_names,
     _positive_int,
     _quiet_library_progress,
-    _read_text_file,
     _resample_count,
 )
 
@@ -110,6 +110,7 @@ def _add_file_translation_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--align-heads",
         metavar="H[,H...]",
+        type=_head_indices,
         help="Transformer: heads to average, 0-based, comma-separated (default: all)",
     )
 
@@ -119,59 +120,183 @@ def _add_file_translation_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_translate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Arguments, stdin or ``--input`` → stdout or ``--output``, through `translate_stream`."""
+    from ..translation.files import FileTranslationOptions, process_device, process_group, resolve_format
+
     if args.text and args.input:
         parser.error("give the text as arguments or with --input, not both")
+    if args.resume and not (args.input and args.output is not None):
+        parser.error("--resume needs --input FILE and --output FILE")
+    if args.constraints and not (args.input or args.text):
+        parser.error("--constraints pairs its lines with the input's: give --input FILE or the sentences as arguments")
     generate_kwargs = _generation_kwargs(parser, args)
-    from ..translation.files import run_translate_command  # streaming, n-best, alignments, resume, ranks
+    if args.constraints and generate_kwargs.get("do_sample"):
+        parser.error("--constraints runs a beam search; it does not combine with --do-sample")
+    options = FileTranslationOptions(
+        batch_size=args.batch_size,
+        batch_tokens=args.batch_tokens,
+        chunk_lines=args.chunk_lines,
+        max_source_length=args.max_source_length,
+        truncate=not args.no_truncate,
+        n_best=args.n_best,
+        scores=args.scores,
+        format=resolve_format(args.n_best, args.scores, args.format),
+        align=args.alignments is not None,
+        align_layer=args.align_layer,
+        align_heads=args.align_heads,
+    )
+    input_lines = _check_translate_files(args)
+    args.device = process_device(args.device)
+    loaded = _load(args)
+    if args.constraints:
+        from ..translation.files import read_constraints_file
 
-    return run_translate_command(parser, args, generate_kwargs, _load)
+        n_lines = len(args.text) if args.text else input_lines
+        options.constraints = read_constraints_file(args.constraints, loaded.tokenizer, n_lines)
+    rank, world, _ = process_group()
+    if world > 1 and rank == 0:
+        print(
+            f"{parser.prog}: translating with {world} processes (chunk c on rank c mod {world}; rank 0 writes)",
+            file=sys.stderr,
+        )
+    from ..data.spec import decoded_lines, text_lines
+    from ..translation.files import model_source_limit, translate_stream
+
+    if args.text:
+        lines, total = list(args.text), len(args.text)
+    elif args.input:
+        lines, total = text_lines(args.input), input_lines  # UTF-8 checked (file and line named), BOM and CRLF dropped
+    else:
+        if sys.stdin.isatty():
+            print(f"{parser.prog}: reading sentences from the terminal; end with Ctrl-D", file=sys.stderr)
+        # bytes, decoded here: a bad line is named like a file's, whatever the locale's encoding
+        lines, total = decoded_lines(getattr(sys.stdin, "buffer", None) or sys.stdin, "standard input"), None
+    stats = translate_stream(
+        loaded,
+        lines,
+        options=options,
+        generate_kwargs=generate_kwargs,
+        output=Path(args.output) if args.output is not None else None,
+        stream=None if args.output is not None else sys.stdout,
+        alignments=Path(args.alignments) if args.alignments is not None else None,
+        resume=args.resume,
+        total=total,
+        progress=bool(args.input) and not args.no_progress,
+    )
+    if args.input:
+        lines.close()
+    if rank == 0 and stats.truncated:
+        limit = options.max_source_length or model_source_limit(loaded.model, loaded.tokenizer)
+        print(
+            f"{parser.prog}: warning: {stats.truncated} line(s) longer than {limit} tokens were truncated "
+            f"(first: line {stats.first_truncated}); --no-truncate refuses them instead",
+            file=sys.stderr,
+        )
+    if rank == 0 and args.resume and stats.skipped:
+        print(f"{parser.prog}: resumed after {stats.skipped} complete source(s) in {args.output}", file=sys.stderr)
+    return 0
+
+
+def _check_translate_files(args: argparse.Namespace) -> int | None:
+    """Check every file translate is given before the model loads and before an output is
+    truncated: a mistake is one line, and no file is lost (common/user_files.py). Returns the
+    --input file's lines (counted once: the constraints' pairing and the progress bar)."""
+    from ..data.spec import check_text_file
+    from ..common.user_files import check_input_file, check_output_file
+    from ..translation.files import count_lines
+
+    input_lines = None
+    if args.input is not None:
+        check_input_file(args.input, "--input", stdin_hint=True)
+        check_text_file(args.input)  # UTF-8 throughout (file, line and column named), before -o is emptied
+        input_lines = count_lines(Path(args.input))
+    if args.constraints is not None:
+        check_input_file(args.constraints, "--constraints")
+        check_text_file(args.constraints)  # not UTF-8: the file, line and column named
+    if args.output is not None:
+        check_output_file(args.output, "--output", inputs={"--input": args.input, "--constraints": args.constraints})
+    if args.alignments is not None:
+        named = {"--input": args.input, "--output": args.output, "--constraints": args.constraints}
+        check_output_file(args.alignments, "--alignments", inputs=named)
+    return input_lines
 
 
 # ---------------------------------------------------------------------------------------------
 # evaluate
 
 
-def _test_set(
-    parser: argparse.ArgumentParser, args: argparse.Namespace
-) -> tuple[str, list[str], list[str], str | None]:
-    """(name, sources, references, target language) from --corpus/--split or --src/--ref."""
-    if args.corpus and (args.src or args.ref):
-        parser.error("give --corpus (with --split) or --src and --ref, not both")
-    if args.corpus:
-        from ..data import load_corpus
-
-        _quiet_library_progress()
-        splits, info = load_corpus(args.corpus, return_info=True)
-        dataset = splits[args.split]
-        sources, references = list(dataset["source"]), list(dataset["target"])
-        name = args.name or f"{info.name}-{args.split}".replace(" ", "-")
-        target_lang = args.target_lang or info.target_lang
-    else:
-        if not (args.src and args.ref):
-            parser.error("the test set needs --corpus SPEC (with --split) or both --src FILE and --ref FILE")
-        sources, references = _read_text_file(args.src, "--src"), _read_text_file(args.ref, "--ref")
-        if len(sources) != len(references):
-            raise UserError(f"--src has {len(sources)} lines but --ref has {len(references)}: {args.src}, {args.ref}")
-        name = args.name or Path(args.src).stem
-        target_lang = args.target_lang or (Path(args.ref).suffix.lstrip(".") or None)
-    if args.limit:
-        sources, references = sources[: args.limit], references[: args.limit]
-    if not sources:
-        raise UserError("the test set is empty")
-    return name, sources, references, target_lang
-
-
 def cmd_evaluate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    if args.update_metrics and len(_model_names(args)) > 1:
+    from ..common.durability import unwritable
+    from ..translation.evaluate import evaluate_test_set, format_score_table, read_test_set, write_evaluation
+
+    names = _model_names(args)
+    if args.update_metrics and len(names) > 1:
         parser.error(
             "--update-metrics writes into one training run's metrics.json; an ensemble (-m given "
             "several times) belongs to none: use --output FILE"
         )
     generate_kwargs = _generation_kwargs(parser, args)
-    name, sources, references, target_lang = _test_set(parser, args)
-    # Every file to write is checked before the model translates anything: never over --src or
-    # --ref, never two of them the same file, never into a folder or a read-only place.
-    from ..common.durability import unwritable, writing
+    if args.corpus:
+        _quiet_library_progress()
+    test_set = read_test_set(
+        corpus=args.corpus,
+        split=args.split,
+        src=args.src,
+        ref=args.ref,
+        name=args.name,
+        target_lang=args.target_lang,
+        limit=args.limit,
+    )
+    _check_evaluate_outputs(args)
+    loaded = _load(args)
+    run_dir = loaded.location.run_dir
+    if args.update_metrics and run_dir is None:
+        parser.error("--update-metrics needs a training output folder as --model (one with metrics.json)")
+    if args.update_metrics and (why := unwritable(run_dir)):
+        raise UserError(f"--update-metrics: cannot write {run_dir / 'metrics.json'} ({why})")
+    result, hypotheses = evaluate_test_set(
+        loaded,
+        test_set,
+        model=" + ".join(names),
+        n_bootstrap=args.bootstrap or 1,
+        batch_size=args.batch_size,
+        max_batch_tokens=args.batch_tokens,
+        max_source_length=args.max_source_length,
+        progress=not args.no_progress,
+        **generate_kwargs,
+    )
+    # The scores first: a write that fails below (a full disk) loses no result.
+    print(format_score_table({test_set.name: result}), flush=True)
+    # Default: next to the run's metrics.json, never into the current folder (a checkout, say);
+    # for an export, model folder or Hub id only with --output.
+    output = Path(args.output) if args.output is not None else None
+    if output is None and run_dir is not None:
+        output = run_dir / f"eval_{test_set.name}.json"
+        if why := unwritable(run_dir):
+            print(
+                f"{parser.prog}: warning: cannot write {output} ({why}); give --output FILE to keep the scores",
+                file=sys.stderr,
+            )
+            output = None
+    write_evaluation(
+        test_set,
+        result,
+        hypotheses,
+        output=output,
+        hypotheses_file=args.hypotheses,
+        per_sentence=args.per_sentence,
+        run_dir=run_dir if args.update_metrics else None,
+    )
+    if output is not None:
+        print(f"scores written to {output}", file=sys.stderr)
+    elif args.output is None and run_dir is None:
+        print(f"{parser.prog}: note: no JSON written (give --output FILE to keep the scores)", file=sys.stderr)
+    return 0
+
+
+def _check_evaluate_outputs(args: argparse.Namespace) -> None:
+    """Every file to write is checked before the model translates anything: never over --src or
+    --ref, never two of them the same file, never into a folder or a read-only place."""
     from ..common.user_files import check_output_file
 
     files = {"--src": args.src, "--ref": args.ref}
@@ -180,74 +305,6 @@ def cmd_evaluate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
         if value is not None:
             check_output_file(value, option, inputs=files)
             files[option] = value
-    loaded = _load(args)
-    run_dir = loaded.location.run_dir
-    if args.update_metrics and run_dir is None:
-        parser.error("--update-metrics needs a training output folder as --model (one with metrics.json)")
-    if args.update_metrics and (why := unwritable(run_dir)):
-        raise UserError(f"--update-metrics: cannot write {run_dir / 'metrics.json'} ({why})")
-
-    from ..translation.evaluate import evaluate_model, format_score_table, update_run_metrics, write_results
-
-    scores, hypotheses = evaluate_model(
-        loaded,
-        sources,
-        references,
-        target_lang=target_lang,
-        n_bootstrap=args.bootstrap or 1,
-        batch_size=args.batch_size,
-        max_batch_tokens=args.batch_tokens,
-        max_source_length=args.max_source_length,
-        progress=not args.no_progress,
-        **generate_kwargs,
-    )
-    result = {
-        "split": args.split if args.corpus else "files",
-        **scores,
-        "model": " + ".join(_model_names(args)),
-        **({"ensemble_weights": loaded.model.config.weights} if loaded.location.kind == "ensemble" else {}),
-        "source": args.corpus or str(args.src),
-        "reference": args.corpus or str(args.ref),
-    }
-    results = {name: result}
-    # The scores first: a write that fails below (a full disk) loses no result.
-    print(format_score_table(results), flush=True)
-    # Default: next to the run's metrics.json, never into the current folder (a checkout, say);
-    # for an export, model folder or Hub id only with --output.
-    output = (
-        Path(args.output)
-        if args.output is not None
-        else (run_dir / f"eval_{name}.json" if run_dir is not None else None)
-    )
-    if output is not None and args.output is None and (why := unwritable(run_dir)):
-        print(
-            f"{parser.prog}: warning: cannot write {output} ({why}); give --output FILE to keep the scores",
-            file=sys.stderr,
-        )
-        output = None
-    # Each file is written whole through a temporary file and a rename: a full disk leaves the old one.
-    unchanged = "the file is as it was before this run"
-    if output is not None:
-        with writing(output, "the scores", kept=unchanged):
-            write_results(output, results)
-    if args.hypotheses is not None:
-        from ..common.user_files import write_whole
-
-        with writing(args.hypotheses, "the translations", kept=unchanged):
-            write_whole(args.hypotheses, "".join(h + "\n" for h in hypotheses))
-    if args.per_sentence is not None:
-        from ..translation.scores import write_sentence_scores
-
-        with writing(args.per_sentence, "the sentence scores", kept=unchanged):
-            write_sentence_scores(args.per_sentence, hypotheses, references, target_lang=target_lang)
-    if args.update_metrics:
-        with writing(run_dir / "metrics.json", "the scores"):
-            update_run_metrics(run_dir, name, result)
-    if output is not None:
-        print(f"scores written to {output}", file=sys.stderr)
-    elif args.output is None and run_dir is None:
-        print(f"{parser.prog}: note: no JSON written (give --output FILE to keep the scores)", file=sys.stderr)
-    return 0
 
 
 def add_commands(add) -> None:

@@ -88,23 +88,9 @@ def resolve_sources(
     """
     src = Path(src)
     if (src / "model" / "config.json").is_file():
-        model_dir, found = (
-            src / "model",
-            {
-                "metrics": src / "metrics.json",
-                "recipe": src / "recipe.yaml",
-                "heatmap": src / "plots" / "attention_test_0.png",
-            },
-        )
+        model_dir, heatmap_found = src / "model", src / "plots" / "attention_test_0.png"
     elif (src / "config.json").is_file():
-        model_dir, found = (
-            src,
-            {
-                "metrics": src / "metrics.json",
-                "recipe": src / "recipe.yaml",
-                "heatmap": src / HEATMAP_NAME,
-            },
-        )
+        model_dir, heatmap_found = src, src / HEATMAP_NAME
     elif (src / "adapter" / "adapter_config.json").is_file():
         raise ExportError(
             f"{src} is a LoRA run without a merged model: merge it first with "
@@ -114,6 +100,7 @@ def resolve_sources(
         raise ExportError(
             f"{src} is neither a training output folder (model/config.json) nor a model folder (config.json)"
         )
+    found = {"metrics": src / "metrics.json", "recipe": src / "recipe.yaml", "heatmap": heatmap_found}
     chosen = {}
     for name, explicit in (("metrics", metrics), ("recipe", recipe), ("heatmap", heatmap)):
         if explicit is not None:
@@ -352,8 +339,8 @@ def export_model(
     _check_destination(export_dir, src, overwrite)
     family = family_of(sources.model_dir)
     shipped = collect_shipped_code(family)
-    metrics_data = _read_metrics(sources.metrics)
-    recipe_data = _read_recipe(sources.recipe)
+    metrics_data = _read_mapping(sources.metrics, "metrics")
+    recipe_data = _read_mapping(sources.recipe, "recipe")
     heatmap_bytes = strip_png_metadata(sources.heatmap.read_bytes(), str(sources.heatmap)) if sources.heatmap else None
 
     model, tokenizer = _load_model_and_tokenizer(family, sources.model_dir)
@@ -412,29 +399,19 @@ def _render_card(**kwargs) -> str:
         raise ExportError(f"model card: {error}") from None
 
 
-def _read_metrics(path: Path | None) -> dict | None:
-    if path is None:
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
-        raise ExportError(f"cannot read metrics file {path}: {error}") from None
-    if not isinstance(data, dict):
-        raise ExportError(f"metrics file {path} must hold a JSON object (docs/DESIGN.md); got {type(data).__name__}")
-    return data
-
-
-def _read_recipe(path: Path | None) -> dict | None:
+def _read_mapping(path: Path | None, what: str) -> dict | None:
+    """The run's metrics.json (``what="metrics"``, JSON) or recipe.yaml (``"recipe"``, YAML) as a dict."""
     if path is None:
         return None
     import yaml
 
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as error:
-        raise ExportError(f"cannot read recipe file {path}: {error}") from None
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text) if what == "metrics" else yaml.safe_load(text)
+    except (OSError, json.JSONDecodeError, yaml.YAMLError) as error:
+        raise ExportError(f"cannot read {what} file {path}: {error}") from None
     if not isinstance(data, dict):
-        raise ExportError(f"recipe file {path} must hold a YAML mapping of hyperparameters")
+        raise ExportError(f"{what} file {path} must hold a mapping (docs/DESIGN.md); got {type(data).__name__}")
     return data
 
 

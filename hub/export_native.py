@@ -49,7 +49,7 @@ from .export import (
     ExportError,
     _check_destination,
     _read_config_json,
-    _read_metrics,
+    _read_mapping,
     _reset_tokenizer_runtime_state,
     resolve_sources,
 )
@@ -344,7 +344,7 @@ def export_native(
             f"native export to {layout.model_class}: logits differ from ours by {difference:.3g} "
             f"(> {CHECK_TOLERANCE}); {REMOTE_HINT}"
         )
-    metrics = _read_metrics(sources.metrics)
+    metrics = _read_mapping(sources.metrics, "metrics")
     card = render_native_card(
         model.config, layout, repo_id or f"<your-username>/{export_dir.name}", metrics, difference
     )

@@ -40,7 +40,7 @@ from .export import (
     ExportError,
     _check_destination,
     _load_model_and_tokenizer,
-    _read_metrics,
+    _read_mapping,
     family_of,
     resolve_sources,
 )
@@ -360,7 +360,7 @@ def _write_runtime_files(folder, model, tokenizer, interface, quantization, chec
     }
     (folder / MARKER_FILE).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     write_files(folder, shipped_files([RUNTIME_MODULE], RUNTIME_PACKAGES))
-    metrics = _read_metrics(sources.metrics)
+    metrics = _read_mapping(sources.metrics, "metrics")
     (folder / "README.md").write_text(render_onnx_card(model.config, quantization, check, metrics), encoding="utf-8")
     _sessions(folder)  # the int8 graphs must open too (quantization can emit operators a build lacks)
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from ..common.errors import UserError
+
 # Never uploaded: what huggingface_hub's upload_folder skips, plus Python bytecode caches.
 IGNORE_PATTERNS = ("__pycache__", "__pycache__/*", "*/__pycache__/*", "*.pyc")
 CONNECT_TIMEOUT_S = 5.0
@@ -29,7 +31,7 @@ CONNECT_TIMEOUT_S = 5.0
 _REVISION_PLACEHOLDER = re.compile(r'^REVISION = "main"  # replace with the commit id you reviewed.*$', re.M)
 
 
-class PushError(Exception):
+class PushError(UserError):
     """The upload cannot happen; the message is one line the CLI prints as it is."""
 
 

@@ -22,12 +22,14 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+from ..common.errors import UserError
+
 # The packages remote code may import: torch, transformers, and huggingface_hub, which transformers
 # itself requires (v5 configurations use its @strict dataclass decorator).
 HUB_PACKAGES = frozenset({"torch", "transformers", "huggingface_hub"})
 
 
-class ExportError(Exception):
+class ExportError(UserError):
     """An export cannot be written; the message says which file or option and what would be valid."""
 
 

@@ -26,6 +26,7 @@ processes times ``gradient_accumulation_steps``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -49,7 +50,6 @@ from ..translation import scores
 from .config import FinetuneConfig, dump_recipe, finetune_config, parse_command_line
 from .lora import (
     apply_lora,
-    lora_parameter_counts,
     merge_command,
     merge_lora,
     require_peft,
@@ -363,18 +363,15 @@ class Seq2SeqTrainerWithPerplexity(Seq2SeqTrainer):
             return super().predict(*args, **kwargs)
 
 
-class _without_label_smoothing:
-    """Context manager: ``model.config.label_smoothing`` is 0 inside, restored on exit."""
-
-    def __init__(self, model) -> None:
-        self.config = model.config
-        self.saved = getattr(self.config, "label_smoothing", 0.0)
-
-    def __enter__(self) -> None:
-        self.config.label_smoothing = 0.0
-
-    def __exit__(self, *exc) -> None:
-        self.config.label_smoothing = self.saved
+@contextlib.contextmanager
+def _without_label_smoothing(model):
+    """``model.config.label_smoothing`` is 0 inside, restored on exit."""
+    saved = getattr(model.config, "label_smoothing", 0.0)
+    model.config.label_smoothing = 0.0
+    try:
+        yield
+    finally:
+        model.config.label_smoothing = saved
 
 
 def _target_is_chinese(dataset) -> bool:
@@ -411,14 +408,14 @@ def finetune(config: FinetuneConfig) -> Path:
     lora = None
     if config.lora:
         model = apply_lora(model, config)
-        trainable, total = lora_parameter_counts(model)
+        trainable, total = model.get_nb_trainable_parameters()  # total = base + adapters, tied weights once
         lora = {
             "r": config.lora_r,
             "alpha": config.lora_alpha,
             "dropout": config.lora_dropout,
             "target_modules": list(model.peft_config["default"].target_modules),
-            "trainable_parameters": trainable,
-            "total_parameters": total,
+            "trainable_parameters": int(trainable),
+            "total_parameters": int(total),
             "adapter_dir": "adapter",
         }
         if int(os.environ.get("RANK", "0")) == 0:
@@ -539,11 +536,7 @@ def write_run_files(
 def main(argv: list[str] | None = None) -> int:
     """``--recipe FILE`` and ``--field value`` options, as ``attention-seq2seq finetune`` takes them."""
     try:
-        config = parse_command_line(FinetuneConfig, argv, prog="finetune_trainer")
-        config.validate()
-        if config.lora:
-            require_peft()  # before anything is loaded
-        output_dir = finetune(config)
+        output_dir = finetune(parse_command_line(FinetuneConfig, argv, prog="finetune_trainer"))
     except (ValueError, FileNotFoundError, FileExistsError, ImportError) as err:  # RecipeError, LoraSettingError
         print(f"finetune_trainer: error: {err}", file=sys.stderr)
         return 2

@@ -154,13 +154,6 @@ def apply_lora(model, config):
     return peft.get_peft_model(model, lora_config)
 
 
-def lora_parameter_counts(peft_model) -> tuple[int, int]:
-    """(trainable, total) parameters as peft's ``print_trainable_parameters`` counts them
-    (total = base + adapters; tied weights once)."""
-    trainable, total = peft_model.get_nb_trainable_parameters()
-    return int(trainable), int(total)
-
-
 def _teacher_forced_logits(model, batch: dict) -> torch.Tensor:
     model.eval()
     with torch.no_grad():

@@ -50,10 +50,8 @@ examples:
 """
 
 
-def build_parser(finetune_options: bool = True) -> argparse.ArgumentParser:
-    """The command line's parser. ``finetune_options=False`` leaves out the options of ``finetune``
-    (its configuration dataclass lives next to transformers' Trainer, whose import takes seconds);
-    `main` asks for them only when the command line names ``finetune``."""
+def build_parser() -> argparse.ArgumentParser:
+    """The command line's parser."""
     parser = _Parser(
         prog=PROG,
         description="The classic attention models for sequence-to-sequence learning, as transformers models.",
@@ -76,7 +74,6 @@ def build_parser(finetune_options: bool = True) -> argparse.ArgumentParser:
         p.set_defaults(handler=handler)
         return p
 
-    add.finetune_options = finetune_options
     # The order of `attention-seq2seq --help`: training, translation, attention, the Hub.
     training.add_commands(add)
     translate.add_commands(add)
@@ -106,7 +103,7 @@ def _first_line(err: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     words = dashed(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(finetune_options="finetune" in words)
+    parser = build_parser()
     args, unknown = parser.parse_known_args(words)
     if args.command == "train":
         args.train_args = unknown

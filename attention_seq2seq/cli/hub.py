@@ -32,7 +32,7 @@ examples:
 
 
 def cmd_export(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from ..hub.export import ExportError, export_model
+    from ..hub.export import export_model
 
     run = Path(args.run)
     if not run.is_dir():
@@ -45,79 +45,66 @@ def cmd_export(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
         for option in ("base_model", "license"):
             if getattr(args, option) is not None:
                 parser.error(f"--{option.replace('_', '-')} only applies to --format remote (the card's metadata)")
-        try:
-            if args.format == "native":
-                from ..hub.export_native import export_native
+        if args.repo_id is not None and args.format in ("onnx", "ct2"):
+            parser.error("--repo-id only applies to --format remote and native (the card)")
+        if args.format == "native":
+            from ..hub.export_native import export_native
 
-                out = export_native(run, Path(args.output), repo_id=args.repo_id, overwrite=args.overwrite)
-            elif args.format == "onnx":
-                from ..hub.export_onnx import export_onnx
+            out = export_native(run, Path(args.output), repo_id=args.repo_id, overwrite=args.overwrite)
+        elif args.format == "onnx":
+            from ..hub.export_onnx import export_onnx
 
-                if args.repo_id is not None:
-                    parser.error("--repo-id only applies to --format remote and native (the card)")
-                sentences = None
-                if args.check_sentences is not None:
-                    from .common import _read_text_file
+            sentences = None
+            if args.check_sentences is not None:
+                from .common import _read_text_file
 
-                    sentences = [
-                        line for line in _read_text_file(args.check_sentences, "--check-sentences") if line.strip()
-                    ]
-                    if not sentences:
-                        raise UserError(f"--check-sentences {args.check_sentences}: the file has no sentence")
-                out = export_onnx(
-                    run,
-                    Path(args.output),
-                    quantization=args.quantization or "float32",
-                    sentences=sentences[:16] if sentences else None,
-                    overwrite=args.overwrite,
-                )
-            else:
-                from ..hub.export_ct2 import export_ct2
+                sentences = [
+                    line for line in _read_text_file(args.check_sentences, "--check-sentences") if line.strip()
+                ]
+                if not sentences:
+                    raise UserError(f"--check-sentences {args.check_sentences}: the file has no sentence")
+            out = export_onnx(
+                run,
+                Path(args.output),
+                quantization=args.quantization or "float32",
+                sentences=sentences[:16] if sentences else None,
+                overwrite=args.overwrite,
+            )
+        else:
+            from ..hub.export_ct2 import export_ct2
 
-                if args.repo_id is not None:
-                    parser.error("--repo-id only applies to --format remote and native (the card)")
-                out = export_ct2(
-                    run, Path(args.output), quantization=args.quantization or "int8", overwrite=args.overwrite
-                )
-        except ExportError as err:
-            raise UserError(str(err)) from None
+            out = export_ct2(run, Path(args.output), quantization=args.quantization or "int8", overwrite=args.overwrite)
         print(f"exported {run} to {out} ({args.format})")
         return 0
     from ..hub.export import recorded_base_model
 
     base_model = args.base_model or recorded_base_model(run)
-    try:
-        out = export_model(
-            run,
-            Path(args.output),
-            repo_id=args.repo_id,
-            base_model=base_model,
-            license=args.license,
-            overwrite=args.overwrite,
-            space=args.space,
-        )
-    except ExportError as err:
-        raise UserError(str(err)) from None
+    out = export_model(
+        run,
+        Path(args.output),
+        repo_id=args.repo_id,
+        base_model=base_model,
+        license=args.license,
+        overwrite=args.overwrite,
+        space=args.space,
+    )
     print(f"exported {run} to {out}" + (f" (base model {base_model})" if base_model else ""))
     return 0
 
 
 def cmd_push(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from ..hub.push import PushError, push_to_hub
+    from ..hub.push import push_to_hub
 
-    try:
-        result = push_to_hub(
-            args.folder,
-            args.repo_id,
-            private=args.private,
-            revision=args.revision,
-            token=args.token,
-            dry_run=args.dry_run,
-            commit_message=args.commit_message,
-            pin_card=args.pin_card,
-        )
-    except PushError as err:
-        raise UserError(str(err)) from None
+    result = push_to_hub(
+        args.folder,
+        args.repo_id,
+        private=args.private,
+        revision=args.revision,
+        token=args.token,
+        dry_run=args.dry_run,
+        commit_message=args.commit_message,
+        pin_card=args.pin_card,
+    )
     print(result.describe())
     return 0
 

@@ -93,7 +93,6 @@ def cmd_average_checkpoints(parser: argparse.ArgumentParser, args: argparse.Name
 def cmd_finetune(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from ..training.config import FinetuneConfig, finetune_config
     from ..training.finetune_trainer import finetune, merge_adapter
-    from ..training.lora import require_peft
 
     if args.merge_adapter:
         try:
@@ -103,16 +102,10 @@ def cmd_finetune(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
         print(f"merged model written to {model_dir}")
         return 0
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(FinetuneConfig)}
-    try:
+    try:  # finetune() checks the settings, peft and the output folder before it loads anything
         config = finetune_config(args.recipe, {name: value for name, value in given.items() if value is not None})
-        config.validate()
-        if config.lora:
-            require_peft()  # before anything is loaded
-    except (ValueError, TypeError, ImportError) as err:
-        parser.error(str(err))
-    try:
         output_dir = finetune(config)
-    except FileExistsError as err:
+    except (ValueError, ImportError, FileExistsError) as err:
         parser.error(str(err))
     written = "model" if (output_dir / "model").is_dir() else "adapter"
     print(f"fine-tuned {written} written to {output_dir / written}")
@@ -166,8 +159,7 @@ def add_commands(add) -> None:
     # The training script's own options (--recipe FILE, --FIELD VALUE) are passed on unparsed.
 
     p = add("finetune", "fine-tune a model with transformers' Seq2SeqTrainer", _FINETUNE_EPILOG, cmd_finetune)
-    if add.finetune_options:
-        add_finetune_arguments(p)
+    add_finetune_arguments(p)
 
 
 def add_averaging_command(add) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from ..errors import UserError
+from ..common.errors import UserError
 from .loading import LoadedModel, translate
 from .scores import corpus_scores, format_score
 

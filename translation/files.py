@@ -330,7 +330,10 @@ def _translate_stream(loaded, lines, options, generate_kwargs, output, stream, a
     align_sink = _Sink(alignments, fresh=not resume) if (rank == 0 and alignments is not None) else None
 
     def kept() -> str:  # counted when the disk fills: what the files hold, partly written chunk aside
-        held = complete_records(output, options.lines_per_source)[0] if output is not None else first
+        # A stream (/dev/full, a pipe) cannot be read back (/dev/full reads zeros forever): what was
+        # written before the chunk at hand is what it got.
+        on_disk = output is not None and not is_stream(output)
+        held = complete_records(output, options.lines_per_source)[0] if on_disk else first
         if alignments is not None:
             held = min(held, complete_records(alignments, options.lines_per_source)[0])
         return f"it holds {held} complete source(s); rerun with --resume once there is space"

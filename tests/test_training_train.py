@@ -739,7 +739,7 @@ def test_an_interrupted_checkpoint_save_keeps_the_previous_one(pairs_corpus, tmp
 
     def save_then_die(self, output_dir=None, **kwargs):
         real_save(self, output_dir, **kwargs)
-        if Path(output_dir).name == ".tmp_step_4":
+        if Path(output_dir).name == ".step_4.tmp":  # write_atomically's temporary name
             (Path(output_dir) / "model.safetensors").write_bytes(b"torn")  # a half-written file
             raise KeyboardInterrupt("killed while saving")
 
